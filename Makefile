@@ -1,0 +1,42 @@
+# Two set-up commands on a fresh machine (Python 3.11+): `make demo` and `make test`.
+# Both create the virtualenv in .venv and install what they need themselves.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck unit bench bench-quick format clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test,lint,bench]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m mtawindows.server.demo
+
+test: lint typecheck unit
+
+lint: $(STAMP)
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy server
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_engine.py
+
+bench-quick: $(STAMP)
+	$(BIN)/python benchmarks/bench_engine.py --quick
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,1 @@
+"""mtawindows.client: Python SDK for the mtawindows gRPC service (issue 4)."""

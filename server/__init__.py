@@ -1,0 +1,1 @@
+"""mtawindows.server: the window engine (Log MTA, Amortized MTA), monoids, policies and storage."""

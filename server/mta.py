@@ -1,0 +1,782 @@
+"""Monoid Tree Aggregator windows: Log MTA and Amortized MTA (paper sections 4.1 and 4.2).
+
+Fact cards (same shape as IBM's sliding-window-aggregators README):
+
+==================  ===========================  ==================================
+                    LogMTA                       AmortizedMTA
+==================  ===========================  ==================================
+ordering            FIFO (in order)              FIFO (in order)
+operator            monoid (associative +        monoid (associative + identity);
+requirements        identity); no inverse,       no inverse, no commutativity
+                    no commutativity
+insert              O(log n)                     O(1) amortized, O(log n) worst
+single eviction     O(log n)                     O(1) amortized, O(log n) worst
+bulk eviction       O(log n) for any count       O(log n) for any count
+query               O(1)                         O(1)
+space               O(n), O(log n) local with    O(n), O(log n) local with a store
+                    a store
+first appeared      Villalba, Berral, Carrera:   same paper, section 4.2
+                    "Constant-Time Sliding
+                    Window Framework with
+                    Reduced Memory Footprint
+                    and Efficient Bulk
+                    Evictions", TPDS 2019, 4.1
+==================  ===========================  ==================================
+
+Invariants (paper Invariants 1-3), drawn for the AMTA forest of the paper's Fig. 4 after a
+few evictions (``∅`` is the engine's :data:`~mtawindows.server.store.EMPTY`, never the
+monoid identity)::
+
+    level 2   [<∅, 8>]                      <- top: exactly one pair, root of the leftmost tree
+    level 1   [<∅, 3>, <3, 5>]  [<4, ∅>]    <- head may be <∅,*>; the tail is its own tree (AMTA)
+    level 0   [<∅, 2>, <1, 2>, <1, 2>, <2, 2>]  [<1, 3>]
+               head                               tail
+    stack     [..., 5, 3]   result pair R = <R0, R1>: R0 = leftmost tree, R1 = the other trees
+
+1. Only the head pair of a level may be ``<∅, *>`` and only the tail may be ``<*, ∅>``.
+2. No pair is ``<∅, ∅>``.
+3. (AMTA) The tail pair of every level is the root of its own tree; only sealed pairs have a
+   parent. (LMTA) Every pair has a parent except the single pair of the top level.
+
+Positions are absolute: leaf ``i`` is slot ``i & 1`` of pair ``i >> 1`` on level 0, and pair
+``p`` of level ``l`` has its parent in slot ``p & 1`` of pair ``p >> 1`` on level ``l + 1``.
+The element ``m`` of level ``l`` covers leaves ``[m << l, (m + 1) << l)``. Keys in a remote
+store therefore never move, and bulk eviction is a pure function of the new first leaf.
+
+Deviations from the paper, and why:
+
+* **Search, then commit.** Algorithm 2 interleaves the policy search with the removals. Here
+  enforcement first *plans* (calls the policy and the monoid, reads pairs, changes nothing),
+  then *commits* the eviction of the ``k`` leaves it found. Same O(log n) bound, and a policy
+  or monoid that raises leaves the window exactly as it was. ``push``/``extend`` undo their
+  inserts if the plan raises.
+* **Whole-window eviction.** Algorithm 2 never empties a window; a policy may (``CountPolicy(0)``,
+  a bounded sum with one huge item), so the plan tests the whole window when every smaller
+  prefix may leave.
+* **LMTA O(1) no-op.** LMTA first tests the oldest leaf alone: when it may not leave, no
+  prefix may (prefix-monotonicity), and the O(log n) descent is skipped.
+* **AMTA R0 on tree removal.** When single evictions remove the whole leftmost tree, the
+  paper's Algorithm 6 recomputes R1 only; R0 and the stack must then describe the next tree,
+  so both halves of R are recomputed (once per operation, as section 5.2 prescribes).
+* **AMTA bulk eviction** (section 4.2.4) tests the forest's trees whole, from the oldest, and
+  descends (Algorithm 2) into the first one that may not leave, after refreshing the stale
+  values of the leftmost branch. The switch happens after ``bulk_factor * log2(n)`` leaves
+  passed the policy one by one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
+
+from .monoids import Monoid
+from .policies import bind_policy
+from .store import EMPTY, MemoryLevel, PairStore, TieredLevel
+
+__all__ = ["AmortizedMTA", "LogMTA", "WindowCorruptedError"]
+
+_UNSET: Any = object()
+
+
+class WindowCorruptedError(RuntimeError):
+    """The window's structure could not be completed because the monoid broke its contract
+    (``combine`` raised on aggregates it had produced itself). The window refuses further use."""
+
+
+class _MTAWindow:
+    """What Log MTA and Amortized MTA share: level queues, absolute positions, the policy
+    search descent, bulk removal by leaf position, undo of inserts, statistics."""
+
+    algorithm: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        monoid: Monoid,
+        policy: Any,
+        *,
+        store: PairStore | None = None,
+        debug: bool = False,
+    ) -> None:
+        for attr in ("identity", "lift", "combine", "lower"):
+            if not hasattr(monoid, attr):
+                msg = (
+                    f"{type(self).__name__}: monoid must have identity, lift, combine and lower; "
+                    f"{type(monoid).__name__} has no {attr!r}"
+                )
+                raise TypeError(msg)
+        self.monoid = monoid
+        self.policy = policy
+        self.store = store
+        self.debug = debug
+        self._policy: Callable[[Any, Any], bool] = bind_policy(policy, monoid)
+        self._lift = monoid.lift
+        self._combine = monoid.combine
+        self._lower = monoid.lower
+        self._identity = monoid.identity
+        self._levels: list[Any] = []
+        self._first = 0  # absolute index of the oldest leaf in the window
+        self._next = 0  # absolute index the next inserted leaf gets
+        self._total: Any = _UNSET  # aggregate of the whole window (lifted), when known
+        self._broken: BaseException | None = None
+        # statistics
+        self.inserted = 0
+        self.evicted = 0
+        self.bulk_evictions = 0
+        self.single_evictions = 0
+        self.recomputes = 0
+
+    # ------------------------------------------------------------------ public API
+    def __len__(self) -> int:
+        return self._next - self._first
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(size={len(self)}, levels={len(self._levels)}, "
+            f"monoid={self.monoid!r}, policy={self.policy!r})"
+        )
+
+    def enforce(self) -> int:
+        """Apply the slide policy: evict the longest prefix it allows. Returns how many left."""
+        self._check_usable()
+        k = self._plan()
+        if k:
+            self._commit(k)
+        if self.debug:
+            self.check_invariants()
+        return k
+
+    def push(self, x: Any) -> Any:
+        """Insert ``x``, enforce the policy and return the result: the reactive pipeline."""
+        nxt = self._next
+        self.insert(x)
+        try:
+            k = self._plan()
+        except BaseException:
+            self._undo_inserts(nxt)
+            raise
+        if k:
+            self._commit(k)
+        if self.debug:
+            self.check_invariants()
+        return self.query()
+
+    def extend(self, xs: Iterable[Any]) -> int:
+        """Insert every item, then enforce once. Returns the number of items evicted.
+
+        All or nothing: if an item is refused (by ``lift`` or ``combine``) or the policy
+        raises, the window is left as it was. The final state equals pushing each item for
+        time-monotone policies (all built-ins)."""
+        self._check_usable()
+        lift = self._lift
+        lifted = [lift(x) for x in xs]
+        nxt = self._next
+        try:
+            self._insert_many(lifted)
+            k = self._plan()
+        except BaseException:
+            self._undo_inserts(nxt)
+            raise
+        if k:
+            self._commit(k)
+        if self.debug:
+            self.check_invariants()
+        return k
+
+    def insert(self, x: Any) -> None:
+        """Lift ``x`` and append it to the window; no eviction."""
+        self._check_usable()
+        u = self._lift(x)
+        nxt = self._next
+        try:
+            self._insert_lifted(u)
+        except BaseException:
+            if self._next != nxt:
+                self._undo_inserts(nxt)
+            raise
+        if self.debug:
+            self.check_invariants()
+
+    def query(self) -> Any:
+        """``lower`` of the aggregate of the window, O(1)."""
+        self._check_usable()
+        total = self._total
+        if total is _UNSET:
+            total = self._total = self._window_aggregate()
+        return self._lower(total)
+
+    def aggregate(self) -> Any:
+        """The lifted aggregate of the whole window (the ``total`` a policy sees)."""
+        self._check_usable()
+        total = self._total
+        if total is _UNSET:
+            total = self._total = self._window_aggregate()
+        return total
+
+    def clear(self) -> None:
+        """Evict everything."""
+        self._check_usable()
+        n = len(self)
+        self._clear()
+        self.evicted += n
+
+    @property
+    def levels(self) -> int:
+        return len(self._levels)
+
+    def stats(self) -> dict[str, Any]:
+        """Size, levels, counters and local memory use (pairs held in the process)."""
+        out: dict[str, Any] = {
+            "algorithm": self.algorithm,
+            "size": len(self),
+            "levels": len(self._levels),
+            "inserted": self.inserted,
+            "evicted": self.evicted,
+            "single_evictions": self.single_evictions,
+            "bulk_evictions": self.bulk_evictions,
+            "recomputes": self.recomputes,
+            "local_pairs": sum(lv.local_pairs() for lv in self._levels),
+        }
+        if self.store is not None:
+            out["store"] = self.store.stats.as_dict()
+        return out
+
+    def check_invariants(self) -> None:
+        """Check the paper's invariants and every stored aggregate (debug mode runs this after
+        each operation). Raises :class:`~mtawindows.server.validate.InvariantError`."""
+        from .validate import check_window
+
+        check_window(self)
+
+    # ------------------------------------------------------------------ shared machinery
+    def _check_usable(self) -> None:
+        if self._broken is not None:
+            msg = (
+                f"{type(self).__name__} is unusable: its monoid raised while the window was being "
+                f"restructured ({self._broken!r}); rebuild the window"
+            )
+            raise WindowCorruptedError(msg) from self._broken
+
+    def _new_level(self, index: int, pos: int, pair: list[Any]) -> Any:
+        if self.store is None:
+            return MemoryLevel(index, pos, pair)
+        return TieredLevel(self.store, index, pos, pair)
+
+    def _pair_agg(self, p: Any) -> Any:
+        a, b = p[0], p[1]
+        if a is EMPTY:
+            return b
+        if b is EMPTY:
+            return a
+        return self._combine(a, b)
+
+    def _leaf_limit(self, n: int) -> int:
+        return max(2, self.bulk_factor * n.bit_length())
+
+    bulk_factor: int = 1
+
+    def _clear(self) -> None:
+        for lv in self._levels:
+            lv.discard()
+        self._levels = []
+        self._first = self._next
+        self._reset_results()
+
+    def _descend(self, total: Any, top: int, g: int, sub: Any) -> int:
+        """Algorithm 2's root-to-leaf search, read-only.
+
+        From level ``top`` down to the leaves, test the element ``g >> l`` when it is the left
+        element of a full pair (otherwise it equals its parent, already rejected); when the
+        policy lets ``sub + element`` leave, move ``g`` past it. Returns the new first leaf.
+        """
+        levels = self._levels
+        policy = self._policy
+        combine = self._combine
+        for lvl in range(top, -1, -1):
+            m = g >> lvl
+            if m & 1:
+                continue
+            lv = levels[lvl]
+            pos = m >> 1
+            p = lv.head if pos == lv.start else lv.peek(pos)
+            a = p[0]
+            if a is EMPTY or p[1] is EMPTY:
+                continue
+            cand = a if sub is _UNSET else combine(sub, a)
+            if policy(total, cand):
+                sub = cand
+                g = (m + 1) << lvl
+        return g
+
+    def _drop_leaves(self, g: int) -> None:
+        """Remove every leaf before ``g`` (and the elements above them): O(log n).
+
+        The element of level ``l`` that holds leaf ``g`` is ``g >> l``; pairs before it go,
+        and it becomes the head's right element when it is odd. Levels whose elements all
+        lie before ``g`` go (they are always the top ones)."""
+        levels = self._levels
+        for lvl, lv in enumerate(levels):
+            m = g >> lvl
+            tail = lv.tail
+            last = 2 * (lv.end - 1) + (0 if tail[1] is EMPTY else 1)
+            if m > last:
+                for gone in levels[lvl:]:
+                    gone.discard()
+                del levels[lvl:]
+                break
+            pos = m >> 1
+            if pos > lv.start:
+                lv.drop_front(pos)
+            if m & 1:
+                head = lv.head
+                if head[0] is not EMPTY:
+                    head[0] = EMPTY
+        self._first = g
+
+    def _truncate_leaves(self, new_next: int) -> None:
+        """Remove the leaves ``>= new_next`` (undo of inserts), structure only."""
+        last_leaf = new_next - 1
+        if last_leaf < self._first:
+            self._clear()
+            self._next = new_next
+            return
+        levels = self._levels
+        e = last_leaf
+        for lvl, lv in enumerate(levels):
+            if lvl:
+                e = self._parent_of_last(e)
+            head = lv.head
+            first = 2 * lv.start + (1 if head[0] is EMPTY else 0)
+            if e < first:
+                for gone in levels[lvl:]:
+                    gone.discard()
+                del levels[lvl:]
+                break
+            end = (e >> 1) + 1
+            if end < lv.end:
+                lv.truncate(end)
+            if not e & 1:
+                lv.tail[1] = EMPTY
+        self._next = new_next
+
+    def _undo_inserts(self, new_next: int) -> None:
+        undone = self._next - new_next
+        try:
+            self._truncate_leaves(new_next)
+            self._after_truncate()
+        except BaseException as ex:
+            self._broken = ex
+            raise
+        self.inserted -= undone
+
+    def _commit(self, k: int) -> None:
+        try:
+            self._evict(k)
+        except BaseException as ex:
+            self._broken = ex
+            msg = f"{type(self).__name__}: the monoid raised while evicting {k} items"
+            raise WindowCorruptedError(msg) from ex
+        self.evicted += k
+
+    # ------------------------------------------------------------------ per algorithm
+    def _parent_of_last(self, e: int) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _reset_results(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _window_aggregate(self) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _insert_lifted(self, u: Any) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _insert_many(self, us: list[Any]) -> None:
+        ins = self._insert_lifted
+        for u in us:
+            ins(u)
+
+    def _plan(self) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _evict(self, k: int) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _after_truncate(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class LogMTA(_MTAWindow):
+    """Log MTA (paper section 4.1): one binary tree as a list of level queues.
+
+    Every element holds the exact aggregate of its subtree; the top level holds exactly one
+    pair, whose aggregate is the window's. Insert O(log n), bulk eviction O(log n).
+    """
+
+    algorithm = "LMTA"
+
+    def __init__(
+        self,
+        monoid: Monoid,
+        policy: Any,
+        *,
+        store: PairStore | None = None,
+        debug: bool = False,
+    ) -> None:
+        super().__init__(monoid, policy, store=store, debug=debug)
+        self._root: Any = self._identity
+
+    # -- results
+    def _reset_results(self) -> None:
+        self._root = self._identity
+        self._total = self._identity
+
+    def _window_aggregate(self) -> Any:
+        return self._root
+
+    def _parent_of_last(self, e: int) -> int:
+        return e >> 1  # every pair has a parent in Log MTA
+
+    # -- insertion (Algorithm 1)
+    def _insert_lifted(self, u: Any) -> None:
+        i = self._next
+        levels = self._levels
+        if not levels:
+            levels.append(self._new_level(0, i >> 1, [EMPTY, u] if i & 1 else [u, EMPTY]))
+            self._first = i
+            self._next = i + 1
+            self._root = self._total = u
+            self.inserted += 1
+            return
+        self._next = i + 1
+        self._total = _UNSET
+        lv = levels[0]
+        if i & 1:
+            lv.tail[1] = u
+            new_elem = False
+        else:
+            lv.append([u, EMPTY])
+            new_elem = True
+        combine = self._combine
+        lvl = 0
+        top = len(levels) - 1
+        while lvl < top:
+            t = lv.tail
+            a, b = t[0], t[1]
+            v = a if b is EMPTY else (b if a is EMPTY else combine(a, b))
+            m = lv.end - 1  # the tail's parent element on the level above
+            lvl += 1
+            lv = levels[lvl]
+            if new_elem:
+                if m & 1:
+                    lv.tail[1] = v
+                    new_elem = False
+                else:
+                    lv.append([v, EMPTY])
+            else:
+                lv.tail[m & 1] = v
+        if len(lv) > 1:
+            self._grow(lvl)
+        self._root = self._pair_agg(levels[-1].head)
+        self._total = self._root
+        self.inserted += 1
+
+    def _grow(self, lvl: int) -> None:
+        """The top level got a second pair: add levels above until one pair remains."""
+        levels = self._levels
+        pair_agg = self._pair_agg
+        while True:
+            lv = levels[lvl]
+            pairs: dict[int, list[Any]] = {}
+            for pos in range(lv.start, lv.end):
+                v = pair_agg(lv.peek(pos))
+                pairs.setdefault(pos >> 1, [EMPTY, EMPTY])[pos & 1] = v
+            keys = sorted(pairs)
+            new = self._new_level(lvl + 1, keys[0], pairs[keys[0]])
+            for k in keys[1:]:
+                new.append(pairs[k])
+            levels.append(new)
+            lvl += 1
+            if len(new) == 1:
+                return
+
+    def _after_truncate(self) -> None:
+        """Recompute the right spine after an undo, drop degenerate top levels."""
+        levels = self._levels
+        for lvl in range(1, len(levels)):
+            below = levels[lvl - 1]
+            m = below.end - 1
+            levels[lvl].tail[m & 1] = self._pair_agg(below.tail)
+        self._normalize_top()
+        self._root = self._pair_agg(levels[-1].head) if levels else self._identity
+        self._total = self._root
+
+    def _normalize_top(self) -> None:
+        levels = self._levels
+        while len(levels) >= 2 and len(levels[-2]) == 1:
+            levels.pop().discard()
+
+    # -- enforcement (Algorithm 2): plan, then commit
+    def _plan(self) -> int:
+        n = self._next - self._first
+        if n == 0:
+            return 0
+        total = self._root
+        policy = self._policy
+        levels = self._levels
+        f = self._first
+        if not policy(total, levels[0].head[f & 1]):
+            return 0
+        if n == 1:
+            return 1
+        g = self._descend(total, len(levels) - 1, f, _UNSET)
+        if g == self._next - 1 and policy(total, total):
+            return n
+        return g - f
+
+    def _evict(self, k: int) -> None:
+        if k == len(self):
+            self._clear()
+            return
+        self.bulk_evictions += 1
+        self._drop_leaves(self._first + k)
+        # recompute the leftmost branch bottom-up (Algorithm 2, lines 21-27)
+        levels = self._levels
+        pair_agg = self._pair_agg
+        for lvl in range(1, len(levels)):
+            v = pair_agg(levels[lvl - 1].head)
+            head = levels[lvl].head
+            if head[0] is not EMPTY:
+                head[0] = v
+            else:
+                head[1] = v
+        self._normalize_top()
+        self._root = self._total = pair_agg(levels[-1].head)
+
+
+class AmortizedMTA(_MTAWindow):
+    """Amortized MTA (paper section 4.2): a forest, the result pair R and the stack.
+
+    Insert and single eviction O(1) amortized, O(log n) worst case; bulk eviction O(log n).
+    ``bulk_factor`` scales the number of one-by-one evictions (``bulk_factor * log2 n``)
+    after which enforcement switches to bulk eviction (section 4.2.4).
+    """
+
+    algorithm = "AMTA"
+
+    def __init__(
+        self,
+        monoid: Monoid,
+        policy: Any,
+        *,
+        store: PairStore | None = None,
+        debug: bool = False,
+        bulk_factor: int = 1,
+    ) -> None:
+        if isinstance(bulk_factor, bool) or not isinstance(bulk_factor, int) or bulk_factor < 1:
+            msg = f"AmortizedMTA: bulk_factor must be an int >= 1, got {bulk_factor!r}"
+            raise ValueError(msg)
+        super().__init__(monoid, policy, store=store, debug=debug)
+        self.bulk_factor = bulk_factor
+        self._r0: Any = self._identity  # the leftmost tree
+        self._r1: Any = self._identity  # every other tree
+        self._stack: list[Any] = []  # suffixes of the leftmost tree, top = R0 minus its head
+
+    # -- results
+    def _reset_results(self) -> None:
+        self._r0 = self._identity
+        self._r1 = self._identity
+        self._stack = []
+        self._total = self._identity
+
+    def _window_aggregate(self) -> Any:
+        return self._combine(self._r0, self._r1)
+
+    def _parent_of_last(self, e: int) -> int:
+        return (e >> 1) - 1  # only sealed pairs (not the tail) have a parent
+
+    def _recompute(self) -> None:
+        """compute_left_result (Algorithm 4) and compute_right_result (Algorithm 5)."""
+        self.recomputes += 1
+        levels = self._levels
+        combine = self._combine
+        stack: list[Any] = []
+        top: Any = _UNSET
+        for lvl in range(len(levels) - 1, -1, -1):
+            p = levels[lvl].head
+            if p[0] is not EMPTY and p[1] is not EMPTY:
+                top = p[1] if top is _UNSET else combine(p[1], top)
+                stack.append(top)
+        h0 = levels[0].head
+        leaf = h0[1] if h0[0] is EMPTY else h0[0]
+        r0 = leaf if top is _UNSET else combine(leaf, top)
+        r1: Any = _UNSET
+        for lvl in range(len(levels) - 1):
+            v = self._pair_agg(levels[lvl].tail)
+            r1 = v if r1 is _UNSET else combine(v, r1)
+        self._stack = stack
+        self._r0 = r0
+        self._r1 = self._identity if r1 is _UNSET else r1
+        self._total = _UNSET
+
+    # -- insertion (Algorithm 3)
+    def _insert_lifted(self, u: Any) -> None:
+        r1 = self._combine(self._r1, u)  # the first contact of u with the window: may refuse it
+        i = self._next
+        levels = self._levels
+        self._total = _UNSET
+        if not levels:
+            levels.append(self._new_level(0, i >> 1, [EMPTY, u] if i & 1 else [u, EMPTY]))
+            self._first = i
+            self._next = i + 1
+            self._r0 = self._total = u
+            self._r1 = self._identity
+            self._stack = []
+            self.inserted += 1
+            return
+        self._next = i + 1
+        self.inserted += 1
+        lv = levels[0]
+        if i & 1:
+            lv.tail[1] = u
+            if len(levels) == 1:  # the leftmost tree grew
+                self._recompute()
+            else:
+                self._r1 = r1
+            return
+        self._r1 = r1
+        combine = self._combine
+        pair: list[Any] = [u, EMPTY]
+        lvl = 0
+        while True:
+            t = lv.tail
+            a, b = t[0], t[1]
+            v = a if b is EMPTY else (b if a is EMPTY else combine(a, b))
+            lv.append(pair)
+            m = lv.end - 2  # the sealed pair's parent element on the level above
+            lvl += 1
+            if lvl == len(levels):
+                levels.append(self._new_level(lvl, m >> 1, [EMPTY, v] if m & 1 else [v, EMPTY]))
+                return
+            lv = levels[lvl]
+            if m & 1:
+                lv.tail[1] = v
+                if lvl == len(levels) - 1:  # the leftmost tree absorbed its neighbour
+                    self._recompute()
+                return
+            pair = [v, EMPTY]
+
+    def _after_truncate(self) -> None:
+        if self._levels:
+            self._recompute()
+        else:
+            self._reset_results()
+
+    # -- enforcement: single evictions (Algorithms 6-7), bulk after log n (4.2.4)
+    def _plan(self) -> int:
+        n = self._next - self._first
+        if n == 0:
+            return 0
+        total = self._total
+        if total is _UNSET:
+            total = self._total = self._combine(self._r0, self._r1)
+        policy = self._policy
+        lv0 = self._levels[0]
+        f = self._first
+        sub = lv0.head[f & 1]
+        if not policy(total, sub):
+            return 0
+        combine = self._combine
+        limit = max(2, self.bulk_factor * n.bit_length())
+        k = 1
+        while k < n:
+            i = f + k
+            pos = i >> 1
+            p = lv0.head if pos == lv0.start else lv0.peek(pos)
+            cand = combine(sub, p[i & 1])
+            if not policy(total, cand):
+                return k
+            sub = cand
+            k += 1
+            if k > limit:
+                return self._search(total)
+        return n
+
+    def _search(self, total: Any) -> int:
+        """Bulk search over the forest: whole trees from the oldest, then Algorithm 2 inside
+        the first tree that may not leave. Read-only except the leftmost-branch refresh."""
+        levels = self._levels
+        policy = self._policy
+        combine = self._combine
+        h = len(levels)
+        sub: Any = _UNSET
+        for j in range(h - 1, -1, -1):
+            agg = self._r0 if j == h - 1 else self._pair_agg(levels[j].tail)
+            cand = agg if sub is _UNSET else combine(sub, agg)
+            if not policy(total, cand):
+                break
+            sub = cand
+        else:
+            return len(self)
+        if j == h - 1:
+            self._refresh_spine()
+            g = self._first
+        else:
+            g = (levels[j].end - 1) << (j + 1)
+        return self._descend(total, j, g, sub) - self._first
+
+    def _refresh_spine(self) -> None:
+        """Recompute the leftmost branch bottom-up: single evictions leave it stale."""
+        levels = self._levels
+        pair_agg = self._pair_agg
+        for lvl in range(1, len(levels)):
+            v = pair_agg(levels[lvl - 1].head)
+            head = levels[lvl].head
+            if head[0] is not EMPTY:
+                head[0] = v
+            else:
+                head[1] = v
+
+    def _evict(self, k: int) -> None:
+        n = self._next - self._first
+        if k == n:
+            self._clear()
+            return
+        if k <= max(2, self.bulk_factor * n.bit_length()):
+            for _ in range(k):
+                self._evict_one()
+            self.single_evictions += k
+            self._total = _UNSET
+            return
+        self.bulk_evictions += 1
+        self._drop_leaves(self._first + k)
+        self._recompute()
+
+    def _evict_one(self) -> None:
+        """Algorithm 6 with the stack update of Algorithm 7."""
+        stack = self._stack
+        levels = self._levels
+        self._r0 = stack.pop() if stack else self._identity
+        self._first += 1
+        new_heads = []
+        lvl = 0
+        h = len(levels)
+        while lvl < h:
+            lv = levels[lvl]
+            p = lv.head
+            if p[0] is not EMPTY and p[1] is not EMPTY:
+                p[0] = EMPTY
+                break
+            if lv.end - lv.start == 1:  # the top pair went: the leftmost tree is gone
+                lv.discard()
+                levels.pop()
+                self._recompute()
+                return
+            lv.drop_front(lv.start + 1)
+            p = lv.head
+            if p[0] is not EMPTY and p[1] is not EMPTY:
+                new_heads.append(p)
+            lvl += 1
+        if new_heads:
+            combine = self._combine
+            for p in reversed(new_heads):
+                stack.append(combine(p[1], stack[-1]) if stack else p[1])

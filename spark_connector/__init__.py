@@ -1,0 +1,1 @@
+"""mtawindows.spark_connector: PySpark data source for mtawindows (issue 5)."""

@@ -1,0 +1,29 @@
+"""Shared fixtures and hypothesis profiles.
+
+Profiles: ``ci`` (default, bounded for a 2-core CI box) and ``thorough`` (local soak):
+``HYPOTHESIS_PROFILE=thorough make unit``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci",
+    max_examples=60,
+    stateful_step_count=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+settings.register_profile(
+    "thorough",
+    max_examples=1000,
+    stateful_step_count=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

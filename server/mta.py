@@ -337,7 +337,7 @@ class _MTAWindow:
         last_leaf = new_next - 1
         if last_leaf < self._first:
             self._clear()
-            self._next = new_next
+            self._first = self._next = new_next
             return
         levels = self._levels
         e = last_leaf

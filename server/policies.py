@@ -10,9 +10,15 @@ Contract (checked by the engines' tests, not at run time):
 * **prefix-monotone**: if ``policy(total, agg(P))`` holds for a prefix P, it holds for every
   shorter prefix. This is what lets the engines find P by a root-to-leaf search in O(log n)
   instead of testing items one by one.
-* **time-monotone** (for ``extend`` to equal pushing items one at a time): an item that may
-  leave the window may still leave after newer items arrive. All built-in policies are both.
+* **time-monotone** and **idempotent** (for ``extend`` to equal pushing items one at a time):
+  an item that may leave the window may still leave after newer items arrive, and enforcing
+  twice evicts nothing more the second time. Every single built-in policy is both. Unions can
+  lose idempotence: with ``AnyOf(MaxSubWindowPolicy(), CountPolicy(n))`` the count bound may
+  evict the maximum, after which the *next* enforcement evicts the items older than the new
+  maximum; a batch then ends one enforcement behind a run of single pushes.
 * pure: no side effects; it may be called any number of times per enforcement.
+
+One enforcement is one pass (the paper's Algorithm 2): ``total`` is fixed before it starts.
 
 Built-in policies are frozen dataclasses that validate their parameters on creation and
 ``bind(monoid)`` to a fast closure that reads the right field of a :class:`Record` aggregate.

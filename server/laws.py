@@ -90,8 +90,7 @@ def check_laws(
     lifted = [monoid.lift(x) for x in items]
     # aggregates of runs, too: laws must hold for partial results, not only lifted items
     values = list(lifted)
-    for i in range(len(lifted) - 1):
-        values.append(monoid.combine(lifted[i], lifted[i + 1]))
+    values.extend(monoid.combine(a, b) for a, b in itertools.pairwise(lifted))
     values.append(monoid.identity)
     report = LawReport(monoid=repr(monoid))
     combine = monoid.combine

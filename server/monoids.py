@@ -113,20 +113,20 @@ def _read_field(owner: str, field: str | None) -> Callable[[Any], Any] | None:
 def _real(owner: str, v: Any) -> float | int:
     """Validate a real number (bool and NaN-free checks are left to the caller)."""
     if v.__class__ is float or v.__class__ is int:
-        return v  # type: ignore[no-any-return]
-    if isinstance(v, numbers.Real) and not isinstance(v, bool):
-        return float(v)
-    msg = f"{owner}: expected a real number (int or float), got {type(v).__name__} {v!r}"
-    raise TypeError(msg)
+        return v
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        msg = f"{owner}: expected a real number (int or float), got {type(v).__name__} {v!r}"
+        raise TypeError(msg)
+    return float(v)
 
 
 def _ordered(owner: str, v: Any) -> float | int:
     """A real number that can be ordered: NaN breaks max/min associativity, so it is refused."""
-    v = _real(owner, v)
-    if v != v:
+    r = _real(owner, v)
+    if r != r:
         msg = f"{owner}: NaN cannot be ordered; expected a real number, got nan"
         raise ValueError(msg)
-    return v
+    return r
 
 
 class MonoidBase:
@@ -141,6 +141,9 @@ class MonoidBase:
     identity: Any = None
     commutative: bool = False
     inline_combine: str | None = None
+    #: Optional expression template over ``{v}`` (the item's value) and ``{L}`` (this monoid's
+    #: ``_lift_value``, the validating slow path) that :class:`Record` inlines into its lift.
+    inline_lift: str | None = None
     #: When set, ``lift`` returns this constant (Count): Record inlines it.
     constant_lift: Any = None
 
@@ -149,7 +152,7 @@ class MonoidBase:
         name = type(self).__name__
         self._get = _read_field(name, field)
         if self._get is None:
-            self.lift = self._lift_value  # type: ignore[method-assign]
+            self.lift = self._lift_value  # type: ignore[method-assign,assignment]
 
     def lift(self, x: Any) -> Any:
         assert self._get is not None
@@ -184,7 +187,7 @@ class MonoidBase:
         return f"{type(self).__name__}({args})"
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.describe() == self.describe()  # type: ignore[attr-defined]
+        return isinstance(other, MonoidBase) and type(other) is type(self) and other.describe() == self.describe()
 
     def __hash__(self) -> int:
         return hash(repr(self))
@@ -214,10 +217,11 @@ class Sum(MonoidBase):
     identity = 0
     commutative = True
     inline_combine = "{o} + {n}"
+    inline_lift = "({v} if {v}.__class__ is float or {v}.__class__ is int else {L}({v}))"
 
     def _lift_value(self, v: Any) -> float | int:
         if v.__class__ is float or v.__class__ is int:
-            return v  # type: ignore[no-any-return]
+            return v
         return _real("Sum", v)
 
     def combine(self, older: float, newer: float) -> float:
@@ -230,10 +234,13 @@ class Max(MonoidBase):
     identity = NEG_INF
     commutative = True
     inline_combine = "({n} if {n} > {o} else {o})"
+    inline_lift = (
+        "({v} if {v}.__class__ is int or ({v}.__class__ is float and {v} == {v}) else {L}({v}))"
+    )
 
     def _lift_value(self, v: Any) -> float | int:
         if (v.__class__ is float and v == v) or v.__class__ is int:
-            return v  # type: ignore[no-any-return]
+            return v
         return _ordered("Max", v)
 
     def combine(self, older: float, newer: float) -> float:
@@ -246,10 +253,13 @@ class Min(MonoidBase):
     identity = POS_INF
     commutative = True
     inline_combine = "({n} if {n} < {o} else {o})"
+    inline_lift = (
+        "({v} if {v}.__class__ is int or ({v}.__class__ is float and {v} == {v}) else {L}({v}))"
+    )
 
     def _lift_value(self, v: Any) -> float | int:
         if (v.__class__ is float and v == v) or v.__class__ is int:
-            return v  # type: ignore[no-any-return]
+            return v
         return _ordered("Min", v)
 
     def combine(self, older: float, newer: float) -> float:
@@ -348,7 +358,7 @@ class GeometricMean(MonoidBase):
             raise ValueError(msg)
         return (1, math.log(v))
 
-    combine = Mean.combine  # type: ignore[assignment]
+    combine = Mean.combine
 
     def lower(self, agg: tuple[int, float]) -> float | None:
         return math.exp(agg[1]) if agg[0] else None
@@ -443,6 +453,7 @@ class Last(MonoidBase):
 
     identity = NOTHING
     inline_combine = "({o} if {n} is NOTHING else {n})"
+    inline_lift = "{v}"
 
     def combine(self, older: Any, newer: Any) -> Any:
         return older if newer is NOTHING else newer
@@ -503,7 +514,7 @@ class Record(MonoidBase):
     """
 
     def __init__(self, fields: Mapping[str, Monoid] | None = None, /, **kw: Monoid) -> None:
-        merged: dict[str, Monoid] = dict(fields or {})
+        merged: dict[Any, Any] = dict(fields or {})  # validated below: user input
         for k, v in kw.items():
             if k in merged:
                 msg = f"Record: field {k!r} given twice"
@@ -529,9 +540,9 @@ class Record(MonoidBase):
         self._get = None
         self.identity = tuple(m.identity for m in self.monoids)
         self.commutative = all(getattr(m, "commutative", False) for m in self.monoids)
-        self.combine = self._build_combine()  # type: ignore[method-assign]
-        self.lift = self._build_lift()  # type: ignore[method-assign]
-        self.lower = self._build_lower()  # type: ignore[method-assign]
+        self.combine = self._build_combine()  # type: ignore[method-assign,assignment]
+        self.lift = self._build_lift()  # type: ignore[method-assign,assignment]
+        self.lower = self._build_lower()  # type: ignore[method-assign,assignment]
 
     def index(self, name: str) -> int:
         """Position of field ``name`` in the record's aggregate tuple."""
@@ -553,27 +564,57 @@ class Record(MonoidBase):
                 env[f"c{i}"] = m.combine
                 parts.append(f"c{i}({o}, {n})")
         src = f"lambda o, n: ({', '.join(parts)},)"
-        return eval(src, env)  # type: ignore[no-any-return]  # noqa: S307 - our own template
+        return eval(src, env)  # type: ignore[no-any-return]
 
     def _build_lift(self) -> Callable[[Any], tuple[Any, ...]]:
-        env: dict[str, Any] = {}
-        parts = []
+        """One generated function: read every field once, validate on the fast path, and fall
+        back to the field monoids' own lifts (which raise the precise error) on any failure."""
+        env: dict[str, Any] = {"NOTHING": NOTHING}
+        reads: list[str] = []
+        parts: list[str] = []
         for i, m in enumerate(self.monoids):
             const = getattr(m, "constant_lift", None)
+            tpl = getattr(m, "inline_lift", None)
+            fld = getattr(m, "field", None)
             if const is not None and isinstance(const, int):
                 parts.append(repr(const))
+            elif (
+                tpl is not None
+                and isinstance(m, MonoidBase)
+                and (fld is None or isinstance(fld, str))
+            ):
+                env[f"F{i}"] = fld
+                env[f"L{i}"] = m._lift_value
+                reads.append(f"v{i} = x[F{i}]" if fld is not None else f"v{i} = x")
+                parts.append("(" + tpl.format(v=f"v{i}", L=f"L{i}") + ")")
             else:
                 env[f"l{i}"] = m.lift
                 parts.append(f"l{i}(x)")
-        src = f"lambda x: ({', '.join(parts)},)"
-        return eval(src, env)  # type: ignore[no-any-return]  # noqa: S307 - our own template
+        env["slow"] = self._slow_lift
+        body = "\n".join(f"        {r}" for r in reads) or "        pass"
+        src = (
+            "def lift(x):\n"
+            "    try:\n"
+            f"{body}\n"
+            "    except Exception:\n"
+            "        return slow(x)\n"
+            f"    return ({', '.join(parts)},)\n"
+        )
+        exec(src, env)
+        return env["lift"]  # type: ignore[no-any-return]
+
+    def _slow_lift(self, x: Any) -> tuple[Any, ...]:
+        return tuple(m.lift(x) for m in self.monoids)
 
     def _build_lower(self) -> Callable[[tuple[Any, ...]], dict[str, Any]]:
         env: dict[str, Any] = {f"w{i}": m.lower for i, m in enumerate(self.monoids)}
         env["names"] = self.names
-        parts = [f"names[{i}]: w{i}(a[{i}])" for i in range(len(self.monoids))]
+        parts = []
+        for i, m in enumerate(self.monoids):
+            plain = type(m).lower is MonoidBase.lower
+            parts.append(f"names[{i}]: a[{i}]" if plain else f"names[{i}]: w{i}(a[{i}])")
         src = f"lambda a: {{{', '.join(parts)}}}"
-        return eval(src, env)  # type: ignore[no-any-return]  # noqa: S307 - our own template
+        return eval(src, env)  # type: ignore[no-any-return]
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -88,6 +88,27 @@ class _MTAWindow:
     search descent, bulk removal by leaf position, undo of inserts, statistics."""
 
     algorithm: ClassVar[str] = ""
+    __slots__ = (
+        "__weakref__",
+        "_broken",
+        "_bulk_evicted",
+        "_combine",
+        "_first",
+        "_identity",
+        "_levels",
+        "_lift",
+        "_lower",
+        "_next",
+        "_origin",
+        "_policy",
+        "_total",
+        "bulk_evictions",
+        "debug",
+        "monoid",
+        "policy",
+        "recomputes",
+        "store",
+    )
 
     def __init__(
         self,
@@ -114,16 +135,37 @@ class _MTAWindow:
         self._lower = monoid.lower
         self._identity = monoid.identity
         self._levels: list[Any] = []
+        self._origin = 0  # absolute index of the first leaf ever (counters derive from it)
         self._first = 0  # absolute index of the oldest leaf in the window
         self._next = 0  # absolute index the next inserted leaf gets
         self._total: Any = _UNSET  # aggregate of the whole window (lifted), when known
         self._broken: BaseException | None = None
-        # statistics
-        self.inserted = 0
-        self.evicted = 0
+        # statistics; inserted/evicted derive from the positions (no work on the hot path)
+        self._bulk_evicted = 0  # items that left by bulk eviction or clear()
         self.bulk_evictions = 0
-        self.single_evictions = 0
         self.recomputes = 0
+
+    def _start_at(self, position: int) -> None:
+        """Place the next leaf at ``position`` (tests use it: alignment must not matter)."""
+        if self._levels:
+            msg = "_start_at needs an empty, unused window"
+            raise RuntimeError(msg)
+        self._origin = self._first = self._next = position
+
+    @property
+    def inserted(self) -> int:
+        """Items inserted so far (undone inserts do not count)."""
+        return self._next - self._origin
+
+    @property
+    def evicted(self) -> int:
+        """Items evicted so far."""
+        return self._first - self._origin
+
+    @property
+    def single_evictions(self) -> int:
+        """Items evicted one at a time (Algorithm 6)."""
+        return self.evicted - self._bulk_evicted
 
     # ------------------------------------------------------------------ public API
     def __len__(self) -> int:
@@ -215,9 +257,8 @@ class _MTAWindow:
     def clear(self) -> None:
         """Evict everything."""
         self._check_usable()
-        n = len(self)
+        self._bulk_evicted += len(self)
         self._clear()
-        self.evicted += n
 
     @property
     def levels(self) -> int:
@@ -268,11 +309,6 @@ class _MTAWindow:
         if b is EMPTY:
             return a
         return self._combine(a, b)
-
-    def _leaf_limit(self, n: int) -> int:
-        return max(2, self.bulk_factor * n.bit_length())
-
-    bulk_factor: int = 1
 
     def _clear(self) -> None:
         for lv in self._levels:
@@ -359,14 +395,12 @@ class _MTAWindow:
         self._next = new_next
 
     def _undo_inserts(self, new_next: int) -> None:
-        undone = self._next - new_next
         try:
             self._truncate_leaves(new_next)
             self._after_truncate()
         except BaseException as ex:
             self._broken = ex
             raise
-        self.inserted -= undone
 
     def _commit(self, k: int) -> None:
         try:
@@ -375,7 +409,6 @@ class _MTAWindow:
             self._broken = ex
             msg = f"{type(self).__name__}: the monoid raised while evicting {k} items"
             raise WindowCorruptedError(msg) from ex
-        self.evicted += k
 
     # ------------------------------------------------------------------ per algorithm
     def _parent_of_last(self, e: int) -> int:  # pragma: no cover - abstract
@@ -387,7 +420,7 @@ class _MTAWindow:
     def _window_aggregate(self) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _insert_lifted(self, u: Any) -> None:  # pragma: no cover - abstract
+    def _insert_lifted(self, u: Any, r1: Any = _UNSET) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _insert_many(self, us: list[Any]) -> None:
@@ -413,6 +446,7 @@ class LogMTA(_MTAWindow):
     """
 
     algorithm = "LMTA"
+    __slots__ = ("_root",)
 
     def __init__(
         self,
@@ -437,7 +471,7 @@ class LogMTA(_MTAWindow):
         return e >> 1  # every pair has a parent in Log MTA
 
     # -- insertion (Algorithm 1)
-    def _insert_lifted(self, u: Any) -> None:
+    def _insert_lifted(self, u: Any, r1: Any = _UNSET) -> None:
         i = self._next
         levels = self._levels
         if not levels:
@@ -445,7 +479,6 @@ class LogMTA(_MTAWindow):
             self._first = i
             self._next = i + 1
             self._root = self._total = u
-            self.inserted += 1
             return
         self._next = i + 1
         self._total = _UNSET
@@ -478,7 +511,6 @@ class LogMTA(_MTAWindow):
             self._grow(lvl)
         self._root = self._pair_agg(levels[-1].head)
         self._total = self._root
-        self.inserted += 1
 
     def _grow(self, lvl: int) -> None:
         """The top level got a second pair: add levels above until one pair remains."""
@@ -534,6 +566,7 @@ class LogMTA(_MTAWindow):
         return g - f
 
     def _evict(self, k: int) -> None:
+        self._bulk_evicted += k
         if k == len(self):
             self._clear()
             return
@@ -562,6 +595,7 @@ class AmortizedMTA(_MTAWindow):
     """
 
     algorithm = "AMTA"
+    __slots__ = ("_r0", "_r1", "_stack", "bulk_factor")
 
     def __init__(
         self,
@@ -619,8 +653,9 @@ class AmortizedMTA(_MTAWindow):
         self._total = _UNSET
 
     # -- insertion (Algorithm 3)
-    def _insert_lifted(self, u: Any) -> None:
-        r1 = self._combine(self._r1, u)  # the first contact of u with the window: may refuse it
+    def _insert_lifted(self, u: Any, r1: Any = _UNSET) -> None:
+        if r1 is _UNSET:
+            r1 = self._combine(self._r1, u)  # the first contact of u with the window: may refuse it
         i = self._next
         levels = self._levels
         self._total = _UNSET
@@ -631,10 +666,8 @@ class AmortizedMTA(_MTAWindow):
             self._r0 = self._total = u
             self._r1 = self._identity
             self._stack = []
-            self.inserted += 1
             return
         self._next = i + 1
-        self.inserted += 1
         lv = levels[0]
         if i & 1:
             lv.tail[1] = u
@@ -679,15 +712,23 @@ class AmortizedMTA(_MTAWindow):
         total = self._total
         if total is _UNSET:
             total = self._total = self._combine(self._r0, self._r1)
+        f = self._first
+        sub = self._levels[0].head[f & 1]
+        if not self._policy(total, sub):
+            return 0
+        return self._plan_from(total, sub, 1)
+
+    def _plan_from(self, total: Any, sub: Any, k: int) -> int:
+        """Go on testing leaves one by one after ``k`` passed (``sub`` is their aggregate);
+        switch to the bulk search after ``bulk_factor * log2(n)`` of them (section 4.2.4)."""
+        n = self._next - self._first
         policy = self._policy
+        combine = self._combine
         lv0 = self._levels[0]
         f = self._first
-        sub = lv0.head[f & 1]
-        if not policy(total, sub):
-            return 0
-        combine = self._combine
         limit = max(2, self.bulk_factor * n.bit_length())
-        k = 1
+        if k > limit:
+            return self._search(total)
         while k < n:
             i = f + k
             pos = i >> 1
@@ -700,6 +741,92 @@ class AmortizedMTA(_MTAWindow):
             if k > limit:
                 return self._search(total)
         return n
+
+    def push(self, x: Any) -> Any:
+        """Insert ``x``, enforce the policy and return the result: the reactive pipeline.
+
+        The common cases of a sliding window (one leaf in, at most one leaf out) run inline;
+        everything else goes through the general paths. Same states as insert + enforce."""
+        if self._broken is not None:
+            self._check_usable()
+        u = self._lift(x)
+        combine = self._combine
+        r1 = combine(self._r1, u)  # first contact of u with the window: may refuse it
+        i = self._next
+        levels = self._levels
+        h = len(levels)
+        if h > 1:
+            lv0 = levels[0]
+            if i & 1:
+                lv0.tail[1] = u  # Algorithm 3, the leaf pair is open: no propagation
+                self._r1 = r1
+                self._next = i + 1
+            else:
+                t = lv0.tail
+                a = t[0]
+                v = t[1] if a is EMPTY else combine(a, t[1])
+                m = lv0.end - 1  # the sealed pair's parent element on level 1
+                up = levels[1]
+                if m & 1 and h > 2:
+                    lv0.append([u, EMPTY])
+                    up.tail[1] = v
+                    self._r1 = r1
+                    self._next = i + 1
+                else:
+                    try:
+                        self._insert_lifted(u, r1)
+                    except BaseException:
+                        if self._next != i:
+                            self._undo_inserts(i)
+                        raise
+        else:
+            try:
+                self._insert_lifted(u, r1)
+            except BaseException:
+                if self._next != i:
+                    self._undo_inserts(i)
+                raise
+            levels = self._levels
+            lv0 = levels[0]
+        total = combine(self._r0, self._r1)
+        f = self._first
+        head = lv0.head
+        policy = self._policy
+        try:
+            sub = head[f & 1]
+            if not policy(total, sub):
+                k = 0
+            elif i == f:  # a window of one item that may leave
+                k = 1
+            else:
+                j = f + 1
+                p = head if (j >> 1) == lv0.start else lv0.peek(j >> 1)
+                cand = combine(sub, p[j & 1])
+                k = self._plan_from(total, cand, 2) if policy(total, cand) else 1
+        except BaseException:
+            self._total = _UNSET
+            self._undo_inserts(i)
+            raise
+        if k == 1 and i != f:
+            try:
+                if head[0] is not EMPTY and head[1] is not EMPTY:
+                    # Algorithm 6 when the oldest leaf's pair is full: pop R0, clear the slot
+                    head[0] = EMPTY
+                    self._r0 = self._stack.pop()
+                    self._first = f + 1
+                else:
+                    self._evict_one()
+            except BaseException as ex:
+                self._broken = ex
+                raise
+            total = combine(self._r0, self._r1)
+        elif k:
+            self._commit(k)
+            total = combine(self._r0, self._r1) if self._levels else self._identity
+        self._total = total
+        if self.debug:
+            self.check_invariants()
+        return self._lower(total)
 
     def _search(self, total: Any) -> int:
         """Bulk search over the forest: whole trees from the oldest, then Algorithm 2 inside
@@ -739,15 +866,16 @@ class AmortizedMTA(_MTAWindow):
     def _evict(self, k: int) -> None:
         n = self._next - self._first
         if k == n:
+            self._bulk_evicted += k
             self._clear()
             return
         if k <= max(2, self.bulk_factor * n.bit_length()):
             for _ in range(k):
                 self._evict_one()
-            self.single_evictions += k
             self._total = _UNSET
             return
         self.bulk_evictions += 1
+        self._bulk_evicted += k
         self._drop_leaves(self._first + k)
         self._recompute()
 
@@ -757,7 +885,7 @@ class AmortizedMTA(_MTAWindow):
         levels = self._levels
         self._r0 = stack.pop() if stack else self._identity
         self._first += 1
-        new_heads = []
+        new_heads: list[list[Any]] = []
         lvl = 0
         h = len(levels)
         while lvl < h:
@@ -778,5 +906,6 @@ class AmortizedMTA(_MTAWindow):
             lvl += 1
         if new_heads:
             combine = self._combine
-            for p in reversed(new_heads):
-                stack.append(combine(p[1], stack[-1]) if stack else p[1])
+            for idx in range(len(new_heads) - 1, -1, -1):  # highest level first
+                nh = new_heads[idx]
+                stack.append(combine(nh[1], stack[-1]) if stack else nh[1])

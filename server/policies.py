@@ -236,7 +236,11 @@ class MaxSubWindowPolicy:
     def bind(self, monoid: Monoid) -> BoundPolicy:
         kinds = (Max, ArgMax, MaxCount)
         i = _getter("MaxSubWindowPolicy", monoid, self.field, kinds, "maximum")
-        m = monoid.fields[monoid.names[i]] if (i is not None and isinstance(monoid, Record)) else monoid
+        m = (
+            monoid.fields[monoid.names[i]]
+            if (i is not None and isinstance(monoid, Record))
+            else monoid
+        )
         pair = isinstance(m, ArgMax | MaxCount)
         if i is None:
             if pair:

@@ -104,8 +104,14 @@ class MemoryStore:
     """A :class:`PairStore` in process memory: the reference implementation, used to test the
     tiered levels (tiny block and cache sizes exercise every flush, refill and miss path)."""
 
-    def __init__(self, *, block_size: int = 512, cache_size: int = 512, refill_at: int = 256) -> None:
-        for name, v, low in (("block_size", block_size, 1), ("cache_size", cache_size, 1), ("refill_at", refill_at, 0)):
+    def __init__(
+        self, *, block_size: int = 512, cache_size: int = 512, refill_at: int = 256
+    ) -> None:
+        for name, v, low in (
+            ("block_size", block_size, 1),
+            ("cache_size", cache_size, 1),
+            ("refill_at", refill_at, 0),
+        ):
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 msg = f"MemoryStore: {name} must be an int >= {low}, got {v!r}"
                 raise ValueError(msg)

@@ -59,7 +59,10 @@ def check_window(w: Any) -> None:
         if lv.end - lv.start < 1:
             _fail(w, f"level {lvl} is empty but kept")
         if isinstance(lv, TieredLevel) and lv._wstart + len(lv._buf) != lv.end - 1:
-            _fail(w, f"level {lvl}: write buffer covers [{lv._wstart}, +{len(lv._buf)}) not up to the tail")
+            _fail(
+                w,
+                f"level {lvl}: write buffer covers [{lv._wstart}, +{len(lv._buf)}) not up to the tail",
+            )
         pairs: dict[int, Any] = {}
         for pos in range(lv.start, lv.end):
             p = lv.peek(pos)
@@ -96,7 +99,10 @@ def check_window(w: Any) -> None:
         last_child = below.end - 2 if amta else below.end - 1
         want = list(range(below.start, last_child + 1))
         if sorted(elems) != want:
-            _fail(w, f"level {lvl} holds elements {sorted(elems)}, expected parents {want} of level {lvl - 1}")
+            _fail(
+                w,
+                f"level {lvl} holds elements {sorted(elems)}, expected parents {want} of level {lvl - 1}",
+            )
         first_elem = min(elems)
         spine.add((lvl, first_elem))
         for m, v in elems.items():
@@ -118,10 +124,8 @@ def check_window(w: Any) -> None:
             _fail(w, f"root {root!r} != aggregate of the leaves {total!r}")
         return
     # AMTA: result pair and stack
-    if h >= 2:
-        boundary = (levels[h - 2].end - 1) << (h - 1)
-    else:
-        boundary = w._next
+    # the leftmost tree ends where the tree rooted at the next level's tail begins
+    boundary = ((levels[h - 2].end - 1) << (h - 1)) if h >= 2 else w._next
     order = sorted(leaves)
     left = [leaves[i] for i in order if i < boundary]
     right = [leaves[i] for i in order if i >= boundary]
@@ -138,5 +142,7 @@ def check_window(w: Any) -> None:
         p = levels[lvl].head
         if p[0] is not EMPTY and p[1] is not EMPTY:
             stack.append(p[1] if not stack else w._combine(p[1], stack[-1]))
-    if len(stack) != len(w._stack) or not all(eq(a, b) for a, b in zip(stack, w._stack, strict=True)):
+    if len(stack) != len(w._stack) or not all(
+        eq(a, b) for a, b in zip(stack, w._stack, strict=True)
+    ):
         _fail(w, f"stack {w._stack!r} != Algorithm 4's {stack!r}")

@@ -102,7 +102,9 @@ def policy_cases() -> list[Case]:
         Case("bounded-sum-12", EXACT, BoundedSumPolicy(12)),
         Case("bounded-sum-40", EXACT, BoundedSumPolicy(40)),
         Case("max-subwindow", EXACT, MaxSubWindowPolicy(field="mx")),
-        Case("max-subwindow-or-count", EXACT, AnyOf(MaxSubWindowPolicy(field="mx"), CountPolicy(9))),
+        Case(
+            "max-subwindow-or-count", EXACT, AnyOf(MaxSubWindowPolicy(field="mx"), CountPolicy(9))
+        ),
         Case("time-and-count", EXACT, AllOf(TimeRangePolicy(5, field="t"), CountPolicy(3))),
         Case("stats-time", STATS, TimeRangePolicy(8, field="t")),
         Case("stats-count", STATS, CountPolicy(12)),

@@ -43,7 +43,7 @@ class WindowMachine(RuleBasedStateMachine):
         self.case = c
         self.window = ALGORITHMS[algorithm](c.monoid, c.policy, store=STORES[store](), debug=True)
         # Start the absolute positions anywhere: alignment of the first leaf must not matter.
-        self.window._first = self.window._next = start
+        self.window._start_at(start)
         self.oracle = NaiveWindow(c.monoid, c.policy)
         note(f"{algorithm} store={store} case={case} start={start}")
 

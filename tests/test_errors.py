@@ -57,7 +57,9 @@ class FailingPolicyMachine(RuleBasedStateMachine):
     @initialize(
         algorithm=st.sampled_from(sorted(ALGORITHMS)),
         store=st.sampled_from(sorted(STORES)),
-        case=st.sampled_from(["count-7", "time-10", "bounded-sum-12", "max-subwindow-or-count", "stats-time"]),
+        case=st.sampled_from(
+            ["count-7", "time-10", "bounded-sum-12", "max-subwindow-or-count", "stats-time"]
+        ),
     )
     def setup(self, algorithm: str, store: str, case: str) -> None:
         c = CASES[case]
@@ -162,7 +164,9 @@ def test_bad_item_in_a_batch_is_named_and_nothing_is_applied(algorithm: str) -> 
     rec = Record(n=Count(), s=Sum("v"))
     w = ALGORITHMS[algorithm](rec, CountPolicy(5), debug=True)
     w.extend([{"v": 1}, {"v": 2}])
-    with pytest.raises(TypeError, match="Sum: expected a real number \\(int or float\\), got str 'x'"):
+    with pytest.raises(
+        TypeError, match="Sum: expected a real number \\(int or float\\), got str 'x'"
+    ):
         w.extend([{"v": 3}, {"v": "x"}, {"v": 4}])
     with pytest.raises(TypeError, match="expected a row with field 'v'"):
         w.push({"value": 3})
@@ -215,7 +219,9 @@ class CountdownCombine(MonoidBase):
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 @given(fail_at=st.integers(0, 60), seed=st.integers(0, 2**16))
-def test_combine_failing_anywhere_never_gives_a_wrong_answer(algorithm: str, fail_at: int, seed: int) -> None:
+def test_combine_failing_anywhere_never_gives_a_wrong_answer(
+    algorithm: str, fail_at: int, seed: int
+) -> None:
     """Either the window is unchanged and right, or it refuses every later call."""
     import random
 

@@ -49,7 +49,11 @@ def test_builtin_monoid_laws(name: str, data: st.DataObject) -> None:
     assert report.ok, report.explain()
 
 
-@given(rows=st.lists(st.fixed_dictionaries({"v": REALS, "t": st.integers(0, 100)}), min_size=1, max_size=5))
+@given(
+    rows=st.lists(
+        st.fixed_dictionaries({"v": REALS, "t": st.integers(0, 100)}), min_size=1, max_size=5
+    )
+)
 def test_record_laws_and_field_by_field(rows: list[dict[str, Any]]) -> None:
     rec = M.Record(n=M.Count(), s=M.Sum("v"), hi=M.Max("v"), last=M.Last("t"), cat=M.Concat("t"))
     assert_monoid_laws(rec, rows, max_triples=300)
@@ -68,8 +72,12 @@ def test_moments_match_statistics_module(xs: list[float]) -> None:
     agg = var.identity
     for x in xs:  # any split order must give the same moments
         agg = var.combine(agg, var.lift(x))
-    assert math.isclose(M.Mean().lower(M.Mean().combine_all(M.Mean().lift(x) for x in xs)),
-                        statistics.fmean(xs), rel_tol=1e-9, abs_tol=1e-6)
+    assert math.isclose(
+        M.Mean().lower(M.Mean().combine_all(M.Mean().lift(x) for x in xs)),
+        statistics.fmean(xs),
+        rel_tol=1e-9,
+        abs_tol=1e-6,
+    )
     assert math.isclose(var.lower(agg), statistics.variance(xs), rel_tol=1e-7, abs_tol=1e-3)
     sd = M.StdDev()
     assert math.isclose(sd.lower(agg), statistics.pstdev(xs), rel_tol=1e-7, abs_tol=1e-3)
@@ -121,7 +129,9 @@ def test_max_count_counts_ties() -> None:
         (M.Mean(), "x", TypeError, "Mean: expected a real number"),
     ],
 )
-def test_bad_items_are_refused_with_a_clear_error(monoid: Any, item: Any, error: type, words: str) -> None:
+def test_bad_items_are_refused_with_a_clear_error(
+    monoid: Any, item: Any, error: type, words: str
+) -> None:
     with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")):
         monoid.lift(item)
 
@@ -170,4 +180,6 @@ class FalselyCommutative(M.Concat):
 
 def test_declared_commutativity_is_checked() -> None:
     report = check_laws(FalselyCommutative(), [1, 2])
-    assert [v.law for v in report.violations] and all(v.law == "commutativity" for v in report.violations)
+    assert [v.law for v in report.violations] and all(
+        v.law == "commutativity" for v in report.violations
+    )

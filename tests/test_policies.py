@@ -147,7 +147,12 @@ def test_policies_are_frozen() -> None:
     ("monoid", "policy", "error", "words"),
     [
         (Record(a=Count(), b=Count()), CountPolicy(1), ValueError, "found several: \\['a', 'b'\\]"),
-        (Record(s=Sum()), CountPolicy(1), ValueError, "expected exactly one Count field, found none"),
+        (
+            Record(s=Sum()),
+            CountPolicy(1),
+            ValueError,
+            "expected exactly one Count field, found none",
+        ),
         (Record(s=Sum()), CountPolicy(1, field="s"), TypeError, "field 's' must be a Count"),
         (Record(s=Sum()), CountPolicy(1, field="zz"), KeyError, "no field 'zz'"),
         (Sum(), CountPolicy(1), TypeError, "needs a Count monoid"),
@@ -158,14 +163,19 @@ def test_policies_are_frozen() -> None:
         (Record(s=Sum()), 42, TypeError, "policy must be callable"),
     ],
 )
-def test_binding_errors_say_which_field_is_missing(monoid: Any, policy: Any, error: type, words: str) -> None:
+def test_binding_errors_say_which_field_is_missing(
+    monoid: Any, policy: Any, error: type, words: str
+) -> None:
     with pytest.raises(error, match=words):
         AmortizedMTA(monoid, policy)
 
 
 def test_requirements_name_the_fields_a_policy_needs() -> None:
     assert set(BoundedSumPolicy(3).requirements()) == {"sum", "last"}
-    assert set(AnyOf(CountPolicy(2), TimeRangePolicy(4, field="ts")).requirements()) == {"count", "ts"}
+    assert set(AnyOf(CountPolicy(2), TimeRangePolicy(4, field="ts")).requirements()) == {
+        "count",
+        "ts",
+    }
     # a record built from the requirements binds
     reqs = AnyOf(CountPolicy(2), TimeRangePolicy(4, field="ts")).requirements()
     AmortizedMTA(Record(reqs), AnyOf(CountPolicy(2), TimeRangePolicy(4, field="ts")))

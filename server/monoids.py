@@ -187,7 +187,11 @@ class MonoidBase:
         return f"{type(self).__name__}({args})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, MonoidBase) and type(other) is type(self) and other.describe() == self.describe()
+        return (
+            isinstance(other, MonoidBase)
+            and type(other) is type(self)
+            and other.describe() == self.describe()
+        )
 
     def __hash__(self) -> int:
         return hash(repr(self))

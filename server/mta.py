@@ -66,6 +66,7 @@ Deviations from the paper, and why:
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
@@ -94,6 +95,7 @@ class _MTAWindow:
         "_bulk_evicted",
         "_combine",
         "_first",
+        "_grave",
         "_identity",
         "_levels",
         "_lift",
@@ -135,6 +137,7 @@ class _MTAWindow:
         self._lower = monoid.lower
         self._identity = monoid.identity
         self._levels: list[Any] = []
+        self._grave: deque[list[Any]] = deque()  # evicted pairs freed a few per insert
         self._origin = 0  # absolute index of the first leaf ever (counters derive from it)
         self._first = 0  # absolute index of the oldest leaf in the window
         self._next = 0  # absolute index the next inserted leaf gets
@@ -299,7 +302,7 @@ class _MTAWindow:
 
     def _new_level(self, index: int, pos: int, pair: list[Any]) -> Any:
         if self.store is None:
-            return MemoryLevel(index, pos, pair)
+            return MemoryLevel(index, pos, pair, self._grave)
         return TieredLevel(self.store, index, pos, pair)
 
     def _pair_agg(self, p: Any) -> Any:

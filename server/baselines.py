@@ -51,7 +51,9 @@ class TwoStacks:
         combine = self._combine
         front = self._front
         acc: Any = _UNSET
-        for u in reversed(self._back):
+        back = self._back
+        for i in range(len(back) - 1, -1, -1):  # newest first
+            u = back[i]
             acc = u if acc is _UNSET else combine(u, acc)
             front.append((u, acc))
         self._back = []

@@ -56,8 +56,14 @@ def test_memory_level_matches_a_list(start: int, ops: list[tuple[str, Any]]) -> 
     run(MemoryLevel(0, start, [0, 0], grave), start, ops, [0])
 
 
-@given(start=st.integers(0, 2**34), ops=OPS, sizes=st.sampled_from([(1, 1, 0), (2, 3, 1), (7, 5, 2), (64, 64, 32)]))
-def test_tiered_level_matches_a_list(start: int, ops: list[tuple[str, Any]], sizes: tuple[int, int, int]) -> None:
+@given(
+    start=st.integers(0, 2**34),
+    ops=OPS,
+    sizes=st.sampled_from([(1, 1, 0), (2, 3, 1), (7, 5, 2), (64, 64, 32)]),
+)
+def test_tiered_level_matches_a_list(
+    start: int, ops: list[tuple[str, Any]], sizes: tuple[int, int, int]
+) -> None:
     b, c, r = sizes
     store = MemoryStore(block_size=b, cache_size=c, refill_at=r)
     run(TieredLevel(store, 3, start, [0, 0]), start, ops, [0])

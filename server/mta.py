@@ -53,8 +53,9 @@ Deviations from the paper, and why:
 * **Whole-window eviction.** Algorithm 2 never empties a window; a policy may (``CountPolicy(0)``,
   a bounded sum with one huge item), so the plan tests the whole window when every smaller
   prefix may leave.
-* **LMTA O(1) no-op.** LMTA first tests the oldest leaf alone: when it may not leave, no
-  prefix may (prefix-monotonicity), and the O(log n) descent is skipped.
+* **LMTA O(1) plans for k <= 1.** LMTA first tests the oldest leaf alone (when it may not
+  leave, no prefix may, by prefix-monotonicity) and then the two oldest: the O(log n)
+  descent only runs when at least two leaves leave.
 * **AMTA R0 on tree removal.** When single evictions remove the whole leftmost tree, the
   paper's Algorithm 6 recomputes R1 only; R0 and the stack must then describe the next tree,
   so both halves of R are recomputed (once per operation, as section 5.2 prescribes).
@@ -559,9 +560,15 @@ class LogMTA(_MTAWindow):
         policy = self._policy
         levels = self._levels
         f = self._first
-        if not policy(total, levels[0].head[f & 1]):
+        lv0 = levels[0]
+        sub = lv0.head[f & 1]
+        if not policy(total, sub):
             return 0
         if n == 1:
+            return 1
+        j = f + 1  # the second leaf: when it may not leave, k = 1 without the descent
+        p = lv0.head if (j >> 1) == lv0.start else lv0.peek(j >> 1)
+        if not policy(total, self._combine(sub, p[j & 1])):
             return 1
         g = self._descend(total, len(levels) - 1, f, _UNSET)
         if g == self._next - 1 and policy(total, total):

@@ -404,7 +404,8 @@ class _MTAWindow:
             self._after_truncate()
         except BaseException as ex:
             self._broken = ex
-            raise
+            msg = f"{type(self).__name__}: the monoid raised while undoing a refused insert"
+            raise WindowCorruptedError(msg) from ex
 
     def _commit(self, k: int) -> None:
         try:
@@ -828,7 +829,8 @@ class AmortizedMTA(_MTAWindow):
                     self._evict_one()
             except BaseException as ex:
                 self._broken = ex
-                raise
+                msg = f"{type(self).__name__}: the monoid raised while evicting 1 item"
+                raise WindowCorruptedError(msg) from ex
             total = combine(self._r0, self._r1)
         elif k:
             self._commit(k)

@@ -347,6 +347,18 @@ class _MTAWindow:
                 g = (m + 1) << lvl
         return g
 
+    def _recompute_leftmost_branch(self) -> None:
+        """Bottom-up, each head's first element becomes the aggregate of the head below it."""
+        levels = self._levels
+        pair_agg = self._pair_agg
+        for lvl in range(1, len(levels)):
+            v = pair_agg(levels[lvl - 1].head)
+            head = levels[lvl].head
+            if head[0] is not EMPTY:
+                head[0] = v
+            else:
+                head[1] = v
+
     def _drop_leaves(self, g: int) -> None:
         """Remove every leaf before ``g`` (and the elements above them): O(log n).
 
@@ -583,18 +595,9 @@ class LogMTA(_MTAWindow):
             return
         self.bulk_evictions += 1
         self._drop_leaves(self._first + k)
-        # recompute the leftmost branch bottom-up (Algorithm 2, lines 21-27)
-        levels = self._levels
-        pair_agg = self._pair_agg
-        for lvl in range(1, len(levels)):
-            v = pair_agg(levels[lvl - 1].head)
-            head = levels[lvl].head
-            if head[0] is not EMPTY:
-                head[0] = v
-            else:
-                head[1] = v
+        self._recompute_leftmost_branch()  # Algorithm 2, lines 21-27
         self._normalize_top()
-        self._root = self._total = pair_agg(levels[-1].head)
+        self._root = self._total = self._pair_agg(self._levels[-1].head)
 
 
 class AmortizedMTA(_MTAWindow):
@@ -857,23 +860,11 @@ class AmortizedMTA(_MTAWindow):
         else:
             return len(self)
         if j == h - 1:
-            self._refresh_spine()
+            self._recompute_leftmost_branch()  # single evictions leave it stale
             g = self._first
         else:
             g = (levels[j].end - 1) << (j + 1)
         return self._descend(total, j, g, sub) - self._first
-
-    def _refresh_spine(self) -> None:
-        """Recompute the leftmost branch bottom-up: single evictions leave it stale."""
-        levels = self._levels
-        pair_agg = self._pair_agg
-        for lvl in range(1, len(levels)):
-            v = pair_agg(levels[lvl - 1].head)
-            head = levels[lvl].head
-            if head[0] is not EMPTY:
-                head[0] = v
-            else:
-                head[1] = v
 
     def _evict(self, k: int) -> None:
         n = self._next - self._first

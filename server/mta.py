@@ -802,11 +802,11 @@ class AmortizedMTA(_MTAWindow):
                 raise
             levels = self._levels
             lv0 = levels[0]
-        total = combine(self._r0, self._r1)
         f = self._first
         head = lv0.head
         policy = self._policy
         try:
+            total = combine(self._r0, self._r1)
             sub = head[f & 1]
             if not policy(total, sub):
                 k = 0
@@ -821,23 +821,22 @@ class AmortizedMTA(_MTAWindow):
             self._total = _UNSET
             self._undo_inserts(i)
             raise
-        if k == 1 and i != f:
+        if k:
             try:
-                if head[0] is not EMPTY and head[1] is not EMPTY:
+                if k == 1 and i != f and head[0] is not EMPTY and head[1] is not EMPTY:
                     # Algorithm 6 when the oldest leaf's pair is full: pop R0, clear the slot
                     head[0] = EMPTY
                     self._r0 = self._stack.pop()
                     self._first = f + 1
-                else:
+                elif k == 1 and i != f:
                     self._evict_one()
+                else:
+                    self._evict(k)
+                total = combine(self._r0, self._r1) if self._levels else self._identity
             except BaseException as ex:
                 self._broken = ex
-                msg = f"{type(self).__name__}: the monoid raised while evicting 1 item"
+                msg = f"{type(self).__name__}: the monoid raised while evicting {k} item(s)"
                 raise WindowCorruptedError(msg) from ex
-            total = combine(self._r0, self._r1)
-        elif k:
-            self._commit(k)
-            total = combine(self._r0, self._r1) if self._levels else self._identity
         self._total = total
         if self.debug:
             self.check_invariants()

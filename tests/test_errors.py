@@ -289,3 +289,57 @@ def test_monoid_without_the_protocol_is_refused() -> None:
         LogMTA(object(), CountPolicy(1))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="bulk_factor must be an int >= 1, got 0"):
         AmortizedMTA(Sum(), lambda t, o: False, bulk_factor=0)
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+@pytest.mark.parametrize("store", ["memory", "tiered-2"])
+@pytest.mark.parametrize("op", ["push", "extend", "insert+enforce", "push-gap"])
+def test_combine_failing_at_every_call_of_an_operation(algorithm: str, store: str, op: str) -> None:
+    """Exhaustive over the failure point: the n-th combine of one operation raises, for every n
+    until the operation completes. Each time the window is either exactly as before (the
+    monoid's own exception) or refuses further use (WindowCorruptedError), never wrong."""
+    import random
+
+    pol = lambda total, old: total - old >= 20  # noqa: E731 - a time range over the max
+    for seed in range(4):
+        fail_at = 0
+        while True:
+            rnd = random.Random(seed)
+            m = CountdownCombine()
+            w = ALGORITHMS[algorithm](m, pol, store=STORES[store]())
+            o = NaiveWindow(Max(), pol)
+            t = 0
+            for _ in range(rnd.randint(5, 120)):
+                t += rnd.choice([0, 1, 1, 2])
+                w.push(t)
+                o.push(t)
+            before = (len(o), o.query())
+            t += 60 if op == "push-gap" else 1
+            batch = [t + i for i in range(rnd.randint(2, 60))]
+            m.countdown = fail_at
+            try:
+                if op in ("push", "push-gap"):
+                    w.push(batch[0])
+                elif op == "extend":
+                    w.extend(batch)
+                else:
+                    w.insert(batch[0])
+                    w.enforce()
+            except Boom:
+                m.countdown = -1
+                if op == "insert+enforce" and len(w) == before[0] + 1:
+                    o.insert(batch[0])  # the insert succeeded; the enforce failed unchanged
+                    assert (len(w), w.query()) == (len(o), o.query())
+                else:
+                    assert (len(w), w.query()) == before, (seed, fail_at)
+                w.check_invariants()
+            except WindowCorruptedError as ex:
+                assert isinstance(ex.__cause__, Boom)
+                m.countdown = -1
+                with pytest.raises(WindowCorruptedError):
+                    w.query()
+            else:
+                if m.countdown > 0:
+                    break  # the operation finished before the n-th combine: all points covered
+            fail_at += 1
+            assert fail_at < 5000

@@ -148,6 +148,7 @@ class _MTAWindow:
         self._bulk_evicted = 0  # items that left by bulk eviction or clear()
         self.bulk_evictions = 0
         self.recomputes = 0
+        self._reset_results()
 
     def _start_at(self, position: int) -> None:
         """Place the next leaf at ``position`` (tests use it: alignment must not matter)."""
@@ -465,20 +466,9 @@ class LogMTA(_MTAWindow):
     algorithm = "LMTA"
     __slots__ = ("_root",)
 
-    def __init__(
-        self,
-        monoid: Monoid,
-        policy: Any,
-        *,
-        store: PairStore | None = None,
-        debug: bool = False,
-    ) -> None:
-        super().__init__(monoid, policy, store=store, debug=debug)
-        self._root: Any = self._identity
-
     # -- results
     def _reset_results(self) -> None:
-        self._root = self._identity
+        self._root: Any = self._identity
         self._total = self._identity
 
     def _window_aggregate(self) -> Any:
@@ -623,17 +613,14 @@ class AmortizedMTA(_MTAWindow):
         if isinstance(bulk_factor, bool) or not isinstance(bulk_factor, int) or bulk_factor < 1:
             msg = f"AmortizedMTA: bulk_factor must be an int >= 1, got {bulk_factor!r}"
             raise ValueError(msg)
-        super().__init__(monoid, policy, store=store, debug=debug)
         self.bulk_factor = bulk_factor
-        self._r0: Any = self._identity  # the leftmost tree
-        self._r1: Any = self._identity  # every other tree
-        self._stack: list[Any] = []  # suffixes of the leftmost tree, top = R0 minus its head
+        super().__init__(monoid, policy, store=store, debug=debug)
 
     # -- results
     def _reset_results(self) -> None:
-        self._r0 = self._identity
-        self._r1 = self._identity
-        self._stack = []
+        self._r0: Any = self._identity  # the leftmost tree
+        self._r1: Any = self._identity  # every other tree
+        self._stack: list[Any] = []  # suffixes of the leftmost tree, top = R0 minus its head
         self._total = self._identity
 
     def _window_aggregate(self) -> Any:

@@ -37,15 +37,19 @@ class WindowMachine(RuleBasedStateMachine):
         store=st.sampled_from(sorted(STORES)),
         case=st.sampled_from(sorted(CASES)),
         start=st.integers(0, 2**40),
+        bulk_factor=st.sampled_from([1, 1, 2, 5]),
     )
-    def setup(self, algorithm: str, store: str, case: str, start: int) -> None:
+    def setup(self, algorithm: str, store: str, case: str, start: int, bulk_factor: int) -> None:
         c = CASES[case]
         self.case = c
-        self.window = ALGORITHMS[algorithm](c.monoid, c.policy, store=STORES[store](), debug=True)
+        kw = {"bulk_factor": bulk_factor} if algorithm == "AMTA" else {}
+        self.window = ALGORITHMS[algorithm](
+            c.monoid, c.policy, store=STORES[store](), debug=True, **kw
+        )
         # Start the absolute positions anywhere: alignment of the first leaf must not matter.
         self.window._start_at(start)
         self.oracle = NaiveWindow(c.monoid, c.policy)
-        note(f"{algorithm} store={store} case={case} start={start}")
+        note(f"{algorithm} store={store} case={case} start={start} bulk_factor={bulk_factor}")
 
     def item(self, v: int, dt: int) -> Any:
         self.t += dt

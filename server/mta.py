@@ -810,13 +810,29 @@ class AmortizedMTA(_MTAWindow):
             raise
         if k:
             try:
-                if k == 1 and i != f and head[0] is not EMPTY and head[1] is not EMPTY:
-                    # Algorithm 6 when the oldest leaf's pair is full: pop R0, clear the slot
-                    head[0] = EMPTY
-                    self._r0 = self._stack.pop()
-                    self._first = f + 1
-                elif k == 1 and i != f:
-                    self._evict_one()
+                if k == 1 and i != f:
+                    stack = self._stack
+                    if head[0] is not EMPTY and head[1] is not EMPTY:
+                        # Algorithm 6, the oldest leaf's pair is full: pop R0, clear the slot
+                        head[0] = EMPTY
+                        self._r0 = stack.pop()
+                        self._first = f + 1
+                    elif (
+                        stack
+                        and (h1 := self._levels[1].head)[0] is not EMPTY
+                        and h1[1] is not EMPTY
+                    ):
+                        # Algorithm 6 + 7, the leaf pair goes and its parent's pair is full
+                        r0 = stack.pop()
+                        lv0.drop_front(lv0.start + 1)
+                        nh = lv0.head
+                        h1[0] = EMPTY
+                        if nh[0] is not EMPTY and nh[1] is not EMPTY:
+                            stack.append(combine(nh[1], stack[-1]) if stack else nh[1])
+                        self._r0 = r0
+                        self._first = f + 1
+                    else:
+                        self._evict_one()
                 else:
                     self._evict(k)
                 total = combine(self._r0, self._r1) if self._levels else self._identity

@@ -202,7 +202,7 @@ def test_policy_raising_on_the_whole_window_check_keeps_everything(algorithm: st
 class CountdownCombine(MonoidBase):
     """A max whose combine raises on its n-th call: a monoid breaking its contract anywhere."""
 
-    identity = -1
+    identity = float("-inf")  # the same as Max(), the oracle's monoid
 
     def __init__(self) -> None:
         super().__init__()

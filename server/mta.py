@@ -705,6 +705,23 @@ class AmortizedMTA(_MTAWindow):
         else:
             self._reset_results()
 
+    def _insert_many(self, us: list[Any]) -> None:
+        """Algorithm 3 for a batch: an item that lands in an open leaf pair is placed inline."""
+        combine = self._combine
+        insert = self._insert_lifted
+        levels = self._levels
+        for u in us:
+            r1 = combine(self._r1, u)  # may refuse u: extend() then undoes the batch
+            i = self._next
+            if i & 1 and len(levels) > 1:
+                levels[0].tail[1] = u
+                self._r1 = r1
+                self._next = i + 1
+            else:
+                insert(u, r1)
+                levels = self._levels
+        self._total = _UNSET
+
     # -- enforcement: single evictions (Algorithms 6-7), bulk after log n (4.2.4)
     def _plan(self) -> int:
         n = self._next - self._first

@@ -356,35 +356,31 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         print("matplotlib missing: no plot", file=sys.stderr)
         return
     fig, axes = plt.subplots(1, 3, figsize=(17, 5))
-    for e in ENGINES:
-        pts = sorted(
-            (int(r["param"]), r["median_ns"] / 1e3)
-            for r in rows
-            if r["experiment"] == "1-constant-window" and r["engine"] == e
-        )
-        if pts:
-            axes[0].plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=e)
-    axes[0].set(
-        xscale="log",
-        yscale="log",
-        xlabel="window size N (items)",
-        ylabel="median us per push",
-        title="Exp. 1: constant-size window",
+
+    def engines_loglog(ax: Any, experiment: str, xlabel: str, ylabel: str, title: str) -> None:
+        for e in ENGINES:
+            pts = sorted(
+                (int(r["param"]), r["median_ns"] / 1e3)
+                for r in rows
+                if r["experiment"] == experiment and r["engine"] == e
+            )
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=e)
+        ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel=ylabel, title=title)
+
+    engines_loglog(
+        axes[0],
+        "1-constant-window",
+        "window size N (items)",
+        "median us per push",
+        "Exp. 1: constant-size window",
     )
-    for e in ENGINES:
-        pts = sorted(
-            (int(r["param"]), r["median_ns"] / 1e3)
-            for r in rows
-            if r["experiment"] == "2-bulk-eviction" and r["engine"] == e
-        )
-        if pts:
-            axes[1].plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=e)
-    axes[1].set(
-        xscale="log",
-        yscale="log",
-        xlabel="items evicted at once (k)",
-        ylabel="median us per enforce()",
-        title="Exp. 2: bulk eviction",
+    engines_loglog(
+        axes[1],
+        "2-bulk-eviction",
+        "items evicted at once (k)",
+        "median us per enforce()",
+        "Exp. 2: bulk eviction",
     )
     pts = sorted(
         (int(r["param"]), r["median_ns"] / 1e3, r["mean_ns"] / 1e3)

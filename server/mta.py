@@ -232,16 +232,19 @@ class _MTAWindow:
     def insert(self, x: Any) -> None:
         """Lift ``x`` and append it to the window; no eviction."""
         self._check_usable()
-        u = self._lift(x)
+        self._insert_or_undo(self._lift(x))
+        if self.debug:
+            self.check_invariants()
+
+    def _insert_or_undo(self, u: Any, r1: Any = _UNSET) -> None:
+        """Insert a lifted item; if the monoid raises half-way, take the insert back."""
         nxt = self._next
         try:
-            self._insert_lifted(u)
+            self._insert_lifted(u, r1)
         except BaseException:
             if self._next != nxt:
                 self._undo_inserts(nxt)
             raise
-        if self.debug:
-            self.check_invariants()
 
     def query(self) -> Any:
         """``lower`` of the aggregate of the window, O(1)."""
@@ -791,19 +794,9 @@ class AmortizedMTA(_MTAWindow):
                     self._r1 = r1
                     self._next = i + 1
                 else:
-                    try:
-                        self._insert_lifted(u, r1)
-                    except BaseException:
-                        if self._next != i:
-                            self._undo_inserts(i)
-                        raise
+                    self._insert_or_undo(u, r1)
         else:
-            try:
-                self._insert_lifted(u, r1)
-            except BaseException:
-                if self._next != i:
-                    self._undo_inserts(i)
-                raise
+            self._insert_or_undo(u, r1)
             levels = self._levels
             lv0 = levels[0]
         f = self._first

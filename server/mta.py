@@ -188,6 +188,7 @@ class _MTAWindow:
         k = self._plan()
         if k:
             self._commit(k)
+        self._settle()
         if self.debug:
             self.check_invariants()
         return k
@@ -203,6 +204,7 @@ class _MTAWindow:
             raise
         if k:
             self._commit(k)
+        self._settle()
         if self.debug:
             self.check_invariants()
         return self.query()
@@ -225,6 +227,7 @@ class _MTAWindow:
             raise
         if k:
             self._commit(k)
+        self._settle()
         if self.debug:
             self.check_invariants()
         return k
@@ -233,6 +236,7 @@ class _MTAWindow:
         """Lift ``x`` and append it to the window; no eviction."""
         self._check_usable()
         self._insert_or_undo(self._lift(x))
+        self._settle()
         if self.debug:
             self.check_invariants()
 
@@ -423,6 +427,9 @@ class _MTAWindow:
             msg = f"{type(self).__name__}: the monoid raised while undoing a refused insert"
             raise WindowCorruptedError(msg) from ex
 
+    def _settle(self) -> None:
+        """Run the recomputations the stages of this operation requested, once (section 5.2)."""
+
     def _commit(self, k: int) -> None:
         try:
             self._evict(k)
@@ -602,7 +609,7 @@ class AmortizedMTA(_MTAWindow):
     """
 
     algorithm = "AMTA"
-    __slots__ = ("_r0", "_r1", "_stack", "bulk_factor")
+    __slots__ = ("_dirty", "_r0", "_r1", "_stack", "bulk_factor")
 
     def __init__(
         self,
@@ -624,6 +631,7 @@ class AmortizedMTA(_MTAWindow):
         self._r0: Any = self._identity  # the leftmost tree
         self._r1: Any = self._identity  # every other tree
         self._stack: list[Any] = []  # suffixes of the leftmost tree, top = R0 minus its head
+        self._dirty = False  # R0, R1 and the stack wait for a recomputation (section 5.2)
         self._total = self._identity
 
     def _window_aggregate(self) -> Any:
@@ -655,6 +663,16 @@ class AmortizedMTA(_MTAWindow):
         self._r0 = r0
         self._r1 = self._identity if r1 is _UNSET else r1
         self._total = _UNSET
+        self._dirty = False
+
+    def _settle(self) -> None:
+        if self._dirty:
+            try:
+                self._recompute()
+            except BaseException as ex:
+                self._broken = ex
+                msg = f"{type(self).__name__}: the monoid raised while recomputing its result pair"
+                raise WindowCorruptedError(msg) from ex
 
     # -- insertion (Algorithm 3)
     def _insert_lifted(self, u: Any, r1: Any = _UNSET) -> None:
@@ -675,8 +693,8 @@ class AmortizedMTA(_MTAWindow):
         lv = levels[0]
         if i & 1:
             lv.tail[1] = u
-            if len(levels) == 1:  # the leftmost tree grew
-                self._recompute()
+            if len(levels) == 1:  # the leftmost tree grew: R must be recomputed
+                self._dirty = True
             else:
                 self._r1 = r1
             return
@@ -698,7 +716,7 @@ class AmortizedMTA(_MTAWindow):
             if m & 1:
                 lv.tail[1] = v
                 if lvl == len(levels) - 1:  # the leftmost tree absorbed its neighbour
-                    self._recompute()
+                    self._dirty = True
                 return
             pair = [v, EMPTY]
 
@@ -708,11 +726,22 @@ class AmortizedMTA(_MTAWindow):
         else:
             self._reset_results()
 
+    def monoid_fold(self, us: list[Any]) -> Any:
+        """Left fold of lifted items (the batch's own aggregate)."""
+        combine = self._combine
+        acc = us[0]
+        for u in us[1:]:
+            acc = combine(acc, u)
+        return acc
+
     def _insert_many(self, us: list[Any]) -> None:
         """Algorithm 3 for a batch: an item that lands in an open leaf pair is placed inline."""
         combine = self._combine
         insert = self._insert_lifted
         levels = self._levels
+        prev = self._total
+        if prev is _UNSET and us:
+            prev = combine(self._r0, self._r1)
         for u in us:
             r1 = combine(self._r1, u)  # may refuse u: extend() then undoes the batch
             i = self._next
@@ -723,7 +752,8 @@ class AmortizedMTA(_MTAWindow):
             else:
                 insert(u, r1)
                 levels = self._levels
-        self._total = _UNSET
+        # a merge left R stale until the end of the operation: the plan needs the total now
+        self._total = combine(prev, self.monoid_fold(us)) if self._dirty else _UNSET
 
     # -- enforcement: single evictions (Algorithms 6-7), bulk after log n (4.2.4)
     def _plan(self) -> int:
@@ -772,7 +802,10 @@ class AmortizedMTA(_MTAWindow):
             self._check_usable()
         u = self._lift(x)
         combine = self._combine
+        prev = self._total
         r1 = combine(self._r1, u)  # first contact of u with the window: may refuse it
+        if prev is _UNSET:
+            prev = combine(self._r0, self._r1)
         i = self._next
         levels = self._levels
         h = len(levels)
@@ -803,7 +836,7 @@ class AmortizedMTA(_MTAWindow):
         head = lv0.head
         policy = self._policy
         try:
-            total = combine(self._r0, self._r1)
+            total = combine(prev, u)  # R may wait for a recomputation; associativity does not
             sub = head[f & 1]
             if not policy(total, sub):
                 k = 0
@@ -820,7 +853,7 @@ class AmortizedMTA(_MTAWindow):
             raise
         if k:
             try:
-                if k == 1 and i != f:
+                if k == 1 and i != f and not self._dirty:
                     stack = self._stack
                     if head[0] is not EMPTY and head[1] is not EMPTY:
                         # Algorithm 6, the oldest leaf's pair is full: pop R0, clear the slot
@@ -845,11 +878,15 @@ class AmortizedMTA(_MTAWindow):
                         self._evict_one()
                 else:
                     self._evict(k)
+                if self._dirty:  # the one recomputation of this operation
+                    self._recompute()
                 total = combine(self._r0, self._r1) if self._levels else self._identity
             except BaseException as ex:
                 self._broken = ex
                 msg = f"{type(self).__name__}: the monoid raised while evicting {k} item(s)"
                 raise WindowCorruptedError(msg) from ex
+        elif self._dirty:
+            self._settle()
         self._total = total
         if self.debug:
             self.check_invariants()
@@ -863,19 +900,17 @@ class AmortizedMTA(_MTAWindow):
         combine = self._combine
         h = len(levels)
         sub: Any = _UNSET
+        self._recompute_leftmost_branch()  # single evictions leave it stale; R0 may be too
         for j in range(h - 1, -1, -1):
-            agg = self._r0 if j == h - 1 else self._pair_agg(levels[j].tail)
+            agg = self._pair_agg(levels[j].head if j == h - 1 else levels[j].tail)
             cand = agg if sub is _UNSET else combine(sub, agg)
             if not policy(total, cand):
                 break
             sub = cand
         else:
             return len(self)
-        if j == h - 1:
-            self._recompute_leftmost_branch()  # single evictions leave it stale
-            g = self._first
-        else:
-            g = (levels[j].end - 1) << (j + 1)
+        # the first leaf of tree j: the window's own, or where the tree at level j's tail starts
+        g = self._first if j == h - 1 else (levels[j].end - 1) << (j + 1)
         return self._descend(total, j, g, sub) - self._first
 
     def _evict(self, k: int) -> None:
@@ -885,14 +920,19 @@ class AmortizedMTA(_MTAWindow):
             self._clear()
             return
         if k <= max(2, self.bulk_factor * n.bit_length()):
-            for _ in range(k):
+            for done in range(k):
+                if self._dirty:  # R and the stack are stale: remove the rest structurally
+                    self._bulk_evicted += k - done
+                    self._drop_leaves(self._first + k - done)
+                    break
                 self._evict_one()
             self._total = _UNSET
             return
         self.bulk_evictions += 1
         self._bulk_evicted += k
         self._drop_leaves(self._first + k)
-        self._recompute()
+        self._dirty = True
+        self._total = _UNSET
 
     def _evict_one(self) -> None:
         """Algorithm 6 with the stack update of Algorithm 7."""
@@ -912,7 +952,7 @@ class AmortizedMTA(_MTAWindow):
             if lv.end - lv.start == 1:  # the top pair went: the leftmost tree is gone
                 lv.discard()
                 levels.pop()
-                self._recompute()
+                self._dirty = True  # the next tree becomes the leftmost one
                 return
             lv.drop_front(lv.start + 1)
             p = lv.head

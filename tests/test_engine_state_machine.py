@@ -132,3 +132,33 @@ def test_each_case_streams_like_the_oracle(algorithm: str, case: str) -> None:
             x = {"v": (1 if v == 5 else 0) if c.values == "zeros" else v, "t": t, "p": v + 1}
             assert approx_equal(w.push(x), o.push(x)), (step, x)
             assert len(w) == len(o)
+
+
+@pytest.mark.parametrize("store", [None, "tiered"])
+def test_result_pair_is_recomputed_at_most_once_per_operation(store: str | None) -> None:
+    """Section 5.2: an insert that merges trees and an eviction that removes the leftmost tree
+    both request a recomputation of R; it runs once per push/extend/enforce."""
+    import random
+
+    from mtawindows.server.mta import AmortizedMTA
+
+    c = CASES["time-10"]
+    rnd = random.Random(5)
+    st = MemoryStore(block_size=2, cache_size=2, refill_at=1) if store else None
+    w = AmortizedMTA(c.monoid, c.policy, store=st, debug=True)
+    o = NaiveWindow(c.monoid, c.policy)
+    t = 0
+    saw_merge_and_eviction = False
+    for _ in range(3000):
+        before = w.recomputes
+        t += rnd.choice([0, 1, 1, 2, 15])
+        if rnd.random() < 0.1:
+            xs = [{"v": 1, "t": t + i} for i in range(rnd.randint(1, 40))]
+            t += len(xs)
+            assert w.extend(xs) == o.extend(xs)
+        else:
+            x = {"v": 1, "t": t}
+            assert approx_equal(w.push(x), o.push(x))
+        assert w.recomputes - before <= 1
+        saw_merge_and_eviction |= w.recomputes - before == 1
+    assert saw_merge_and_eviction

@@ -58,7 +58,12 @@ Deviations from the paper, and why:
   descent only runs when at least two leaves leave.
 * **AMTA R0 on tree removal.** When single evictions remove the whole leftmost tree, the
   paper's Algorithm 6 recomputes R1 only; R0 and the stack must then describe the next tree,
-  so both halves of R are recomputed (once per operation, as section 5.2 prescribes).
+  so both halves of R are recomputed.
+* **One recomputation per operation** (section 5.2): an insert that merges trees and an
+  eviction that removes the leftmost tree only *request* it; the operation runs it once at its
+  end. Meanwhile the plan takes the total by associativity (previous total + new items), the
+  bulk search reads the leftmost tree's aggregate from the refreshed leftmost branch, and
+  evictions use the structural (bulk) removal.
 * **AMTA bulk eviction** (section 4.2.4) tests the forest's trees whole, from the oldest, and
   descends (Algorithm 2) into the first one that may not leave, after refreshing the stale
   values of the leftmost branch. The switch happens after ``bulk_factor * log2(n)`` leaves

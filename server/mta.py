@@ -95,6 +95,7 @@ class _MTAWindow:
     search descent, bulk removal by leaf position, undo of inserts, statistics."""
 
     algorithm: ClassVar[str] = ""
+    _total: Any  # aggregate of the window (lifted), _UNSET when unknown; set by _reset_results
     __slots__ = (
         "__weakref__",
         "_broken",
@@ -147,7 +148,6 @@ class _MTAWindow:
         self._origin = 0  # absolute index of the first leaf ever (counters derive from it)
         self._first = 0  # absolute index of the oldest leaf in the window
         self._next = 0  # absolute index the next inserted leaf gets
-        self._total: Any = _UNSET  # aggregate of the whole window (lifted), when known
         self._broken: BaseException | None = None
         # statistics; inserted/evicted derive from the positions (no work on the hot path)
         self._bulk_evicted = 0  # items that left by bulk eviction or clear()
@@ -731,7 +731,7 @@ class AmortizedMTA(_MTAWindow):
         else:
             self._reset_results()
 
-    def monoid_fold(self, us: list[Any]) -> Any:
+    def _fold_batch(self, us: list[Any]) -> Any:
         """Left fold of lifted items (the batch's own aggregate)."""
         combine = self._combine
         acc = us[0]
@@ -758,7 +758,7 @@ class AmortizedMTA(_MTAWindow):
                 insert(u, r1)
                 levels = self._levels
         # a merge left R stale until the end of the operation: the plan needs the total now
-        self._total = combine(prev, self.monoid_fold(us)) if self._dirty else _UNSET
+        self._total = combine(prev, self._fold_batch(us)) if self._dirty else _UNSET
 
     # -- enforcement: single evictions (Algorithms 6-7), bulk after log n (4.2.4)
     def _plan(self) -> int:

@@ -217,6 +217,21 @@ class CountdownCombine(MonoidBase):
         return newer if newer > older else older
 
 
+def countdown_window(algorithm: str, store: str, rnd: Any, items: int) -> tuple[Any, Any, Any, int]:
+    """A window over a CountdownCombine (a time range over the max) and its oracle, both fed
+    ``items`` random timestamps; returns (monoid, window, oracle, last timestamp)."""
+    m = CountdownCombine()
+    pol = lambda total, old: total - old >= 20  # noqa: E731 - a time range over the max
+    w = ALGORITHMS[algorithm](m, pol, store=STORES[store]())
+    o = NaiveWindow(Max(), pol)
+    t = 0
+    for _ in range(items):
+        t += rnd.choice([0, 1, 1, 2])
+        w.push(t)
+        o.push(t)
+    return m, w, o, t
+
+
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 @given(fail_at=st.integers(0, 60), seed=st.integers(0, 2**16))
 def test_combine_failing_anywhere_never_gives_a_wrong_answer(
@@ -226,15 +241,7 @@ def test_combine_failing_anywhere_never_gives_a_wrong_answer(
     import random
 
     rnd = random.Random(seed)
-    m = CountdownCombine()
-    pol = lambda total, old: total - old >= 20  # noqa: E731 - a time range over the max
-    w = ALGORITHMS[algorithm](m, pol, debug=False)
-    o = NaiveWindow(Max(), pol)
-    t = 0
-    for _ in range(rnd.randint(0, 200)):
-        t += rnd.choice([0, 1, 1, 2])
-        w.push(t)
-        o.push(t)
+    m, w, o, t = countdown_window(algorithm, "memory", rnd, rnd.randint(0, 200))
     m.countdown = fail_at
     t += rnd.choice([1, 30, 100])
     batch = [t + i for i in range(rnd.randint(1, 80))]
@@ -300,19 +307,11 @@ def test_combine_failing_at_every_call_of_an_operation(algorithm: str, store: st
     monoid's own exception) or refuses further use (WindowCorruptedError), never wrong."""
     import random
 
-    pol = lambda total, old: total - old >= 20  # noqa: E731 - a time range over the max
     for seed in range(4):
         fail_at = 0
         while True:
             rnd = random.Random(seed)
-            m = CountdownCombine()
-            w = ALGORITHMS[algorithm](m, pol, store=STORES[store]())
-            o = NaiveWindow(Max(), pol)
-            t = 0
-            for _ in range(rnd.randint(5, 120)):
-                t += rnd.choice([0, 1, 1, 2])
-                w.push(t)
-                o.push(t)
+            m, w, o, t = countdown_window(algorithm, store, rnd, rnd.randint(5, 120))
             before = (len(o), o.query())
             t += 60 if op == "push-gap" else 1
             batch = [t + i for i in range(rnd.randint(2, 60))]

@@ -146,6 +146,9 @@ class MonoidBase:
     inline_lift: str | None = None
     #: When set, ``lift`` returns this constant (Count): Record inlines it.
     constant_lift: Any = None
+    #: Fixed numeric shape of the lifted value for the Redis tier's struct codec
+    #: (see :mod:`mtawindows.server.codecs`); ``None``: the generic msgpack codec.
+    codec_layout: str | None = None
 
     def __init__(self, field: str | None = None) -> None:
         self.field = field
@@ -200,6 +203,8 @@ class MonoidBase:
 class Count(MonoidBase):
     """Number of items. ``lift(x) = 1`` whatever ``x`` is."""
 
+    codec_layout = "q"
+
     identity = 0
     commutative = True
     inline_combine = "{o} + {n}"
@@ -218,6 +223,8 @@ class Count(MonoidBase):
 class Sum(MonoidBase):
     """Sum of real numbers (ints stay exact)."""
 
+    codec_layout = "n"
+
     identity = 0
     commutative = True
     inline_combine = "{o} + {n}"
@@ -234,6 +241,8 @@ class Sum(MonoidBase):
 
 class Max(MonoidBase):
     """Largest value. The identity is ``-inf``: the max of an empty window reads as ``-inf``."""
+
+    codec_layout = "n"
 
     identity = NEG_INF
     commutative = True
@@ -253,6 +262,8 @@ class Max(MonoidBase):
 
 class Min(MonoidBase):
     """Smallest value. The identity is ``+inf``: the min of an empty window reads as ``+inf``."""
+
+    codec_layout = "n"
 
     identity = POS_INF
     commutative = True
@@ -275,6 +286,8 @@ class Mean(MonoidBase):
 
     ``lower`` gives ``None`` for an empty window.
     """
+
+    codec_layout = "qd"
 
     identity = (0, 0.0)
     commutative = True
@@ -302,6 +315,8 @@ class Variance(MonoidBase):
     ``ddof=0`` is the population variance, ``ddof=1`` the sample variance. ``lower`` gives
     ``None`` when the window holds ``ddof`` items or fewer.
     """
+
+    codec_layout = "qdd"
 
     identity = (0, 0.0, 0.0)
     commutative = True
@@ -351,6 +366,8 @@ class StdDev(Variance):
 
 class GeometricMean(MonoidBase):
     """Geometric mean of positive numbers, as mergeable ``(count, mean of logs)``."""
+
+    codec_layout = "qd"
 
     identity = (0, 0.0)
     commutative = True
@@ -468,6 +485,8 @@ class Last(MonoidBase):
 
 class MaxCount(MonoidBase):
     """The maximum value and how many items hold it, as ``(max, count)``."""
+
+    codec_layout = "nq"
 
     identity = (NEG_INF, 0)
     commutative = True

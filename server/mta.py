@@ -73,12 +73,12 @@ Deviations from the paper, and why:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
 from .monoids import Monoid
 from .policies import bind_policy
-from .store import EMPTY, MemoryLevel, PairStore, TieredLevel
+from .store import EMPTY, MemoryLevel, PairStore, StoreError, TieredLevel
 
 __all__ = ["AmortizedMTA", "LogMTA", "WindowCorruptedError"]
 
@@ -103,6 +103,7 @@ class _MTAWindow:
         "_combine",
         "_first",
         "_grave",
+        "_hook",
         "_identity",
         "_levels",
         "_lift",
@@ -110,6 +111,8 @@ class _MTAWindow:
         "_next",
         "_origin",
         "_policy",
+        "_producers",
+        "_stale",
         "_total",
         "bulk_evictions",
         "debug",
@@ -153,7 +156,61 @@ class _MTAWindow:
         self._bulk_evicted = 0  # items that left by bulk eviction or clear()
         self.bulk_evictions = 0
         self.recomputes = 0
+        self._producers: dict[str, int] = {}  # idempotency: last sequence applied per producer
+        self._stale = False  # a store failure: reload the durable state before the next op
         self._reset_results()
+        attach = getattr(store, "attach", None)
+        self._hook: Any = store if attach is not None else None
+        if attach is not None:
+            attach(self)
+
+    @classmethod
+    def open(
+        cls,
+        window_id: str,
+        monoid: Monoid,
+        policy: Any,
+        *,
+        url: str | None = None,
+        **options: Any,
+    ) -> Any:
+        """Reopen the Redis-backed window ``window_id`` (its state after the last acknowledged
+        operation). ``options`` go to :class:`~mtawindows.server.store.RedisStore` (block and
+        cache sizes, ``durable``, ...) or to the window (``debug``, ``bulk_factor``)."""
+        from .redis_store import RedisStore
+
+        if not RedisStore.exists(url, window_id, prefix=options.get("prefix", "mtaw")):
+            msg = f"{cls.__name__}.open: no window {window_id!r} at that Redis"
+            raise LookupError(msg)
+        own = {k: options.pop(k) for k in ("debug", "bulk_factor") if k in options}
+        store = RedisStore(url, window_id=window_id, **options)
+        return cls(monoid, policy, store=store, **own)
+
+    @property
+    def window_id(self) -> str | None:
+        """The id of a store-backed window (reopen it with ``open``); ``None`` in memory."""
+        return getattr(self.store, "window_id", None)
+
+    def flush(self) -> None:
+        """Make everything applied so far durable (a checkpoint in the store). No-op in memory."""
+        self._check_usable()
+        if self._hook is not None:
+            try:
+                self._hook.checkpoint(self)
+            except StoreError as ex:
+                self._store_failed(ex)
+                raise
+
+    def close(self) -> None:
+        """Flush, then release the store's thread and connections."""
+        if self._hook is not None:
+            if self._broken is None:
+                self.flush()
+            self._hook.close()
+
+    def last_sequence(self, producer_id: str) -> int | None:
+        """The last ``sequence`` applied for ``producer_id`` (idempotency), or ``None``."""
+        return self._producers.get(producer_id)
 
     def _start_at(self, position: int) -> None:
         """Place the next leaf at ``position`` (tests use it: alignment must not matter)."""
@@ -190,39 +247,61 @@ class _MTAWindow:
     def enforce(self) -> int:
         """Apply the slide policy: evict the longest prefix it allows. Returns how many left."""
         self._check_usable()
-        k = self._plan()
-        if k:
-            self._commit(k)
-        self._settle()
+        k = self._enforce()
+        if k and self._hook is not None:
+            self._record("e", ())
         if self.debug:
             self.check_invariants()
         return k
 
-    def push(self, x: Any) -> Any:
-        """Insert ``x``, enforce the policy and return the result: the reactive pipeline."""
-        nxt = self._next
-        self.insert(x)
-        try:
-            k = self._plan()
-        except BaseException:
-            self._undo_inserts(nxt)
-            raise
+    def _enforce(self) -> int:
+        k = self._plan()
         if k:
             self._commit(k)
         self._settle()
+        return k
+
+    def push(self, x: Any, producer_id: str | None = None, sequence: int | None = None) -> Any:
+        """Insert ``x``, enforce the policy and return the result: the reactive pipeline.
+
+        With ``producer_id`` and ``sequence`` (idempotency key), a push whose sequence is not
+        above the producer's last applied one is a duplicate: nothing changes."""
+        if producer_id is not None or sequence is not None:
+            if self._duplicate(producer_id, sequence):
+                return self.query()
+        else:
+            self._check_usable()
+        u = self._lift(x)
+        self._extend_lifted([u])
+        self._applied("x", (u,), producer_id, sequence)
         if self.debug:
             self.check_invariants()
         return self.query()
 
-    def extend(self, xs: Iterable[Any]) -> int:
+    def extend(
+        self, xs: Iterable[Any], producer_id: str | None = None, sequence: int | None = None
+    ) -> int:
         """Insert every item, then enforce once. Returns the number of items evicted.
 
         All or nothing: if an item is refused (by ``lift`` or ``combine``) or the policy
         raises, the window is left as it was. The final state equals pushing each item for
-        time-monotone policies (all built-ins)."""
-        self._check_usable()
+        time-monotone policies (all built-ins). With ``producer_id`` and ``sequence``, a
+        batch already applied (sequence not above the producer's last) changes nothing and
+        returns 0."""
+        if producer_id is not None or sequence is not None:
+            if self._duplicate(producer_id, sequence):
+                return 0
+        else:
+            self._check_usable()
         lift = self._lift
         lifted = [lift(x) for x in xs]
+        k = self._extend_lifted(lifted)
+        self._applied("x", lifted, producer_id, sequence)
+        if self.debug:
+            self.check_invariants()
+        return k
+
+    def _extend_lifted(self, lifted: list[Any]) -> int:
         nxt = self._next
         try:
             self._insert_many(lifted)
@@ -233,17 +312,63 @@ class _MTAWindow:
         if k:
             self._commit(k)
         self._settle()
-        if self.debug:
-            self.check_invariants()
         return k
 
     def insert(self, x: Any) -> None:
         """Lift ``x`` and append it to the window; no eviction."""
         self._check_usable()
-        self._insert_or_undo(self._lift(x))
+        u = self._lift(x)
+        self._insert_or_undo(u)
         self._settle()
+        if self._hook is not None:
+            self._record("i", (u,))
         if self.debug:
             self.check_invariants()
+
+    def _duplicate(self, producer_id: Any, sequence: Any) -> bool:
+        """Validate an idempotency key; whether it was applied already."""
+        if not isinstance(producer_id, str) or not producer_id:
+            msg = (
+                f"{type(self).__name__}: producer_id must be a non-empty string (with "
+                f"sequence), got {producer_id!r}"
+            )
+            raise ValueError(msg)
+        if isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 0:
+            msg = (
+                f"{type(self).__name__}: sequence must be an int >= 0 (with producer_id), "
+                f"got {sequence!r}"
+            )
+            raise ValueError(msg)
+        self._check_usable()
+        last = self._producers.get(producer_id)
+        return last is not None and sequence <= last
+
+    def _applied(
+        self, op: str, items: Sequence[Any], producer_id: str | None, sequence: int | None
+    ) -> None:
+        """After an operation applied: remember its idempotency key, tell the store."""
+        if producer_id is not None:
+            self._producers[producer_id] = sequence  # type: ignore[assignment]
+        if self._hook is not None:
+            self._record(op, items, producer_id, sequence)
+
+    def _record(
+        self,
+        op: str,
+        items: Sequence[Any],
+        producer_id: str | None = None,
+        sequence: int | None = None,
+    ) -> None:
+        try:
+            self._hook.record(self, op, items, producer_id, sequence)
+        except StoreError as ex:
+            self._store_failed(ex)
+            raise
+
+    def _store_failed(self, ex: BaseException) -> None:
+        """The store failed: the local state may be ahead of what Redis holds durably."""
+        self._broken = ex
+        self._stale = True
 
     def _insert_or_undo(self, u: Any, r1: Any = _UNSET) -> None:
         """Insert a lifted item; if the monoid raises half-way, take the insert back."""
@@ -276,6 +401,8 @@ class _MTAWindow:
         self._check_usable()
         self._bulk_evicted += len(self)
         self._clear()
+        if self._hook is not None:
+            self._record("c", ())
 
     @property
     def levels(self) -> int:
@@ -308,6 +435,9 @@ class _MTAWindow:
     # ------------------------------------------------------------------ shared machinery
     def _check_usable(self) -> None:
         if self._broken is not None:
+            if self._stale:
+                self._reload()
+                return
             msg = (
                 f"{type(self).__name__} is unusable: its monoid raised while the window was being "
                 f"restructured ({self._broken!r}); rebuild the window"
@@ -423,10 +553,23 @@ class _MTAWindow:
                 lv.tail[1] = EMPTY
         self._next = new_next
 
+    def _reload(self) -> None:
+        """Rebuild the window from the store's durable state (after a store failure)."""
+        try:
+            self._hook.reload(self)
+        except StoreError as ex:
+            self._broken = ex
+            raise
+        self._broken = None
+        self._stale = False
+
     def _undo_inserts(self, new_next: int) -> None:
         try:
             self._truncate_leaves(new_next)
             self._after_truncate()
+        except StoreError as ex:
+            self._store_failed(ex)
+            raise
         except BaseException as ex:
             self._broken = ex
             msg = f"{type(self).__name__}: the monoid raised while undoing a refused insert"
@@ -437,13 +580,133 @@ class _MTAWindow:
 
     def _commit(self, k: int) -> None:
         try:
+            if self._hook is not None and k > 1:
+                self._fetch_heads(self._first + k)
             self._evict(k)
+        except StoreError as ex:
+            self._store_failed(ex)
+            raise
         except BaseException as ex:
             self._broken = ex
             msg = f"{type(self).__name__}: the monoid raised while evicting {k} items"
             raise WindowCorruptedError(msg) from ex
 
+    def _fetch_heads(self, g: int) -> None:
+        """Before evicting every leaf before ``g`` from a store-backed window: fetch the new
+        head pair of every level that is not local, all in one round trip, and pin them."""
+        points = []
+        levels = self._levels
+        for lvl, lv in enumerate(levels):
+            pos = (g >> lvl) >> 1
+            if lv.start < pos < lv.end - 1 and not lv.has_local(pos):
+                points.append((lvl, pos))
+        if points:
+            for (lvl, pos), pair in zip(points, self.store.read_points(points), strict=True):  # type: ignore[union-attr]
+                levels[lvl].pin(pos, pair)
+
+    # ------------------------------------------------------------------ checkpoints
+    def _snapshot(self) -> tuple[dict[str, Any], list[Any]]:
+        """The local state as plain data + the lifted values it holds (for a checkpoint)."""
+        self._settle()
+        values: list[Any] = []
+
+        def pair(p: Any) -> int:
+            f = 0
+            if p[0] is not EMPTY:
+                f |= 1
+                values.append(p[0])
+            if p[1] is not EMPTY:
+                f |= 2
+                values.append(p[1])
+            return f
+
+        state: dict[str, Any] = {
+            "algorithm": self.algorithm,
+            "origin": self._origin,
+            "first": self._first,
+            "next": self._next,
+            "bulk_evicted": self._bulk_evicted,
+            "bulk_evictions": self.bulk_evictions,
+            "recomputes": self.recomputes,
+            "levels": [
+                (lv.index, lv.start, lv.end, pair(lv.head), pair(lv.tail)) for lv in self._levels
+            ],
+            "producers": dict(self._producers),
+        }
+        self._snapshot_results(state, values)
+        return state, values
+
+    def _restore(self, state: dict[str, Any] | None, values: list[Any]) -> None:
+        """Inverse of :meth:`_snapshot` over the store's levels (``None``: a new window)."""
+        for lv in self._levels:
+            lv.discard()
+        self._levels = []
+        self.recomputes = self.bulk_evictions = self._bulk_evicted = 0
+        self._producers = {}
+        if state is None:
+            self._origin = self._first = self._next = 0
+            self._reset_results()
+            return
+        if state["algorithm"] != self.algorithm:
+            msg = f"checkpoint of a {state['algorithm']} window, opened as {self.algorithm}"
+            raise ValueError(msg)
+        it = iter(values)
+
+        def pair(f: int) -> list[Any]:
+            return [next(it) if f & 1 else EMPTY, next(it) if f & 2 else EMPTY]
+
+        self._origin = int(state["origin"])
+        self._first = int(state["first"])
+        self._next = int(state["next"])
+        self._bulk_evicted = int(state["bulk_evicted"])
+        self.bulk_evictions = int(state["bulk_evictions"])
+        self.recomputes = int(state["recomputes"])
+        levels = []
+        for index, start, end, hf, tf in state["levels"]:
+            head = pair(hf)
+            tail = pair(tf)
+            levels.append(TieredLevel.restored(self.store, index, start, end, head, tail))  # type: ignore[arg-type]
+        self._levels = levels
+        self._producers = {str(k): int(v) for k, v in state["producers"].items()}
+        self._reset_results()
+        if levels:
+            self._restore_results(state, it)
+        if next(it, _UNSET) is not _UNSET:
+            msg = "checkpoint holds more values than its structure uses"
+            raise ValueError(msg)
+
+    def _replay(
+        self, op: str, items: Sequence[Any], producer_id: str | None, seq: int | None
+    ) -> None:
+        """Apply one logged operation (lifted items) again."""
+        if op == "x":
+            self._extend_lifted(list(items))
+        elif op == "i":
+            for u in items:
+                self._insert_or_undo(u)
+            self._settle()
+        elif op == "e":
+            self._enforce()
+        elif op == "c":
+            self._bulk_evicted += len(self)
+            self._clear()
+        else:
+            msg = f"unknown logged operation {op!r}"
+            raise ValueError(msg)
+        if producer_id is not None and seq is not None:
+            self._producers[producer_id] = seq
+
     # ------------------------------------------------------------------ per algorithm
+    def _snapshot_results(
+        self, state: dict[str, Any], values: list[Any]
+    ) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _restore_results(
+        self, state: dict[str, Any], values: Any
+    ) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
     def _parent_of_last(self, e: int) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -488,6 +751,13 @@ class LogMTA(_MTAWindow):
 
     def _window_aggregate(self) -> Any:
         return self._root
+
+    def _snapshot_results(self, state: dict[str, Any], values: list[Any]) -> None:
+        if self._levels:
+            values.append(self._root)
+
+    def _restore_results(self, state: dict[str, Any], values: Any) -> None:
+        self._root = self._total = next(values)
 
     def _parent_of_last(self, e: int) -> int:
         return e >> 1  # every pair has a parent in Log MTA
@@ -641,6 +911,17 @@ class AmortizedMTA(_MTAWindow):
 
     def _window_aggregate(self) -> Any:
         return self._combine(self._r0, self._r1)
+
+    def _snapshot_results(self, state: dict[str, Any], values: list[Any]) -> None:
+        if self._levels:
+            values.extend((self._r0, self._r1, *self._stack))
+            state["stack"] = len(self._stack)
+
+    def _restore_results(self, state: dict[str, Any], values: Any) -> None:
+        self._r0 = next(values)
+        self._r1 = next(values)
+        self._stack = [next(values) for _ in range(int(state["stack"]))]
+        self._total = _UNSET
 
     def _parent_of_last(self, e: int) -> int:
         return (e >> 1) - 1  # only sealed pairs (not the tail) have a parent
@@ -798,12 +1079,16 @@ class AmortizedMTA(_MTAWindow):
                 return self._search(total)
         return n
 
-    def push(self, x: Any) -> Any:
+    def push(self, x: Any, producer_id: str | None = None, sequence: int | None = None) -> Any:
         """Insert ``x``, enforce the policy and return the result: the reactive pipeline.
 
         The common cases of a sliding window (one leaf in, at most one leaf out) run inline;
-        everything else goes through the general paths. Same states as insert + enforce."""
-        if self._broken is not None:
+        everything else goes through the general paths. Same states as insert + enforce.
+        ``producer_id`` + ``sequence``: see :meth:`extend`."""
+        if producer_id is not None or sequence is not None:
+            if self._duplicate(producer_id, sequence):
+                return self.query()
+        elif self._broken is not None:
             self._check_usable()
         u = self._lift(x)
         combine = self._combine
@@ -882,10 +1167,15 @@ class AmortizedMTA(_MTAWindow):
                     else:
                         self._evict_one()
                 else:
+                    if k > 1 and self._hook is not None:
+                        self._fetch_heads(f + k)
                     self._evict(k)
                 if self._dirty:  # the one recomputation of this operation
                     self._recompute()
                 total = combine(self._r0, self._r1) if self._levels else self._identity
+            except StoreError as ex:
+                self._store_failed(ex)
+                raise
             except BaseException as ex:
                 self._broken = ex
                 msg = f"{type(self).__name__}: the monoid raised while evicting {k} item(s)"
@@ -893,6 +1183,8 @@ class AmortizedMTA(_MTAWindow):
         elif self._dirty:
             self._settle()
         self._total = total
+        if producer_id is not None or self._hook is not None:
+            self._applied("x", (u,), producer_id, sequence)
         if self.debug:
             self.check_invariants()
         return self._lower(total)

@@ -29,15 +29,23 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from .redis_store import RedisStore
 
 __all__ = [
     "EMPTY",
+    "CorruptDataError",
     "Level",
     "MemoryLevel",
     "MemoryStore",
     "PairStore",
+    "RedisStore",
+    "StoreError",
     "StoreStats",
+    "StoreUnavailableError",
     "TieredLevel",
 ]
 
@@ -64,18 +72,59 @@ Pair = list[Any]  # [e0, e1], local and mutable (head, tail)
 SealedPair = tuple[Any, Any]  # immutable once sealed
 
 
+class StoreError(RuntimeError):
+    """The store behind a window failed; the window reloads its last durable state from the
+    store on its next operation."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store cannot be reached (connection refused, timeout, loading, ...)."""
+
+
+class CorruptDataError(StoreError):
+    """Bytes under a window's keys are not what this window wrote there."""
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RedisStore":  # imported lazily: in-memory users never load redis
+        from .redis_store import RedisStore
+
+        return RedisStore
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)
+
+
 class StoreStats:
     """Counters of one store (shared by its levels)."""
 
-    __slots__ = ("misses", "pairs_read", "pairs_written", "reads", "refills", "writes")
+    __slots__ = (
+        "blocks_deleted",
+        "bytes_read",
+        "bytes_written",
+        "checkpoints",
+        "log_appends",
+        "misses",
+        "pairs_read",
+        "pairs_written",
+        "reads",
+        "refills",
+        "round_trips",
+        "writes",
+    )
 
     def __init__(self) -> None:
-        self.reads = 0  # read round trips
+        self.reads = 0  # read requests (misses, refills, commit fetches)
         self.pairs_read = 0
-        self.writes = 0  # write round trips (flushed blocks)
+        self.writes = 0  # write requests (flushed buffers)
         self.pairs_written = 0
-        self.misses = 0  # synchronous reads on the eviction path
+        self.misses = 0  # synchronous reads of pairs that were not local
         self.refills = 0  # cache refills
+        self.round_trips = 0  # to a remote store
+        self.bytes_read = 0
+        self.bytes_written = 0
+        self.checkpoints = 0
+        self.log_appends = 0
+        self.blocks_deleted = 0
 
     def as_dict(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -97,6 +146,14 @@ class PairStore(Protocol):
     def write(self, level: int, start: int, pairs: Sequence[SealedPair]) -> None: ...
 
     def read(self, level: int, start: int, stop: int) -> list[SealedPair]: ...
+
+    def prefetch(self, level: int, start: int, stop: int) -> Future[list[SealedPair]]:
+        """``read`` in the background (a head-cache refill)."""
+        ...
+
+    def read_points(self, points: Sequence[tuple[int, int]]) -> list[SealedPair]:
+        """Single pairs at (level, position), fetched together (one round trip remotely)."""
+        ...
 
     def drop(self, level: int, stop: int) -> None: ...
 
@@ -143,6 +200,20 @@ class MemoryStore:
             raise LookupError(msg) from None
         self.stats.reads += 1
         self.stats.pairs_read += len(out)
+        return out
+
+    def prefetch(self, level: int, start: int, stop: int) -> Future[list[SealedPair]]:
+        fut: Future[list[SealedPair]] = Future()
+        try:
+            fut.set_result(self.read(level, start, stop))
+        except Exception as ex:
+            fut.set_exception(ex)
+        return fut
+
+    def read_points(self, points: Sequence[tuple[int, int]]) -> list[SealedPair]:
+        out = []
+        for level, pos in points:
+            out.extend(self.read(level, pos, pos + 1))
         return out
 
     def drop(self, level: int, stop: int) -> None:
@@ -275,8 +346,10 @@ class TieredLevel:
 
     Local: the head pair, the tail pair, a write buffer of sealed pairs (flushed as one block of
     ``store.block_size`` pairs) and a head cache of up to ``store.cache_size`` pairs after the
-    head (refilled with one read when it drops under ``store.refill_at``; a read outside it is a
-    counted miss).
+    head. When the cache drops under ``store.refill_at`` a refill is requested in the
+    background (``store.prefetch``); a read that the refill covers waits for it, any other read
+    outside the local tiers is a counted synchronous miss. ``pin`` holds pairs fetched ahead of
+    an eviction (the new heads of a bulk eviction, fetched in one round trip).
 
     Invariants: ``_wstart + len(_buf) == end - 1`` (the buffer holds exactly the sealed pairs
     not yet written); cached positions lie in ``(start, _wstart)``.
@@ -286,6 +359,8 @@ class TieredLevel:
         "_buf",
         "_cache",
         "_cstart",
+        "_pending",
+        "_pinned",
         "_store",
         "_wstart",
         "end",
@@ -306,8 +381,22 @@ class TieredLevel:
         self._wstart = start
         self._cache: list[SealedPair] = []
         self._cstart = start + 1
+        self._pending: tuple[int, int, Future[list[SealedPair]]] | None = None
+        self._pinned: dict[int, SealedPair] = {}
         # Positions below `start` of an earlier incarnation of this level are dead.
         store.drop(index, start)
+
+    @classmethod
+    def restored(
+        cls, store: PairStore, index: int, start: int, end: int, head: Pair, tail: Pair
+    ) -> TieredLevel:
+        """A level whose sealed pairs ``start .. end - 2`` are in the store (a checkpoint)."""
+        lv = cls(store, index, start, head)
+        lv.end = end
+        lv.tail = tail if end - 1 > start else head
+        lv._wstart = end - 1
+        lv._maybe_refill()
+        return lv
 
     def __len__(self) -> int:
         return self.end - self.start
@@ -339,9 +428,28 @@ class TieredLevel:
         cache = self._cache
         if 0 <= c < len(cache):
             return cache[c]
+        pending = self._pending
+        if pending is not None and pending[0] <= pos < pending[1]:
+            self._absorb(wait=True)
+            return self._read(pos)
+        pinned = self._pinned.get(pos)
+        if pinned is not None:
+            return pinned
         store = self._store
         store.stats.misses += 1
         return store.read(self.index, pos, pos + 1)[0]
+
+    def has_local(self, pos: int) -> bool:
+        """Whether ``pos`` can be read without a synchronous store read."""
+        if pos == self.start or pos >= self._wstart or pos in self._pinned:
+            return True
+        if 0 <= pos - self._cstart < len(self._cache):
+            return True
+        pending = self._pending
+        return pending is not None and pending[0] <= pos < pending[1]
+
+    def pin(self, pos: int, pair: SealedPair) -> None:
+        self._pinned[pos] = pair
 
     def peek(self, pos: int) -> Sequence[Any]:
         if pos == self.start:
@@ -358,6 +466,8 @@ class TieredLevel:
             p = self._read(new_start)
             self.head = [p[0], p[1]]
         self.start = new_start
+        if self._pinned:
+            self._pinned = {}
         # forget cached positions <= new_start
         cut = new_start + 1 - self._cstart
         if cut > 0:
@@ -371,7 +481,30 @@ class TieredLevel:
             self._store.drop(self.index, min(new_start, self._wstart))
         self._maybe_refill()
 
+    def _absorb(self, *, wait: bool) -> None:
+        """Take the result of the background refill into the cache (when it is done)."""
+        pending = self._pending
+        if pending is None or not (wait or pending[2].done()):
+            return
+        self._pending = None
+        begin, stop, fut = pending
+        pairs = fut.result()
+        cache = self._cache
+        lo = max(begin, self.start + 1, self._cstart + len(cache) if cache else begin)
+        stop = min(stop, self._wstart)
+        if lo >= stop:
+            return
+        if not cache:
+            self._cstart = lo
+        elif lo != self._cstart + len(cache):
+            return
+        cache.extend(pairs[lo - begin : stop - begin])
+
     def _maybe_refill(self) -> None:
+        if self._pending is not None:
+            self._absorb(wait=False)
+            if self._pending is not None:
+                return
         store = self._store
         cache = self._cache
         if len(cache) >= store.refill_at:
@@ -382,8 +515,9 @@ class TieredLevel:
             return
         if not cache:
             self._cstart = begin
-        cache.extend(store.read(self.index, begin, stop))
         store.stats.refills += 1
+        self._pending = (begin, stop, store.prefetch(self.index, begin, stop))
+        self._absorb(wait=False)
 
     def truncate(self, new_end: int) -> None:
         tail_pos = new_end - 1
@@ -401,15 +535,21 @@ class TieredLevel:
         else:
             self._buf = []
             self._wstart = tail_pos
+            pending = self._pending
+            if pending is not None and pending[1] > tail_pos:
+                self._pending = None  # it may cover positions that will be written again
         keep = tail_pos - self._cstart
         if keep < len(self._cache):
             del self._cache[max(keep, 0) :]
+        self._pinned = {p: v for p, v in self._pinned.items() if p < tail_pos}
 
     def discard(self) -> None:
         self._store.drop(self.index, self.end)
         self._buf = []
         self._cache = []
+        self._pending = None
+        self._pinned = {}
 
     def local_pairs(self) -> int:
         """Pairs held in local memory: head, tail, buffer and cache."""
-        return min(len(self), 2) + len(self._buf) + len(self._cache)
+        return min(len(self), 2) + len(self._buf) + len(self._cache) + len(self._pinned)

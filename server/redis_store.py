@@ -195,7 +195,7 @@ class RedisStore:
         self._exec = self._new_executor()
         self._failed: StoreError | None = None  # a background write failed: stop writing
         self._drop_upto: dict[int, int] = {}  # per level: positions below are evicted
-        self._deleted_upto: dict[int, int] = {}  # per level: blocks below are deleted
+        self._deleted_upto: dict[int, int] = {}  # per level: blocks below are deleted (or unused)
         self._since_checkpoint = 0
         self._replaying = False
         self._attached = False
@@ -267,6 +267,8 @@ class RedisStore:
         st = self.stats
         st.writes += 1
         st.pairs_written += len(pairs)
+        if level not in self._deleted_upto:  # the first block this level ever used
+            self._deleted_upto[level] = start // self.block_size
         self._submit(f"write level {level}", self._do_write, level, start, pairs, write=True)
 
     def _checks(self, level: int, start: int, stop: int) -> list[int]:
@@ -479,7 +481,7 @@ class RedisStore:
             else:
                 window._restore(None, [])
         except CorruptDataError as ex:
-            msg = f"window {self.window_id!r}: key {self.keys.checkpoint!r}: {ex}"
+            msg = f"window {self.window_id!r}: the checkpoint at {self.keys.checkpoint!r} is not valid: {ex}"
             raise CorruptDataError(msg) from ex
         except (KeyError, TypeError, ValueError, IndexError) as ex:
             msg = f"window {self.window_id!r}: key {self.keys.checkpoint!r} is not a valid checkpoint ({ex!r})"
@@ -531,8 +533,8 @@ class RedisStore:
         deletions: dict[int, tuple[int, int]] = {}
         for level, upto in self._drop_upto.items():
             safe = min(upto, starts.get(level, upto)) // self.block_size
-            done = self._deleted_upto.get(level, 0)
-            if safe > done:
+            done = self._deleted_upto.get(level)
+            if done is not None and safe > done:
                 deletions[level] = (done, safe)
         state["format"] = FORMAT
         state["values"] = self.codec.pack_values(values)

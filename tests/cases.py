@@ -32,7 +32,9 @@ from mtawindows.server.policies import (
     MaxSubWindowPolicy,
     TimeRangePolicy,
 )
-from mtawindows.server.store import MemoryStore
+from mtawindows.server.store import MemoryStore, RedisStore
+
+from .redis_support import redis_url
 
 ALGORITHMS = {"AMTA": AmortizedMTA, "LMTA": LogMTA}
 
@@ -44,6 +46,19 @@ STORES: dict[str, Callable[[], Any]] = {
     "tiered-2": lambda: MemoryStore(block_size=2, cache_size=2, refill_at=1),
     "tiered-3": lambda: MemoryStore(block_size=3, cache_size=3, refill_at=2),
     "tiered-8": lambda: MemoryStore(block_size=8, cache_size=8, refill_at=4),
+    # the Redis tier, same tiny sizes; odd sizes durable (log + checkpoints), even ones flushed
+    "redis-1": lambda: RedisStore(
+        redis_url(), block_size=1, cache_size=1, refill_at=0, durable=True, checkpoint_every=7
+    ),
+    "redis-2": lambda: RedisStore(
+        redis_url(), block_size=2, cache_size=2, refill_at=1, checkpoint_every=5
+    ),
+    "redis-3": lambda: RedisStore(
+        redis_url(), block_size=3, cache_size=3, refill_at=2, durable=True, checkpoint_every=50
+    ),
+    "redis-8": lambda: RedisStore(
+        redis_url(), block_size=8, cache_size=8, refill_at=4, checkpoint_every=64
+    ),
 }
 
 # One record with every field a built-in policy needs, plus a non-commutative field (Concat)
@@ -56,6 +71,17 @@ EXACT = Record(
     t=Max("t"),
     cat=Concat("v"),
     first=First("v"),
+)
+# Only fixed-shape numbers: the Redis tier stores these with the struct codec.
+NUMERIC = Record(
+    n=Count(),
+    sum=Sum("v"),
+    mx=Max("v"),
+    mn=Min("v"),
+    t=Max("t"),
+    mean=Mean("v"),
+    var=Variance("v"),
+    mc=MaxCount("v"),
 )
 # Floating-point statistics and the arg-monoids (compared with a tolerance).
 STATS = Record(
@@ -108,6 +134,8 @@ def policy_cases() -> list[Case]:
         Case("time-and-count", EXACT, AllOf(TimeRangePolicy(5, field="t"), CountPolicy(3))),
         Case("stats-time", STATS, TimeRangePolicy(8, field="t")),
         Case("stats-count", STATS, CountPolicy(12)),
+        Case("numeric-time", NUMERIC, TimeRangePolicy(10, field="t")),
+        Case("numeric-count", NUMERIC, CountPolicy(20)),
         Case("zeros-sum", Sum("v"), sum_at_least(2), values="zeros"),
     ]
 

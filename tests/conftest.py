@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from .redis_support import redis_url as _redis_url
 
 settings.register_profile(
     "ci",
@@ -28,3 +31,9 @@ settings.register_profile(
     print_blob=True,
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """``REDIS_URL``, else a testcontainers Redis if Docker answers, else the embedded server."""
+    return _redis_url()

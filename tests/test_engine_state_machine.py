@@ -1,9 +1,12 @@
 """Every algorithm against NaiveWindow after every step (hypothesis state machine).
 
-Matrix: {AMTA, LMTA} x {memory, tiered stores with block/cache sizes 1, 2, 3, 8} x the cases of
+Matrix: {AMTA, LMTA} x {memory, tiered MemoryStore and RedisStore with block/cache sizes 1, 2, 3,
+8} x the cases of
 ``cases.py`` (count, time range, bounded sum, max sub-window, combinations, floating-point
 statistics, a non-commutative Concat field, values whose lift equals the identity). Windows run
-in debug mode, so the paper's invariants are checked in full after every operation.
+in debug mode, so the paper's invariants are checked in full after every operation. Redis-backed
+windows are also reopened from Redis at random points (as a crashed process would, for durable
+ones) and must go on exactly like the oracle.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ class WindowMachine(RuleBasedStateMachine):
         c = CASES[case]
         self.case = c
         kw = {"bulk_factor": bulk_factor} if algorithm == "AMTA" else {}
+        self.kw = kw
         self.window = ALGORITHMS[algorithm](
             c.monoid, c.policy, store=STORES[store](), debug=True, **kw
         )
@@ -99,6 +103,33 @@ class WindowMachine(RuleBasedStateMachine):
     def clear(self) -> None:
         self.window.clear()
         self.oracle.clear()
+
+    @precondition(lambda self: self.window is not None and self.window.window_id is not None)
+    @rule(crash=st.booleans())
+    def reopen(self, crash: bool) -> None:
+        """Reopen the window by its id: a durable one as after a crash (no flush), any one
+        after flush(). The reopened window must hold exactly the oracle's state."""
+        w = self.window
+        store = w.store
+        if crash and store.durable:
+            store._exec.shutdown(wait=False, cancel_futures=True)  # queued writes are lost
+        else:
+            w.flush()
+            store.close()
+        opts = {
+            k: getattr(store, k)
+            for k in ("block_size", "cache_size", "refill_at", "durable", "checkpoint_every")
+        }
+        self.window = type(w).open(
+            w.window_id,
+            self.case.monoid,
+            self.case.policy,
+            url=store.url,
+            debug=True,
+            **self.kw,
+            **opts,
+        )
+        note(f"reopened {w.window_id} crash={crash and store.durable}")
 
     @invariant()
     def agrees_with_oracle(self) -> None:

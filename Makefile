@@ -34,9 +34,11 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_engine.py
+	$(BIN)/python benchmarks/bench_kvs.py
 
 bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/bench_engine.py --quick
+	$(BIN)/python benchmarks/bench_kvs.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -20,6 +20,7 @@ from .monoids import Count, Max, Mean, Record, StdDev
 from .mta import AmortizedMTA, LogMTA
 from .naive import NaiveWindow
 from .policies import TimeRangePolicy
+from .laws import approx_equal
 from .store import MemoryStore
 
 
@@ -52,9 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--algorithm", choices=["amta", "lmta"], default="amta")
     ap.add_argument(
         "--store",
-        choices=["memory", "tiered"],
-        default="memory",
-        help="keep every level local, or the middle in an in-process store",
+        choices=["redis", "memory", "tiered"],
+        default="redis",
+        help=(
+            "keep the middle of every level in Redis (the embedded server unless "
+            "$MTAWINDOWS_REDIS_URL is set) [redis], every level local, or the middle in an "
+            "in-process store"
+        ),
     )
     ap.add_argument("--every", type=int, default=25_000, help="print a line every N items")
     ap.add_argument(
@@ -76,7 +81,13 @@ def main(argv: list[str] | None = None) -> int:
         sd=StdDev("mem_gib", ddof=1),
     )
     policy = TimeRangePolicy(args.range, field="ts")
-    store = MemoryStore() if args.store == "tiered" else None
+    store: Any = None
+    if args.store == "tiered":
+        store = MemoryStore()
+    elif args.store == "redis":
+        from .store import RedisStore
+
+        store = RedisStore()
     engine = AmortizedMTA if args.algorithm == "amta" else LogMTA
     window = engine(monoid, policy, store=store)
     print(
@@ -126,6 +137,22 @@ def main(argv: list[str] | None = None) -> int:
         f"done: {args.items:,} readings in {elapsed:.2f} s "
         f"({args.items / elapsed:,.0f} readings/s); {checked} checks against a recomputation passed"
     )
+    if args.store == "redis":
+        window.flush()
+        reopened = engine.open(window.window_id, monoid, policy, url=store.url)
+        same = approx_equal(reopened.query(), window.query()) and len(reopened) == len(window)
+        s = store.stats
+        print(
+            f"redis: window {window.window_id} at {store.url}; {s.round_trips:,} round trips, "
+            f"{s.bytes_written / 2**20:.1f} MiB written, {s.misses} misses, "
+            f"{window.stats()['local_pairs']:,} pairs local; reopened from Redis: "
+            f"{'same result' if same else 'DIFFERENT RESULT'}"
+        )
+        reopened.store.delete_window()
+        reopened.close()
+        window.store.close()
+        if not same:
+            return 1
     return 0
 
 

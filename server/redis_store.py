@@ -45,6 +45,7 @@ import re
 import time
 import uuid
 import zlib
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -62,6 +63,7 @@ __all__ = ["FORMAT", "RedisStore", "WindowKeys"]
 FORMAT = "1"
 _WINDOW_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 _T = TypeVar("_T")
+_MAX_INFLIGHT = 32  # queued block writes before write() waits for the oldest
 
 
 class WindowKeys:
@@ -199,6 +201,7 @@ class RedisStore:
         self._since_checkpoint = 0
         self._replaying = False
         self._attached = False
+        self._inflight: deque[Future[None]] = deque()  # queued block writes
 
     def _new_executor(self) -> ThreadPoolExecutor:
         return ThreadPoolExecutor(1, thread_name_prefix=f"mtaw-store-{self.window_id[:8]}")
@@ -269,7 +272,15 @@ class RedisStore:
         st.pairs_written += len(pairs)
         if level not in self._deleted_upto:  # the first block this level ever used
             self._deleted_upto[level] = start // self.block_size
-        self._submit(f"write level {level}", self._do_write, level, start, pairs, write=True)
+        inflight = self._inflight
+        while inflight and inflight[0].done():
+            inflight.popleft()
+        if len(inflight) >= _MAX_INFLIGHT:  # back-pressure: bounded local memory
+            with contextlib.suppress(Exception):  # a failure is reported by the next operation
+                inflight.popleft().result()
+        inflight.append(
+            self._submit(f"write level {level}", self._do_write, level, start, pairs, write=True)
+        )
 
     def _checks(self, level: int, start: int, stop: int) -> list[int]:
         salt = self._salt

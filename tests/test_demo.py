@@ -35,6 +35,8 @@ def test_demo_prints_results_and_checks_itself(
     assert len(lines) >= 2  # a result line every --every items
     assert "checks against a recomputation passed" in out
     assert "0 checks" not in out
+    if "--store" not in args:  # the default: the embedded Redis, reopened at the end
+        assert "reopened from Redis: same result" in out
 
 
 def test_demo_refuses_bad_arguments() -> None:

@@ -16,11 +16,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from .laws import approx_equal
 from .monoids import Count, Max, Mean, Record, StdDev
 from .mta import AmortizedMTA, LogMTA
 from .naive import NaiveWindow
 from .policies import TimeRangePolicy
-from .laws import approx_equal
 from .store import MemoryStore
 
 
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.store == "redis":
         window.flush()
-        reopened = engine.open(window.window_id, monoid, policy, url=store.url)
+        reopened = engine.open(store.window_id, monoid, policy, url=store.url)
         same = approx_equal(reopened.query(), window.query()) and len(reopened) == len(window)
         s = store.stats
         print(
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         reopened.store.delete_window()
         reopened.close()
-        window.store.close()
+        store.close()
         if not same:
             return 1
     return 0

@@ -60,6 +60,32 @@ def quantiles(lat: list[int]) -> dict[str, float]:
     }
 
 
+def timed_rounds(
+    windows: dict[str, Any],
+    counts: dict[str, int],
+    lat: dict[str, list[int]],
+    first: int,
+    rounds: int = 10,
+) -> int:
+    """Push ``first + 1, first + 2, ...`` into each window, timing every push; the windows take
+    turns in ``rounds`` rounds. Returns the last value pushed."""
+    i = first
+    for _ in range(rounds):
+        for name, w in windows.items():
+            push = w.push
+            out = lat[name]
+            gc.disable()
+            try:
+                for _ in range(counts[name] // rounds):
+                    i += 1
+                    t0 = pc()
+                    push(i)
+                    out.append(pc() - t0)
+            finally:
+                gc.enable()
+    return i
+
+
 def experiment1(sizes: list[int], pushes: int, naive_max: int, rows: list[dict[str, Any]]) -> None:
     """Engines take turns in rounds, so a machine that speeds up or slows down during the run
     (shared virtual machines do) affects them alike."""
@@ -75,21 +101,11 @@ def experiment1(sizes: list[int], pushes: int, naive_max: int, rows: list[dict[s
             w.extend(range(n))
             windows[name] = w
             lat[name] = []
-        i = 0
-        for _ in range(rounds):
-            for name, w in windows.items():
-                count = min(pushes, max(n, 2000)) if name != "Naive" else min(pushes, 2000)
-                push = w.push
-                out = lat[name]
-                gc.disable()
-                try:
-                    for _ in range(count // rounds):
-                        i += 1
-                        t0 = pc()
-                        push(i)
-                        out.append(pc() - t0)
-                finally:
-                    gc.enable()
+        counts = {
+            name: min(pushes, max(n, 2000)) if name != "Naive" else min(pushes, 2000)
+            for name in windows
+        }
+        timed_rounds(windows, counts, lat, first=0, rounds=rounds)
         for name, values in lat.items():
             q = quantiles(values)
             rows.append({"experiment": "1-constant-window", "engine": name, "param": n, **q})

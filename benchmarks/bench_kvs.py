@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_engine import listing3, quantiles
+from bench_engine import listing3, quantiles, timed_rounds
 
 from mtawindows.server.embedded import default_url
 from mtawindows.server.monoids import Count, Last, Record, Sum
@@ -56,7 +56,6 @@ def fill(w: Any, n: int, item: Any = None) -> None:
 
 def experiment1(url: str, sizes: list[int], pushes: int, rows: list[dict[str, Any]]) -> None:
     monoid = Record(n=Count(), s=Sum())
-    rounds = 10
     for n in sizes:
         windows = {
             "AmortizedMTA": AmortizedMTA(monoid, CountPolicy(n)),
@@ -67,20 +66,7 @@ def experiment1(url: str, sizes: list[int], pushes: int, rows: list[dict[str, An
         for w in windows.values():
             fill(w, n)
         lat: dict[str, list[int]] = {k: [] for k in windows}
-        i = n
-        for _ in range(rounds):
-            for name, w in windows.items():
-                push = w.push
-                out = lat[name]
-                gc.disable()
-                try:
-                    for _ in range(pushes // rounds):
-                        i += 1
-                        t0 = pc()
-                        push(i)
-                        out.append(pc() - t0)
-                finally:
-                    gc.enable()
+        timed_rounds(windows, dict.fromkeys(windows, pushes), lat, first=n)
         for name, values in lat.items():
             q = quantiles(values)
             extra = {}

@@ -56,7 +56,14 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .codecs import CodecError, codec_for, packb, stamp, unpackb
-from .store import CorruptDataError, SealedPair, StoreError, StoreStats, StoreUnavailableError
+from .store import (
+    CorruptDataError,
+    SealedPair,
+    StoreError,
+    StoreStats,
+    StoreUnavailableError,
+    check_sizes,
+)
 
 __all__ = ["FORMAT", "RedisStore", "WindowKeys"]
 
@@ -141,18 +148,9 @@ class RedisStore:
         timeout: float = 5.0,
         prefix: str = "mtaw",
     ) -> None:
-        for name, v, low in (
-            ("block_size", block_size, 1),
-            ("cache_size", cache_size, 1),
-            ("refill_at", refill_at, 0),
-            ("checkpoint_every", checkpoint_every, 1),
-        ):
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                msg = f"RedisStore: {name} must be an int >= {low}, got {v!r}"
-                raise ValueError(msg)
-        if refill_at > cache_size:
-            msg = f"RedisStore: refill_at must be <= cache_size ({cache_size}), got {refill_at}"
-            raise ValueError(msg)
+        check_sizes(
+            "RedisStore", block_size, cache_size, refill_at, checkpoint_every=checkpoint_every
+        )
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
             msg = f"RedisStore: timeout must be a number of seconds > 0, got {timeout!r}"
             raise ValueError(msg)

@@ -158,6 +158,22 @@ class PairStore(Protocol):
     def drop(self, level: int, stop: int) -> None: ...
 
 
+def check_sizes(owner: str, block_size: int, cache_size: int, refill_at: int, **more: int) -> None:
+    """Validate a store's sizes (and further ``name=value`` ints that must be >= 1)."""
+    for name, v, low in (
+        ("block_size", block_size, 1),
+        ("cache_size", cache_size, 1),
+        ("refill_at", refill_at, 0),
+        *((k, v, 1) for k, v in more.items()),
+    ):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            msg = f"{owner}: {name} must be an int >= {low}, got {v!r}"
+            raise ValueError(msg)
+    if refill_at > cache_size:
+        msg = f"{owner}: refill_at must be <= cache_size ({cache_size}), got {refill_at}"
+        raise ValueError(msg)
+
+
 class MemoryStore:
     """A :class:`PairStore` in process memory: the reference implementation, used to test the
     tiered levels (tiny block and cache sizes exercise every flush, refill and miss path)."""
@@ -165,17 +181,7 @@ class MemoryStore:
     def __init__(
         self, *, block_size: int = 512, cache_size: int = 512, refill_at: int = 256
     ) -> None:
-        for name, v, low in (
-            ("block_size", block_size, 1),
-            ("cache_size", cache_size, 1),
-            ("refill_at", refill_at, 0),
-        ):
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                msg = f"MemoryStore: {name} must be an int >= {low}, got {v!r}"
-                raise ValueError(msg)
-        if refill_at > cache_size:
-            msg = f"MemoryStore: refill_at must be <= cache_size ({cache_size}), got {refill_at}"
-            raise ValueError(msg)
+        check_sizes("MemoryStore", block_size, cache_size, refill_at)
         self.block_size = block_size
         self.cache_size = cache_size
         self.refill_at = refill_at

@@ -365,6 +365,17 @@ class _MTAWindow:
             self._store_failed(ex)
             raise
 
+    def _failed_midway(self, ex: BaseException, doing: str) -> BaseException:
+        """An exception after the window began to change; returns what to raise. A store
+        failure makes the window reload its durable state on its next call (the exception
+        itself); a monoid failure makes it unusable (a :class:`WindowCorruptedError`)."""
+        if isinstance(ex, StoreError):
+            self._store_failed(ex)
+            return ex
+        self._broken = ex
+        msg = f"{type(self).__name__}: the monoid raised while {doing}"
+        return WindowCorruptedError(msg)
+
     def _store_failed(self, ex: BaseException) -> None:
         """The store failed: the local state may be ahead of what Redis holds durably."""
         self._broken = ex
@@ -567,13 +578,11 @@ class _MTAWindow:
         try:
             self._truncate_leaves(new_next)
             self._after_truncate()
-        except StoreError as ex:
-            self._store_failed(ex)
-            raise
         except BaseException as ex:
-            self._broken = ex
-            msg = f"{type(self).__name__}: the monoid raised while undoing a refused insert"
-            raise WindowCorruptedError(msg) from ex
+            err = self._failed_midway(ex, "undoing a refused insert")
+            if err is ex:
+                raise
+            raise err from ex
 
     def _settle(self) -> None:
         """Run the recomputations the stages of this operation requested, once (section 5.2)."""
@@ -583,13 +592,11 @@ class _MTAWindow:
             if self._hook is not None and k > 1:
                 self._fetch_heads(self._first + k)
             self._evict(k)
-        except StoreError as ex:
-            self._store_failed(ex)
-            raise
         except BaseException as ex:
-            self._broken = ex
-            msg = f"{type(self).__name__}: the monoid raised while evicting {k} items"
-            raise WindowCorruptedError(msg) from ex
+            err = self._failed_midway(ex, f"evicting {k} items")
+            if err is ex:
+                raise
+            raise err from ex
 
     def _fetch_heads(self, g: int) -> None:
         """Before evicting every leaf before ``g`` from a store-backed window: fetch the new
@@ -956,9 +963,10 @@ class AmortizedMTA(_MTAWindow):
             try:
                 self._recompute()
             except BaseException as ex:
-                self._broken = ex
-                msg = f"{type(self).__name__}: the monoid raised while recomputing its result pair"
-                raise WindowCorruptedError(msg) from ex
+                err = self._failed_midway(ex, "recomputing its result pair")
+                if err is ex:
+                    raise
+                raise err from ex
 
     # -- insertion (Algorithm 3)
     def _insert_lifted(self, u: Any, r1: Any = _UNSET) -> None:
@@ -1173,13 +1181,11 @@ class AmortizedMTA(_MTAWindow):
                 if self._dirty:  # the one recomputation of this operation
                     self._recompute()
                 total = combine(self._r0, self._r1) if self._levels else self._identity
-            except StoreError as ex:
-                self._store_failed(ex)
-                raise
             except BaseException as ex:
-                self._broken = ex
-                msg = f"{type(self).__name__}: the monoid raised while evicting {k} item(s)"
-                raise WindowCorruptedError(msg) from ex
+                err = self._failed_midway(ex, f"evicting {k} item(s)")
+                if err is ex:
+                    raise
+                raise err from ex
         elif self._dirty:
             self._settle()
         self._total = total

@@ -301,6 +301,40 @@ class _MTAWindow:
             self.check_invariants()
         return k
 
+    def apply_lifted(
+        self,
+        lifted: list[Any],
+        producer_id: str | None = None,
+        sequence: int | None = None,
+        *,
+        each: Callable[[Any], None] | None = None,
+    ) -> int:
+        """Apply items already lifted (by ``monoid.lift``): the service lifts a whole batch for
+        every window before it changes any. Without ``each``, as :meth:`extend` (insert all,
+        enforce once); with it, as :meth:`push` per item, calling ``each(query())`` after
+        each. Returns the number of items evicted; a duplicate key applies nothing."""
+        if producer_id is not None or sequence is not None:
+            if self._duplicate(producer_id, sequence):
+                return 0
+        else:
+            self._check_usable()
+        if each is None:
+            k = self._extend_lifted(lifted)
+            self._applied("x", lifted, producer_id, sequence)
+        else:
+            k = 0
+            last = len(lifted) - 1
+            for i, u in enumerate(lifted):
+                k += self._extend_lifted([u])
+                if i == last:
+                    self._applied("x", (u,), producer_id, sequence)
+                else:
+                    self._applied("x", (u,), None, None)
+                each(self.query())
+        if self.debug:
+            self.check_invariants()
+        return k
+
     def _extend_lifted(self, lifted: list[Any]) -> int:
         nxt = self._next
         try:

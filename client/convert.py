@@ -1,0 +1,359 @@
+"""Protobuf <-> Python: specs, values, columns and results (shared by the server and the SDK)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from google.protobuf.duration_pb2 import Duration
+
+from .proto import windows_pb2 as pb
+from .types import (
+    Aggregation,
+    AppendResult,
+    Field,
+    FieldType,
+    OutputSpec,
+    Policy,
+    Storage,
+    StreamInfo,
+    StreamSpec,
+    WindowInfo,
+    WindowResult,
+    WindowSpec,
+)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+# --------------------------------------------------------------------------- time
+
+
+def to_nanos(value: Any) -> int:
+    """A timestamp as int nanoseconds: ints pass, ``datetime`` (naive = UTC) converts."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        d = value - _EPOCH
+        return (d.days * 86_400 + d.seconds) * 1_000_000_000 + d.microseconds * 1_000
+    if isinstance(value, bool) or not isinstance(value, int):
+        msg = f"expected a timestamp (int nanoseconds or datetime), got {type(value).__name__} {value!r}"
+        raise TypeError(msg)
+    return value
+
+
+def duration_to_proto(td: timedelta) -> Duration:
+    d = Duration()
+    d.FromTimedelta(td)
+    return d
+
+
+def duration_from_proto(d: Duration) -> timedelta:
+    return d.ToTimedelta()  # type: ignore[no-any-return]
+
+
+# --------------------------------------------------------------------------- specs
+
+_FIELD_TYPES = {t.value: pb.FieldType.Value(t.value) for t in FieldType}
+_LATE = {"REJECT": pb.REJECT, "DROP": pb.DROP}
+_STORAGE = {"memory": pb.MEMORY, "redis": pb.REDIS}
+
+
+def stream_spec_to_proto(s: StreamSpec) -> pb.StreamSpec:
+    return pb.StreamSpec(
+        name=s.name,
+        timestamp_field=s.timestamp_field,
+        fields=[
+            pb.FieldSpec(name=f.name, type=_FIELD_TYPES.get(str(f.type), 0), allow_nan=f.allow_nan)
+            for f in s.fields
+        ],
+        late_policy=_LATE.get(s.late_policy.upper(), 0),
+        allowed_lateness=duration_to_proto(s.allowed_lateness),
+    )
+
+
+def field_type_name(value: int) -> str:
+    return pb.FieldType.Name(value) if value in pb.FieldType.values() else str(value)
+
+
+def stream_spec_from_proto(m: pb.StreamSpec) -> StreamSpec:
+    return StreamSpec(
+        name=m.name,
+        fields=tuple(Field(f.name, field_type_name(f.type), f.allow_nan) for f in m.fields),
+        timestamp_field=m.timestamp_field,
+        late_policy="DROP" if m.late_policy == pb.DROP else "REJECT",
+        allowed_lateness=duration_from_proto(m.allowed_lateness),
+    )
+
+
+def policy_to_proto(p: Policy) -> pb.SlidePolicy:
+    if p.kind == "count":
+        return pb.SlidePolicy(count=pb.CountPolicy(size=p.size))
+    if p.kind == "time_range":
+        return pb.SlidePolicy(time_range=pb.TimeRangePolicy(range=duration_to_proto(p.range)))
+    if p.kind == "bounded_sum":
+        return pb.SlidePolicy(bounded_sum=pb.BoundedSumPolicy(field=p.field, bound=p.bound))
+    if p.kind == "max_sub_window":
+        return pb.SlidePolicy(
+            max_sub_window=pb.MaxSubWindowPolicy(field=p.field, max_size=p.max_size)
+        )
+    if p.kind == "expression":
+        return pb.SlidePolicy(expression=pb.ExpressionPolicy(cel=p.cel))
+    msg = f"unknown policy kind {p.kind!r}"
+    raise ValueError(msg)
+
+
+def policy_from_proto(m: pb.SlidePolicy) -> Policy:
+    kind = m.WhichOneof("kind") or ""
+    if kind == "count":
+        return Policy.count(m.count.size)
+    if kind == "time_range":
+        return Policy.time_range(duration_from_proto(m.time_range.range))
+    if kind == "bounded_sum":
+        return Policy.bounded_sum(m.bounded_sum.field, m.bounded_sum.bound)
+    if kind == "max_sub_window":
+        return Policy.max_sub_window(m.max_sub_window.field, m.max_sub_window.max_size)
+    if kind == "expression":
+        return Policy.expression(m.expression.cel)
+    return Policy("")
+
+
+def window_spec_to_proto(w: WindowSpec) -> pb.WindowSpec:
+    return pb.WindowSpec(
+        stream=w.stream,
+        name=w.name,
+        algorithm=pb.LMTA if w.algorithm.upper() == "LMTA" else pb.AMTA,
+        aggregations=[
+            pb.Aggregation(name=a.name, monoid=a.monoid, field=a.field, params=dict(a.params))
+            for a in w.aggregations
+        ],
+        policy=policy_to_proto(w.policy),
+        storage=pb.Storage(
+            kind=_STORAGE.get(w.storage.kind.lower(), 0),
+            durable=w.storage.durable,
+            block_size=w.storage.block_size,
+            cache_size=w.storage.cache_size,
+        ),
+    )
+
+
+def window_spec_from_proto(m: pb.WindowSpec) -> WindowSpec:
+    algorithm = {pb.ALGORITHM_UNSPECIFIED: "AMTA", pb.AMTA: "AMTA", pb.LMTA: "LMTA"}.get(
+        m.algorithm, f"unknown algorithm {m.algorithm}"
+    )
+    kind = {pb.MEMORY: "memory", pb.STORAGE_KIND_UNSPECIFIED: "redis", pb.REDIS: "redis"}.get(
+        m.storage.kind, f"unknown storage {m.storage.kind}"
+    )
+    return WindowSpec(
+        stream=m.stream,
+        name=m.name,
+        aggregations=tuple(
+            Aggregation(a.name, a.monoid, a.field, dict(a.params)) for a in m.aggregations
+        ),
+        policy=policy_from_proto(m.policy),
+        algorithm=algorithm,
+        storage=Storage(kind, m.storage.durable, m.storage.block_size, m.storage.cache_size),
+    )
+
+
+def stream_info_from_proto(m: pb.StreamInfo) -> StreamInfo:
+    return StreamInfo(
+        spec=stream_spec_from_proto(m.spec),
+        windows=list(m.windows),
+        rows_appended=m.rows_appended,
+        rows_late=m.rows_late,
+        batches_appended=m.batches_appended,
+        batches_duplicate=m.batches_duplicate,
+        newest_timestamp=m.newest_timestamp,
+        rows_buffered=m.rows_buffered,
+    )
+
+
+def stream_info_to_proto(i: StreamInfo) -> pb.StreamInfo:
+    return pb.StreamInfo(
+        spec=stream_spec_to_proto(i.spec),
+        windows=i.windows,
+        rows_appended=i.rows_appended,
+        rows_late=i.rows_late,
+        batches_appended=i.batches_appended,
+        batches_duplicate=i.batches_duplicate,
+        newest_timestamp=i.newest_timestamp,
+        rows_buffered=i.rows_buffered,
+    )
+
+
+_STAT_FIELDS = tuple(f.name for f in pb.WindowStats.DESCRIPTOR.fields)
+
+
+def window_info_to_proto(i: WindowInfo) -> pb.WindowInfo:
+    return pb.WindowInfo(
+        spec=window_spec_to_proto(i.spec),
+        stats=pb.WindowStats(**{k: int(v) for k, v in i.stats.items() if k in _STAT_FIELDS}),
+        outputs=[
+            pb.OutputSpec(
+                name=o.name,
+                type=_FIELD_TYPES.get(o.type, 0),
+                parts=[
+                    pb.FieldSpec(name=p.name, type=_FIELD_TYPES.get(str(p.type), 0))
+                    for p in o.parts
+                ],
+            )
+            for o in i.outputs
+        ],
+    )
+
+
+def window_info_from_proto(m: pb.WindowInfo) -> WindowInfo:
+    outputs = []
+    for o in m.outputs:
+        parts = tuple(Field(p.name, field_type_name(p.type)) for p in o.parts)
+        outputs.append(OutputSpec(o.name, "STRUCT" if parts else field_type_name(o.type), parts))
+    return WindowInfo(
+        spec=window_spec_from_proto(m.spec),
+        stats={k: getattr(m.stats, k) for k in _STAT_FIELDS},
+        outputs=outputs,
+    )
+
+
+# --------------------------------------------------------------------------- values
+
+
+def value_to_proto(v: Any, type_name: str = "") -> pb.Value:
+    """A Python value as a Value; ``type_name`` TIMESTAMP marks ints as timestamps."""
+    if v is None:
+        return pb.Value(null=True)
+    if isinstance(v, bool):
+        return pb.Value(bool_value=v)
+    if isinstance(v, int):
+        if type_name == "TIMESTAMP":
+            return pb.Value(timestamp_value=v)
+        if -(2**63) <= v < 2**63:
+            return pb.Value(int_value=v)
+        return pb.Value(double_value=float(v))
+    if isinstance(v, float):
+        return pb.Value(double_value=v)
+    if isinstance(v, str):
+        return pb.Value(string_value=v)
+    if isinstance(v, Mapping):
+        return pb.Value(
+            struct_value=pb.Struct(fields={str(k): value_to_proto(x) for k, x in v.items()})
+        )
+    if isinstance(v, Sequence | set | frozenset):
+        return pb.Value(list_value=pb.ValueList(values=[value_to_proto(x) for x in v]))
+    return pb.Value(string_value=repr(v))
+
+
+def value_from_proto(m: pb.Value) -> Any:
+    kind = m.WhichOneof("kind")
+    if kind is None or kind == "null":
+        return None
+    if kind == "struct_value":
+        return {k: value_from_proto(x) for k, x in m.struct_value.fields.items()}
+    if kind == "list_value":
+        return [value_from_proto(x) for x in m.list_value.values]
+    return getattr(m, kind)
+
+
+def result_to_proto(r: WindowResult, types: Mapping[str, str]) -> pb.WindowResult:
+    values = {}
+    for name, v in r.values.items():
+        t = types.get(name, "")
+        if isinstance(v, dict) and t.startswith("STRUCT"):
+            parts = dict(
+                (p.split("=")[0], p.split("=")[1]) for p in t[len("STRUCT:") :].split(",") if p
+            )
+            values[name] = pb.Value(
+                struct_value=pb.Struct(
+                    fields={k: value_to_proto(x, parts.get(k, "")) for k, x in v.items()}
+                )
+            )
+        else:
+            values[name] = value_to_proto(v, t)
+    return pb.WindowResult(window=r.window, values=values, size=r.size, evicted=r.evicted)
+
+
+def result_from_proto(m: pb.WindowResult) -> WindowResult:
+    return WindowResult(
+        window=m.window,
+        values={k: value_from_proto(v) for k, v in m.values.items()},
+        size=m.size,
+        evicted=m.evicted,
+    )
+
+
+# --------------------------------------------------------------------------- columns
+
+COLUMN_KINDS = {
+    "doubles": FieldType.DOUBLE,
+    "ints": FieldType.INT64,
+    "strings": FieldType.STRING,
+    "bools": FieldType.BOOL,
+    "timestamps": FieldType.TIMESTAMP,
+}
+_KIND_OF_TYPE = {v.value: k for k, v in COLUMN_KINDS.items()}
+
+
+def column_to_proto(name: str, type_name: str, values: Sequence[Any]) -> pb.Column:
+    """A typed column; ``None`` entries (results only) are marked in ``nulls``."""
+    kind = _KIND_OF_TYPE.get(type_name)
+    nulls = [v is None for v in values]
+    has_null = any(nulls)
+    if kind is None:
+        return pb.Column(name=name, values=pb.ValueList(values=[value_to_proto(v) for v in values]))
+    if has_null:
+        fill: Any = {"doubles": math.nan, "strings": "", "bools": False}.get(kind, 0)
+        values = [fill if v is None else v for v in values]
+    col = pb.Column(name=name, nulls=nulls if has_null else ())
+    if kind == "doubles":
+        col.doubles.values.extend(values)
+    elif kind == "strings":
+        col.strings.values.extend(values)
+    elif kind == "bools":
+        col.bools.values.extend(values)
+    else:
+        getattr(col, kind).values.extend(values)
+    return col
+
+
+def column_from_proto(col: pb.Column) -> tuple[str, list[Any]]:
+    """(type name, values) of a column; nulls become ``None``."""
+    kind = col.WhichOneof("data")
+    if kind is None:
+        return "EMPTY", []
+    if kind == "values":
+        values = [value_from_proto(v) for v in col.values.values]
+        type_name = "ANY"
+    else:
+        values = list(getattr(col, kind).values)
+        type_name = COLUMN_KINDS[kind].value
+    if col.nulls:
+        values = [None if n else v for v, n in zip(values, col.nulls, strict=False)]
+    return type_name, values
+
+
+def append_result_from_proto(m: pb.AppendResponse) -> AppendResult:
+    out = AppendResult(
+        rows_applied=m.rows_applied,
+        rows_late=m.rows_late,
+        rows_buffered=m.rows_buffered,
+        duplicate=m.duplicate,
+        results={r.window: result_from_proto(r) for r in m.results},
+    )
+    for rr in m.row_results:
+        cols = {c.name: column_from_proto(c)[1] for c in rr.columns}
+        cols["__size"] = list(rr.sizes.values)
+        out.row_results[rr.window] = cols
+    return out
+
+
+def output_types(outputs: Sequence[OutputSpec]) -> dict[str, str]:
+    """Output name -> type tag used by :func:`result_to_proto` (structs carry their parts)."""
+    tags = {}
+    for o in outputs:
+        if o.parts:
+            tags[o.name] = "STRUCT:" + ",".join(f"{p.name}={p.type}" for p in o.parts)
+        else:
+            tags[o.name] = str(o.type)
+    return tags

@@ -1,0 +1,664 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class FieldType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FIELD_TYPE_UNSPECIFIED: _ClassVar[FieldType]
+    DOUBLE: _ClassVar[FieldType]
+    INT64: _ClassVar[FieldType]
+    STRING: _ClassVar[FieldType]
+    BOOL: _ClassVar[FieldType]
+    TIMESTAMP: _ClassVar[FieldType]
+
+class LatePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LATE_POLICY_UNSPECIFIED: _ClassVar[LatePolicy]
+    REJECT: _ClassVar[LatePolicy]
+    DROP: _ClassVar[LatePolicy]
+
+class Algorithm(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ALGORITHM_UNSPECIFIED: _ClassVar[Algorithm]
+    AMTA: _ClassVar[Algorithm]
+    LMTA: _ClassVar[Algorithm]
+
+class StorageKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STORAGE_KIND_UNSPECIFIED: _ClassVar[StorageKind]
+    MEMORY: _ClassVar[StorageKind]
+    REDIS: _ClassVar[StorageKind]
+
+class ResultMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RESULT_MODE_UNSPECIFIED: _ClassVar[ResultMode]
+    NONE: _ClassVar[ResultMode]
+    FINAL: _ClassVar[ResultMode]
+    PER_ROW: _ClassVar[ResultMode]
+
+FIELD_TYPE_UNSPECIFIED: FieldType
+DOUBLE: FieldType
+INT64: FieldType
+STRING: FieldType
+BOOL: FieldType
+TIMESTAMP: FieldType
+LATE_POLICY_UNSPECIFIED: LatePolicy
+REJECT: LatePolicy
+DROP: LatePolicy
+ALGORITHM_UNSPECIFIED: Algorithm
+AMTA: Algorithm
+LMTA: Algorithm
+STORAGE_KIND_UNSPECIFIED: StorageKind
+MEMORY: StorageKind
+REDIS: StorageKind
+RESULT_MODE_UNSPECIFIED: ResultMode
+NONE: ResultMode
+FINAL: ResultMode
+PER_ROW: ResultMode
+
+class FieldSpec(_message.Message):
+    __slots__ = ("name", "type", "allow_nan")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_NAN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    type: FieldType
+    allow_nan: bool
+    def __init__(
+        self,
+        name: _Optional[str] = ...,
+        type: _Optional[_Union[FieldType, str]] = ...,
+        allow_nan: _Optional[bool] = ...,
+    ) -> None: ...
+
+class StreamSpec(_message.Message):
+    __slots__ = ("name", "timestamp_field", "fields", "late_policy", "allowed_lateness")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    LATE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_LATENESS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    timestamp_field: str
+    fields: _containers.RepeatedCompositeFieldContainer[FieldSpec]
+    late_policy: LatePolicy
+    allowed_lateness: _duration_pb2.Duration
+    def __init__(
+        self,
+        name: _Optional[str] = ...,
+        timestamp_field: _Optional[str] = ...,
+        fields: _Optional[_Iterable[_Union[FieldSpec, _Mapping]]] = ...,
+        late_policy: _Optional[_Union[LatePolicy, str]] = ...,
+        allowed_lateness: _Optional[
+            _Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]
+        ] = ...,
+    ) -> None: ...
+
+class StreamInfo(_message.Message):
+    __slots__ = (
+        "spec",
+        "windows",
+        "rows_appended",
+        "rows_late",
+        "batches_appended",
+        "batches_duplicate",
+        "newest_timestamp",
+        "rows_buffered",
+    )
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_APPENDED_FIELD_NUMBER: _ClassVar[int]
+    ROWS_LATE_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_APPENDED_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    NEWEST_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    ROWS_BUFFERED_FIELD_NUMBER: _ClassVar[int]
+    spec: StreamSpec
+    windows: _containers.RepeatedScalarFieldContainer[str]
+    rows_appended: int
+    rows_late: int
+    batches_appended: int
+    batches_duplicate: int
+    newest_timestamp: int
+    rows_buffered: int
+    def __init__(
+        self,
+        spec: _Optional[_Union[StreamSpec, _Mapping]] = ...,
+        windows: _Optional[_Iterable[str]] = ...,
+        rows_appended: _Optional[int] = ...,
+        rows_late: _Optional[int] = ...,
+        batches_appended: _Optional[int] = ...,
+        batches_duplicate: _Optional[int] = ...,
+        newest_timestamp: _Optional[int] = ...,
+        rows_buffered: _Optional[int] = ...,
+    ) -> None: ...
+
+class Aggregation(_message.Message):
+    __slots__ = ("name", "monoid", "field", "params")
+    class ParamsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MONOID_FIELD_NUMBER: _ClassVar[int]
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    monoid: str
+    field: str
+    params: _containers.ScalarMap[str, str]
+    def __init__(
+        self,
+        name: _Optional[str] = ...,
+        monoid: _Optional[str] = ...,
+        field: _Optional[str] = ...,
+        params: _Optional[_Mapping[str, str]] = ...,
+    ) -> None: ...
+
+class CountPolicy(_message.Message):
+    __slots__ = ("size",)
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    size: int
+    def __init__(self, size: _Optional[int] = ...) -> None: ...
+
+class TimeRangePolicy(_message.Message):
+    __slots__ = ("range",)
+    RANGE_FIELD_NUMBER: _ClassVar[int]
+    range: _duration_pb2.Duration
+    def __init__(
+        self, range: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...
+    ) -> None: ...
+
+class BoundedSumPolicy(_message.Message):
+    __slots__ = ("field", "bound")
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    BOUND_FIELD_NUMBER: _ClassVar[int]
+    field: str
+    bound: float
+    def __init__(self, field: _Optional[str] = ..., bound: _Optional[float] = ...) -> None: ...
+
+class MaxSubWindowPolicy(_message.Message):
+    __slots__ = ("field", "max_size")
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    MAX_SIZE_FIELD_NUMBER: _ClassVar[int]
+    field: str
+    max_size: int
+    def __init__(self, field: _Optional[str] = ..., max_size: _Optional[int] = ...) -> None: ...
+
+class ExpressionPolicy(_message.Message):
+    __slots__ = ("cel",)
+    CEL_FIELD_NUMBER: _ClassVar[int]
+    cel: str
+    def __init__(self, cel: _Optional[str] = ...) -> None: ...
+
+class SlidePolicy(_message.Message):
+    __slots__ = ("count", "time_range", "bounded_sum", "max_sub_window", "expression")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    TIME_RANGE_FIELD_NUMBER: _ClassVar[int]
+    BOUNDED_SUM_FIELD_NUMBER: _ClassVar[int]
+    MAX_SUB_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    count: CountPolicy
+    time_range: TimeRangePolicy
+    bounded_sum: BoundedSumPolicy
+    max_sub_window: MaxSubWindowPolicy
+    expression: ExpressionPolicy
+    def __init__(
+        self,
+        count: _Optional[_Union[CountPolicy, _Mapping]] = ...,
+        time_range: _Optional[_Union[TimeRangePolicy, _Mapping]] = ...,
+        bounded_sum: _Optional[_Union[BoundedSumPolicy, _Mapping]] = ...,
+        max_sub_window: _Optional[_Union[MaxSubWindowPolicy, _Mapping]] = ...,
+        expression: _Optional[_Union[ExpressionPolicy, _Mapping]] = ...,
+    ) -> None: ...
+
+class Storage(_message.Message):
+    __slots__ = ("kind", "durable", "block_size", "cache_size")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CACHE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    kind: StorageKind
+    durable: bool
+    block_size: int
+    cache_size: int
+    def __init__(
+        self,
+        kind: _Optional[_Union[StorageKind, str]] = ...,
+        durable: _Optional[bool] = ...,
+        block_size: _Optional[int] = ...,
+        cache_size: _Optional[int] = ...,
+    ) -> None: ...
+
+class WindowSpec(_message.Message):
+    __slots__ = ("stream", "name", "algorithm", "aggregations", "policy", "storage")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ALGORITHM_FIELD_NUMBER: _ClassVar[int]
+    AGGREGATIONS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    name: str
+    algorithm: Algorithm
+    aggregations: _containers.RepeatedCompositeFieldContainer[Aggregation]
+    policy: SlidePolicy
+    storage: Storage
+    def __init__(
+        self,
+        stream: _Optional[str] = ...,
+        name: _Optional[str] = ...,
+        algorithm: _Optional[_Union[Algorithm, str]] = ...,
+        aggregations: _Optional[_Iterable[_Union[Aggregation, _Mapping]]] = ...,
+        policy: _Optional[_Union[SlidePolicy, _Mapping]] = ...,
+        storage: _Optional[_Union[Storage, _Mapping]] = ...,
+    ) -> None: ...
+
+class WindowStats(_message.Message):
+    __slots__ = (
+        "size",
+        "levels",
+        "inserted",
+        "evicted",
+        "bulk_evictions",
+        "store_round_trips",
+        "cache_misses",
+        "late_rows",
+        "policy_errors",
+        "store_bytes_read",
+        "store_bytes_written",
+    )
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    LEVELS_FIELD_NUMBER: _ClassVar[int]
+    INSERTED_FIELD_NUMBER: _ClassVar[int]
+    EVICTED_FIELD_NUMBER: _ClassVar[int]
+    BULK_EVICTIONS_FIELD_NUMBER: _ClassVar[int]
+    STORE_ROUND_TRIPS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_MISSES_FIELD_NUMBER: _ClassVar[int]
+    LATE_ROWS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    STORE_BYTES_READ_FIELD_NUMBER: _ClassVar[int]
+    STORE_BYTES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    size: int
+    levels: int
+    inserted: int
+    evicted: int
+    bulk_evictions: int
+    store_round_trips: int
+    cache_misses: int
+    late_rows: int
+    policy_errors: int
+    store_bytes_read: int
+    store_bytes_written: int
+    def __init__(
+        self,
+        size: _Optional[int] = ...,
+        levels: _Optional[int] = ...,
+        inserted: _Optional[int] = ...,
+        evicted: _Optional[int] = ...,
+        bulk_evictions: _Optional[int] = ...,
+        store_round_trips: _Optional[int] = ...,
+        cache_misses: _Optional[int] = ...,
+        late_rows: _Optional[int] = ...,
+        policy_errors: _Optional[int] = ...,
+        store_bytes_read: _Optional[int] = ...,
+        store_bytes_written: _Optional[int] = ...,
+    ) -> None: ...
+
+class WindowInfo(_message.Message):
+    __slots__ = ("spec", "stats", "outputs")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    spec: WindowSpec
+    stats: WindowStats
+    outputs: _containers.RepeatedCompositeFieldContainer[OutputSpec]
+    def __init__(
+        self,
+        spec: _Optional[_Union[WindowSpec, _Mapping]] = ...,
+        stats: _Optional[_Union[WindowStats, _Mapping]] = ...,
+        outputs: _Optional[_Iterable[_Union[OutputSpec, _Mapping]]] = ...,
+    ) -> None: ...
+
+class OutputSpec(_message.Message):
+    __slots__ = ("name", "type", "parts")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    type: FieldType
+    parts: _containers.RepeatedCompositeFieldContainer[FieldSpec]
+    def __init__(
+        self,
+        name: _Optional[str] = ...,
+        type: _Optional[_Union[FieldType, str]] = ...,
+        parts: _Optional[_Iterable[_Union[FieldSpec, _Mapping]]] = ...,
+    ) -> None: ...
+
+class DoubleList(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, values: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class Int64List(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, values: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class StringList(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, values: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class BoolList(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, values: _Optional[_Iterable[bool]] = ...) -> None: ...
+
+class ValueList(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedCompositeFieldContainer[Value]
+    def __init__(self, values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ...) -> None: ...
+
+class Column(_message.Message):
+    __slots__ = ("name", "doubles", "ints", "strings", "bools", "timestamps", "values", "nulls")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DOUBLES_FIELD_NUMBER: _ClassVar[int]
+    INTS_FIELD_NUMBER: _ClassVar[int]
+    STRINGS_FIELD_NUMBER: _ClassVar[int]
+    BOOLS_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    NULLS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    doubles: DoubleList
+    ints: Int64List
+    strings: StringList
+    bools: BoolList
+    timestamps: Int64List
+    values: ValueList
+    nulls: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(
+        self,
+        name: _Optional[str] = ...,
+        doubles: _Optional[_Union[DoubleList, _Mapping]] = ...,
+        ints: _Optional[_Union[Int64List, _Mapping]] = ...,
+        strings: _Optional[_Union[StringList, _Mapping]] = ...,
+        bools: _Optional[_Union[BoolList, _Mapping]] = ...,
+        timestamps: _Optional[_Union[Int64List, _Mapping]] = ...,
+        values: _Optional[_Union[ValueList, _Mapping]] = ...,
+        nulls: _Optional[_Iterable[bool]] = ...,
+    ) -> None: ...
+
+class Struct(_message.Message):
+    __slots__ = ("fields",)
+    class FieldsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Value
+        def __init__(
+            self, key: _Optional[str] = ..., value: _Optional[_Union[Value, _Mapping]] = ...
+        ) -> None: ...
+
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    fields: _containers.MessageMap[str, Value]
+    def __init__(self, fields: _Optional[_Mapping[str, Value]] = ...) -> None: ...
+
+class Value(_message.Message):
+    __slots__ = (
+        "null",
+        "double_value",
+        "int_value",
+        "string_value",
+        "bool_value",
+        "timestamp_value",
+        "struct_value",
+        "list_value",
+    )
+    NULL_FIELD_NUMBER: _ClassVar[int]
+    DOUBLE_VALUE_FIELD_NUMBER: _ClassVar[int]
+    INT_VALUE_FIELD_NUMBER: _ClassVar[int]
+    STRING_VALUE_FIELD_NUMBER: _ClassVar[int]
+    BOOL_VALUE_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_VALUE_FIELD_NUMBER: _ClassVar[int]
+    STRUCT_VALUE_FIELD_NUMBER: _ClassVar[int]
+    LIST_VALUE_FIELD_NUMBER: _ClassVar[int]
+    null: bool
+    double_value: float
+    int_value: int
+    string_value: str
+    bool_value: bool
+    timestamp_value: int
+    struct_value: Struct
+    list_value: ValueList
+    def __init__(
+        self,
+        null: _Optional[bool] = ...,
+        double_value: _Optional[float] = ...,
+        int_value: _Optional[int] = ...,
+        string_value: _Optional[str] = ...,
+        bool_value: _Optional[bool] = ...,
+        timestamp_value: _Optional[int] = ...,
+        struct_value: _Optional[_Union[Struct, _Mapping]] = ...,
+        list_value: _Optional[_Union[ValueList, _Mapping]] = ...,
+    ) -> None: ...
+
+class WindowResult(_message.Message):
+    __slots__ = ("window", "values", "size", "evicted")
+    class ValuesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Value
+        def __init__(
+            self, key: _Optional[str] = ..., value: _Optional[_Union[Value, _Mapping]] = ...
+        ) -> None: ...
+
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    EVICTED_FIELD_NUMBER: _ClassVar[int]
+    window: str
+    values: _containers.MessageMap[str, Value]
+    size: int
+    evicted: int
+    def __init__(
+        self,
+        window: _Optional[str] = ...,
+        values: _Optional[_Mapping[str, Value]] = ...,
+        size: _Optional[int] = ...,
+        evicted: _Optional[int] = ...,
+    ) -> None: ...
+
+class WindowRowResults(_message.Message):
+    __slots__ = ("window", "columns", "sizes")
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    SIZES_FIELD_NUMBER: _ClassVar[int]
+    window: str
+    columns: _containers.RepeatedCompositeFieldContainer[Column]
+    sizes: Int64List
+    def __init__(
+        self,
+        window: _Optional[str] = ...,
+        columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ...,
+        sizes: _Optional[_Union[Int64List, _Mapping]] = ...,
+    ) -> None: ...
+
+class CreateStreamRequest(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: StreamSpec
+    def __init__(self, spec: _Optional[_Union[StreamSpec, _Mapping]] = ...) -> None: ...
+
+class DeleteStreamRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteStreamResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListStreamsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListStreamsResponse(_message.Message):
+    __slots__ = ("streams",)
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    streams: _containers.RepeatedCompositeFieldContainer[StreamInfo]
+    def __init__(
+        self, streams: _Optional[_Iterable[_Union[StreamInfo, _Mapping]]] = ...
+    ) -> None: ...
+
+class GetStreamRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class CreateWindowRequest(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: WindowSpec
+    def __init__(self, spec: _Optional[_Union[WindowSpec, _Mapping]] = ...) -> None: ...
+
+class DeleteWindowRequest(_message.Message):
+    __slots__ = ("stream", "name")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    name: str
+    def __init__(self, stream: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class DeleteWindowResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetWindowRequest(_message.Message):
+    __slots__ = ("stream", "name")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    name: str
+    def __init__(self, stream: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class ListWindowsRequest(_message.Message):
+    __slots__ = ("stream",)
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    def __init__(self, stream: _Optional[str] = ...) -> None: ...
+
+class ListWindowsResponse(_message.Message):
+    __slots__ = ("windows",)
+    WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    windows: _containers.RepeatedCompositeFieldContainer[WindowInfo]
+    def __init__(
+        self, windows: _Optional[_Iterable[_Union[WindowInfo, _Mapping]]] = ...
+    ) -> None: ...
+
+class AppendRequest(_message.Message):
+    __slots__ = ("stream", "columns", "arrow_ipc", "producer_id", "sequence", "results", "windows")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    columns: _containers.RepeatedCompositeFieldContainer[Column]
+    arrow_ipc: bytes
+    producer_id: str
+    sequence: int
+    results: ResultMode
+    windows: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(
+        self,
+        stream: _Optional[str] = ...,
+        columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ...,
+        arrow_ipc: _Optional[bytes] = ...,
+        producer_id: _Optional[str] = ...,
+        sequence: _Optional[int] = ...,
+        results: _Optional[_Union[ResultMode, str]] = ...,
+        windows: _Optional[_Iterable[str]] = ...,
+    ) -> None: ...
+
+class AppendResponse(_message.Message):
+    __slots__ = (
+        "rows_applied",
+        "rows_late",
+        "rows_buffered",
+        "duplicate",
+        "results",
+        "row_results",
+    )
+    ROWS_APPLIED_FIELD_NUMBER: _ClassVar[int]
+    ROWS_LATE_FIELD_NUMBER: _ClassVar[int]
+    ROWS_BUFFERED_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    ROW_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    rows_applied: int
+    rows_late: int
+    rows_buffered: int
+    duplicate: bool
+    results: _containers.RepeatedCompositeFieldContainer[WindowResult]
+    row_results: _containers.RepeatedCompositeFieldContainer[WindowRowResults]
+    def __init__(
+        self,
+        rows_applied: _Optional[int] = ...,
+        rows_late: _Optional[int] = ...,
+        rows_buffered: _Optional[int] = ...,
+        duplicate: _Optional[bool] = ...,
+        results: _Optional[_Iterable[_Union[WindowResult, _Mapping]]] = ...,
+        row_results: _Optional[_Iterable[_Union[WindowRowResults, _Mapping]]] = ...,
+    ) -> None: ...
+
+class QueryRequest(_message.Message):
+    __slots__ = ("stream", "window")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    window: str
+    def __init__(self, stream: _Optional[str] = ..., window: _Optional[str] = ...) -> None: ...
+
+class SubscribeRequest(_message.Message):
+    __slots__ = ("stream", "window")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    window: str
+    def __init__(self, stream: _Optional[str] = ..., window: _Optional[str] = ...) -> None: ...
+
+class SubscribeEvent(_message.Message):
+    __slots__ = ("batch", "result")
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    batch: int
+    result: WindowResult
+    def __init__(
+        self, batch: _Optional[int] = ..., result: _Optional[_Union[WindowResult, _Mapping]] = ...
+    ) -> None: ...

@@ -1,0 +1,326 @@
+"""From a window's definition to an engine: the monoid catalog, output types and policies.
+
+A window's aggregations become one :class:`Record`; each built-in slide policy adds the hidden
+fields it reads (``__n``, ``__ts``, ...), so users name only what they want to see. Monoid
+plugins are entry points in the group ``mtawindows.monoids``: ``factory(field, params) ->
+monoid``, where ``field`` is ``None`` when empty and ``params`` a ``dict[str, str]``; the monoid
+may carry an ``output_type`` (a FieldType name) for typed result columns.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any
+
+from mtawindows.client.types import Aggregation, FieldType, Policy, StreamSpec, WindowSpec
+
+from .cel import CelField, CelPolicy
+from .monoids import (
+    ArgMax,
+    ArgMin,
+    Count,
+    First,
+    GeometricMean,
+    Last,
+    Max,
+    MaxCount,
+    Mean,
+    Min,
+    Monoid,
+    Record,
+    StdDev,
+    Sum,
+    Variance,
+)
+from .policies import AnyOf, BoundedSumPolicy, CountPolicy, MaxSubWindowPolicy, TimeRangePolicy
+
+PLUGIN_GROUP = "mtawindows.monoids"
+NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+NUMERIC = (FieldType.DOUBLE, FieldType.INT64)
+ORDERED = (FieldType.DOUBLE, FieldType.INT64, FieldType.TIMESTAMP)
+_CEL_TYPES = {
+    FieldType.DOUBLE: "double",
+    FieldType.INT64: "int",
+    FieldType.STRING: "string",
+    FieldType.BOOL: "bool",
+    FieldType.TIMESTAMP: "timestamp",
+}
+BUILTINS = (
+    "count",
+    "sum",
+    "min",
+    "max",
+    "mean",
+    "variance",
+    "stddev",
+    "geomean",
+    "first",
+    "last",
+    "argmax",
+    "argmin",
+    "maxcount",
+)
+
+
+class DefinitionError(ValueError):
+    """A stream or window definition that cannot be built; ``field`` names the culprit."""
+
+    def __init__(self, field: str, message: str, *, reason: str = "INVALID_DEFINITION") -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.description = message
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Output:
+    """One visible output: its name, type (a FieldType value or "STRUCT"), struct parts and
+    how to turn the lowered value into plain parts."""
+
+    name: str
+    type: str
+    parts: tuple[tuple[str, str], ...] = ()  # (part name, FieldType value)
+    split: Callable[[Any], tuple[Any, ...]] | None = None  # lowered value -> parts
+    nullable_when_empty: bool = True
+
+
+@dataclass
+class Built:
+    """What a window definition compiles to."""
+
+    monoid: Record
+    policy: Any
+    outputs: list[Output]
+    hidden: tuple[str, ...]
+
+
+def plugin_names() -> list[str]:
+    return sorted(ep.name for ep in entry_points(group=PLUGIN_GROUP))
+
+
+def _load_plugin(name: str) -> Callable[..., Monoid] | None:
+    for ep in entry_points(group=PLUGIN_GROUP):
+        if ep.name == name:
+            return ep.load()  # type: ignore[no-any-return]
+    return None
+
+
+def field_types(stream: StreamSpec) -> dict[str, FieldType]:
+    types = {f.name: FieldType(f.type) for f in stream.fields}
+    types[stream.timestamp_field] = FieldType.TIMESTAMP
+    return types
+
+
+def _need_field(
+    where: str, agg: Aggregation, types: Mapping[str, FieldType], allowed: tuple[FieldType, ...]
+) -> FieldType:
+    if not agg.field:
+        raise DefinitionError(f"{where}.field", f"{agg.monoid} needs a field, got none")
+    t = types.get(agg.field)
+    if t is None:
+        raise DefinitionError(
+            f"{where}.field",
+            f"the stream has no field {agg.field!r}; its fields are {sorted(types)}",
+            reason="UNKNOWN_FIELD",
+        )
+    if t not in allowed:
+        names = "/".join(a.value for a in allowed)
+        raise DefinitionError(
+            f"{where}.field",
+            f"{agg.monoid} needs a {names} field, {agg.field!r} is {t.value}",
+        )
+    return t
+
+
+def _params(where: str, agg: Aggregation, allowed: tuple[str, ...]) -> None:
+    extra = sorted(set(agg.params) - set(allowed))
+    if extra:
+        expected = f"only {list(allowed)}" if allowed else "none"
+        raise DefinitionError(
+            f"{where}.params", f"{agg.monoid} takes {expected} as params, got {extra}"
+        )
+
+
+def build_aggregation(
+    where: str, agg: Aggregation, types: Mapping[str, FieldType]
+) -> tuple[Monoid, Output]:
+    """One aggregation -> (monoid, output description)."""
+    kind = agg.monoid.lower()
+    name = agg.name
+    if kind == "count":
+        _params(where, agg, ())
+        if agg.field:
+            raise DefinitionError(f"{where}.field", "count reads no field; leave it empty")
+        return Count(), Output(name, FieldType.INT64, nullable_when_empty=False)
+    if kind == "sum":
+        _params(where, agg, ())
+        t = _need_field(where, agg, types, NUMERIC)
+        return Sum(agg.field), Output(name, t, nullable_when_empty=False)
+    if kind in ("min", "max"):
+        _params(where, agg, ())
+        t = _need_field(where, agg, types, ORDERED)
+        return (Min if kind == "min" else Max)(agg.field), Output(name, t)
+    if kind in ("mean", "geomean"):
+        _params(where, agg, ())
+        _need_field(where, agg, types, NUMERIC)
+        m = Mean(agg.field) if kind == "mean" else GeometricMean(agg.field)
+        return m, Output(name, FieldType.DOUBLE)
+    if kind in ("variance", "stddev"):
+        _params(where, agg, ("ddof",))
+        _need_field(where, agg, types, NUMERIC)
+        ddof_text = agg.params.get("ddof", "0")
+        if ddof_text not in ("0", "1"):
+            raise DefinitionError(f"{where}.params.ddof", f"expected 0 or 1, got {ddof_text!r}")
+        cls = Variance if kind == "variance" else StdDev
+        return cls(agg.field, ddof=int(ddof_text)), Output(name, FieldType.DOUBLE)
+    if kind in ("first", "last"):
+        _params(where, agg, ())
+        t = _need_field(where, agg, types, tuple(FieldType))
+        return (First if kind == "first" else Last)(agg.field), Output(name, t)
+    if kind in ("argmax", "argmin"):
+        _params(where, agg, ("key",))
+        t = _need_field(where, agg, types, ORDERED)
+        key = agg.params.get("key", "")
+        if key not in types:
+            raise DefinitionError(
+                f"{where}.params.key",
+                f"{kind} needs params key = the field whose value to report, one of "
+                f"{sorted(types)}; got {key!r}",
+            )
+        m = (ArgMax if kind == "argmax" else ArgMin)(value=agg.field, key=key)
+        parts = (("value", t.value), ("key", types[key].value))
+        return m, Output(name, "STRUCT", parts, split=lambda r: (r[0], r[1]))
+    if kind == "maxcount":
+        _params(where, agg, ())
+        t = _need_field(where, agg, types, ORDERED)
+        parts = (("max", t.value), ("count", FieldType.INT64.value))
+        return MaxCount(agg.field), Output(name, "STRUCT", parts, split=lambda r: (r[0], r[1]))
+    factory = _load_plugin(agg.monoid)
+    if factory is None:
+        raise DefinitionError(
+            f"{where}.monoid",
+            f"unknown monoid {agg.monoid!r}; built-in: {list(BUILTINS)}, plugins: {plugin_names()}",
+            reason="UNKNOWN_MONOID",
+        )
+    if agg.field and agg.field not in types:
+        raise DefinitionError(
+            f"{where}.field", f"the stream has no field {agg.field!r}", reason="UNKNOWN_FIELD"
+        )
+    try:
+        m = factory(agg.field or None, dict(agg.params))
+    except (TypeError, ValueError) as ex:
+        raise DefinitionError(f"{where}", f"plugin {agg.monoid!r} refused: {ex}") from None
+    out_type = getattr(m, "output_type", None) or "ANY"
+    return m, Output(name, str(out_type))
+
+
+def _cel_field(out: Output, index: int, monoid: Monoid) -> CelField:
+    lower = None if isinstance(monoid, Count | Sum | Max | Min) else monoid.lower
+    if out.type == "STRUCT":
+        names = [p for p, _ in out.parts]
+        return CelField(
+            {p: _CEL_TYPES[FieldType(t)] for p, t in out.parts},
+            index,
+            lower,
+            {p: (lambda r, j=j: r[j]) for j, p in enumerate(names)},
+        )
+    cel_type = _CEL_TYPES.get(FieldType(out.type), "dyn") if out.type in FieldType else "dyn"
+    return CelField(cel_type, index, lower)
+
+
+def build_window(stream: StreamSpec, spec: WindowSpec) -> Built:
+    """Check ``spec`` against ``stream`` and compile it; raises DefinitionError."""
+    if not NAME.match(spec.name or ""):
+        raise DefinitionError(
+            "spec.name", f"expected a name matching {NAME.pattern}, got {spec.name!r}"
+        )
+    if spec.algorithm not in ("AMTA", "LMTA"):
+        raise DefinitionError("spec.algorithm", f"expected AMTA or LMTA, got {spec.algorithm!r}")
+    if not spec.aggregations:
+        raise DefinitionError("spec.aggregations", "expected at least one aggregation, got none")
+    types = field_types(stream)
+    fields: dict[str, Monoid] = {}
+    outputs: list[Output] = []
+    for i, agg in enumerate(spec.aggregations):
+        where = f"spec.aggregations[{i}]"
+        if not NAME.match(agg.name or ""):
+            raise DefinitionError(
+                f"{where}.name",
+                f"expected an output name matching {NAME.pattern}, got {agg.name!r}",
+            )
+        if agg.name in fields:
+            raise DefinitionError(f"{where}.name", f"output {agg.name!r} is defined twice")
+        m, out = build_aggregation(where, agg, types)
+        fields[agg.name] = m
+        outputs.append(out)
+    visible = dict(fields)
+    policy = _build_policy(spec.policy, types, fields, stream.timestamp_field)
+    hidden = tuple(n for n in fields if n not in visible)
+    record = Record(fields)
+    if isinstance(policy, _Cel):
+        cel_fields = {
+            out.name: _cel_field(out, record.index(out.name), fields[out.name]) for out in outputs
+        }
+        try:
+            policy = CelPolicy(policy.text, cel_fields)
+        except ValueError as ex:
+            raise DefinitionError("spec.policy.expression.cel", str(ex)) from None
+    return Built(record, policy, outputs, hidden)
+
+
+@dataclass(frozen=True)
+class _Cel:
+    text: str
+
+
+def _build_policy(
+    p: Policy, types: Mapping[str, FieldType], fields: dict[str, Monoid], ts_field: str
+) -> Any:
+    where = "spec.policy"
+    if p.kind == "count":
+        if p.size < 0:
+            raise DefinitionError(f"{where}.count.size", f"expected >= 0, got {p.size}")
+        fields["__n"] = Count()
+        return CountPolicy(p.size, field="__n")
+    if p.kind == "time_range":
+        ns = _duration_ns(p)
+        if ns <= 0:
+            raise DefinitionError(f"{where}.time_range.range", f"expected > 0, got {p.range}")
+        fields["__ts"] = Max(ts_field)
+        return TimeRangePolicy(ns, field="__ts")
+    if p.kind == "bounded_sum":
+        agg = Aggregation("__sum", "sum", p.field)
+        _need_field(f"{where}.bounded_sum", agg, types, NUMERIC)
+        if p.bound != p.bound:
+            raise DefinitionError(f"{where}.bounded_sum.bound", "expected a number, got NaN")
+        fields["__sum"] = Sum(p.field)
+        fields["__last"] = Last(p.field)
+        return BoundedSumPolicy(p.bound, sum_field="__sum", last_field="__last")
+    if p.kind == "max_sub_window":
+        agg = Aggregation("__max", "max", p.field)
+        _need_field(f"{where}.max_sub_window", agg, types, ORDERED)
+        if p.max_size < 0:
+            raise DefinitionError(
+                f"{where}.max_sub_window.max_size", f"expected >= 0, got {p.max_size}"
+            )
+        fields["__max"] = Max(p.field)
+        sub = MaxSubWindowPolicy(field="__max")
+        if p.max_size > 0:
+            fields["__n"] = Count()
+            return AnyOf(sub, CountPolicy(p.max_size, field="__n"))
+        return sub
+    if p.kind == "expression":
+        return _Cel(p.cel)
+    raise DefinitionError(
+        where,
+        "expected one of count, time_range, bounded_sum, max_sub_window, expression; "
+        f"got {p.kind or 'none'}",
+    )
+
+
+def _duration_ns(p: Policy) -> int:
+    r = p.range
+    return (r.days * 86_400 + r.seconds) * 1_000_000_000 + r.microseconds * 1_000

@@ -1,0 +1,729 @@
+"""The window service's core, independent of gRPC: streams, their windows, ingestion.
+
+A :class:`Registry` holds the streams; each :class:`Stream` validates and decodes a batch once
+(columns -> rows), lifts it for every window before changing any (so a refused row changes
+nothing), then applies it to each window's engine (Amortized MTA or Log MTA, in memory or on
+the Redis tier). Definitions live in Redis next to the windows' data, so a restarted registry
+reopens every window where its last acknowledged batch left it.
+
+Calls on one stream must be serialized by the caller (the gRPC layer holds a per-stream lock
+and runs them on worker threads); different streams run in parallel.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mtawindows.client import convert
+from mtawindows.client.proto import windows_pb2 as pb
+from mtawindows.client.types import (
+    AppendResult,
+    Field,
+    FieldType,
+    OutputSpec,
+    StreamInfo,
+    StreamSpec,
+    WindowInfo,
+    WindowResult,
+    WindowSpec,
+)
+
+from .catalog import NAME, Built, DefinitionError, Output, build_window
+from .cel import CelPolicy
+from .mta import AmortizedMTA, LogMTA
+from .store import StoreError
+
+log = logging.getLogger("mtawindows.service")
+
+FINAL, NONE, PER_ROW = "FINAL", "NONE", "PER_ROW"
+
+
+class ServiceError(Exception):
+    """A refused request: a gRPC status code name, an UPPER_SNAKE reason, a message naming what
+    was wrong, expected and given, and field violations for bad requests."""
+
+    def __init__(
+        self,
+        code: str,
+        reason: str,
+        message: str,
+        violations: Sequence[tuple[str, str]] = (),
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.violations = list(violations)
+        self.metadata = dict(metadata or {})
+
+
+def invalid(field_path: str, message: str, reason: str = "INVALID_ARGUMENT") -> ServiceError:
+    return ServiceError(
+        "INVALID_ARGUMENT", reason, f"{field_path}: {message}", [(field_path, message)]
+    )
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_streams: int = 1000
+    max_windows_per_stream: int = 64
+    max_batch_rows: int = 500_000
+    max_message_bytes: int = 64 * 1024 * 1024
+    max_subscribers: int = 1000
+
+
+# --------------------------------------------------------------------------- windows
+
+
+class Window:
+    """One window of a stream: its definition, compiled record and policy, and engine."""
+
+    def __init__(self, stream: StreamSpec, spec: WindowSpec, built: Built, engine: Any) -> None:
+        self.stream = stream
+        self.spec = spec
+        self.built = built
+        self.engine = engine
+        self.outputs: list[Output] = built.outputs
+        self.output_specs = [
+            OutputSpec(o.name, o.type, tuple(Field(p, t) for p, t in o.parts))
+            for o in built.outputs
+        ]
+        self.type_tags = convert.output_types(self.output_specs)
+        self.lift = built.monoid.lift
+
+    @property
+    def window_id(self) -> str | None:
+        return self.engine.window_id  # type: ignore[no-any-return]
+
+    def values(self, lowered: Mapping[str, Any], size: int) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for o in self.outputs:
+            v = lowered[o.name]
+            if size == 0 and o.nullable_when_empty:
+                v = None
+            elif o.split is not None and v is not None:
+                v = dict(zip((p for p, _ in o.parts), o.split(v), strict=True))
+            out[o.name] = v
+        return out
+
+    def result(self, evicted: int = 0) -> WindowResult:
+        size = len(self.engine)
+        return WindowResult(self.spec.name, self.values(self.engine.query(), size), size, evicted)
+
+    def columns(self, lowered: list[Mapping[str, Any]], sizes: list[int]) -> dict[str, Any]:
+        """Per-row results as typed columns (struct outputs split into ``name.part``)."""
+        cols: dict[str, tuple[str, list[Any]]] = {}
+        for o in self.outputs:
+            vs = [
+                None if s == 0 and o.nullable_when_empty else d[o.name]
+                for d, s in zip(lowered, sizes, strict=True)
+            ]
+            if o.split is None:
+                cols[o.name] = (o.type, vs)
+                continue
+            split = o.split
+            parts = [split(v) if v is not None else None for v in vs]
+            for j, (p, t) in enumerate(o.parts):
+                cols[f"{o.name}.{p}"] = (t, [None if x is None else x[j] for x in parts])
+        return cols
+
+    def stats(self, late_rows: int) -> dict[str, int]:
+        s = self.engine.stats()
+        store = s.get("store", {})
+        policy = self.built.policy
+        return {
+            "size": s["size"],
+            "levels": s["levels"],
+            "inserted": s["inserted"],
+            "evicted": s["evicted"],
+            "bulk_evictions": s["bulk_evictions"],
+            "store_round_trips": store.get("round_trips", 0),
+            "cache_misses": store.get("misses", 0),
+            "store_bytes_read": store.get("bytes_read", 0),
+            "store_bytes_written": store.get("bytes_written", 0),
+            "late_rows": late_rows,
+            "policy_errors": policy.error_count if isinstance(policy, CelPolicy) else 0,
+        }
+
+    def info(self, late_rows: int) -> WindowInfo:
+        return WindowInfo(self.spec, self.stats(late_rows), self.output_specs)
+
+
+# --------------------------------------------------------------------------- streams
+
+_NUMERIC_WIDEN = {
+    (FieldType.INT64.value, FieldType.DOUBLE.value),
+    (FieldType.INT64.value, FieldType.TIMESTAMP.value),
+    (FieldType.TIMESTAMP.value, FieldType.INT64.value),
+}
+
+
+@dataclass
+class StreamState:
+    newest: int | None = None  # newest timestamp released to the windows
+    seen: int | None = None  # newest timestamp received (reorder buffer)
+    rows_appended: int = 0
+    rows_late: int = 0
+    batches_appended: int = 0
+    batches_duplicate: int = 0
+    producers: dict[str, int] = field(default_factory=dict)
+    buffer: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)  # heap
+    arrivals: int = 0  # tie-breaker of the heap: arrival order
+
+
+class Stream:
+    def __init__(self, spec: StreamSpec) -> None:
+        self.spec = spec
+        self.types: dict[str, str] = {f.name: str(f.type) for f in spec.fields}
+        self.types[spec.timestamp_field] = FieldType.TIMESTAMP.value
+        self.nan_ok = {f.name for f in spec.fields if f.allow_nan}
+        self.order = [spec.timestamp_field, *(f.name for f in spec.fields)]
+        self.windows: dict[str, Window] = {}
+        self.state = StreamState()
+        self.lateness = int(spec.allowed_lateness.total_seconds() * 1e9)
+        self.batches = 0
+        self.listeners: list[Callable[[int, Mapping[str, WindowResult]], None]] = []
+        self.lock = threading.Lock()
+
+    def info(self) -> StreamInfo:
+        st = self.state
+        return StreamInfo(
+            self.spec,
+            list(self.windows),
+            st.rows_appended,
+            st.rows_late,
+            st.batches_appended,
+            st.batches_duplicate,
+            st.newest or 0,
+            len(st.buffer),
+        )
+
+    # -- decoding
+    def decode(self, columns: Mapping[str, tuple[str, list[Any]]]) -> tuple[int, list[list[Any]]]:
+        """Check a batch's columns against the schema; the columns in schema order."""
+        violations: list[tuple[str, str]] = []
+        missing = [n for n in self.order if n not in columns]
+        unknown = sorted(set(columns) - set(self.types))
+        violations += [
+            (
+                f"columns[{n}]",
+                f"missing column {n!r} ({self.types[n]}) of stream {self.spec.name!r}",
+            )
+            for n in missing
+        ]
+        violations += [
+            (f"columns[{n}]", f"unknown column {n!r}; the stream's columns are {self.order}")
+            for n in unknown
+        ]
+        lengths = {n: len(columns[n][1]) for n in self.order if n in columns}
+        n_rows = max(lengths.values(), default=0)
+        for name, length in lengths.items():
+            if length != n_rows:
+                violations.append(
+                    (
+                        f"columns[{name}]",
+                        f"has {length} values, expected {n_rows} like the longest column",
+                    )
+                )
+        out: list[list[Any]] = []
+        for name in self.order:
+            if name not in columns:
+                continue
+            given, values = columns[name]
+            expected = self.types[name]
+            if given != expected:
+                if (given, expected) not in _NUMERIC_WIDEN:
+                    violations.append(
+                        (f"columns[{name}]", f"expected {expected} values, got {given}")
+                    )
+                    continue
+                if expected == FieldType.DOUBLE.value:
+                    values = [float(v) for v in values]
+            if expected == FieldType.DOUBLE.value and name not in self.nan_ok:
+                bad = next((i for i, v in enumerate(values) if v != v), None)
+                if bad is not None:
+                    violations.append(
+                        (
+                            f"columns[{name}][{bad}]",
+                            "NaN is not allowed in this field (allow_nan is off)",
+                        )
+                    )
+            if any(v is None for v in values):
+                violations.append((f"columns[{name}]", "null values are not allowed in a batch"))
+            out.append(values)
+        if violations:
+            first = violations[0]
+            extra = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
+            raise ServiceError(
+                "INVALID_ARGUMENT",
+                "SCHEMA_MISMATCH"
+                if (missing or unknown or any("expected" in v for _, v in violations))
+                else "BAD_VALUES",
+                f"{first[0]}: {first[1]}{extra}",
+                violations,
+            )
+        return n_rows, out
+
+    # -- ingestion
+    def append(
+        self,
+        columns: Mapping[str, tuple[str, list[Any]]],
+        *,
+        producer_id: str = "",
+        sequence: int = 0,
+        mode: str = NONE,
+        which: Sequence[str] = (),
+        max_rows: int = 500_000,
+    ) -> AppendResult:
+        for w in which:
+            if w not in self.windows:
+                raise ServiceError(
+                    "NOT_FOUND",
+                    "WINDOW_NOT_FOUND",
+                    f"stream {self.spec.name!r} has no window {w!r}",
+                )
+        n_rows, cols = self.decode(columns)
+        if n_rows > max_rows:
+            raise ServiceError(
+                "RESOURCE_EXHAUSTED",
+                "BATCH_TOO_LARGE",
+                f"batch of {n_rows} rows exceeds the server's limit of {max_rows} rows per Append; split it",
+                metadata={"limit": str(max_rows), "rows": str(n_rows)},
+            )
+        st = self.state
+        if producer_id or sequence:
+            if not producer_id or sequence <= 0:
+                raise invalid(
+                    "producer_id" if not producer_id else "sequence",
+                    f"idempotency needs both a producer_id and a sequence > 0, got producer_id={producer_id!r}, sequence={sequence}",
+                )
+            last = st.producers.get(producer_id)
+            if last is not None and sequence <= last:
+                st.batches_duplicate += 1
+                res = AppendResult(duplicate=True)
+                if mode == FINAL:
+                    res.results = self._results(which, {})
+                return res
+        ts = cols[0]
+        rows_idx, late = self._admit(ts)
+        names = self.order
+        if rows_idx is None:  # all rows, in order
+            rows = [dict(zip(names, r, strict=True)) for r in zip(*cols, strict=True)]
+        else:
+            rows = [dict(zip(names, (c[i] for c in cols), strict=True)) for i in rows_idx]
+        released, buffered = self._release(rows)
+        # lift for every window before changing any: a refused row changes nothing
+        lifted: dict[str, list[Any]] = {}
+        for name, w in self.windows.items():
+            lift = w.lift
+            try:
+                lifted[name] = [lift(r) for r in released]
+            except (TypeError, ValueError) as ex:
+                raise invalid(
+                    "columns", f"window {name!r} refused a row: {ex}", "BAD_VALUES"
+                ) from None
+        result = AppendResult(rows_applied=len(released), rows_late=late, rows_buffered=buffered)
+        evicted: dict[str, int] = {}
+        pid = producer_id or None
+        seq = sequence if producer_id else None
+        per_row: dict[str, tuple[list[Any], list[int]]] = {}
+        for name, w in self.windows.items():
+            engine = w.engine
+            try:
+                if mode == PER_ROW and (not which or name in which):
+                    got: list[Any] = []
+                    sizes: list[int] = []
+
+                    def each(
+                        d: Any, got: list[Any] = got, sizes: list[int] = sizes, e: Any = engine
+                    ) -> None:
+                        got.append(d)
+                        sizes.append(len(e))
+
+                    evicted[name] = engine.apply_lifted(lifted[name], pid, seq, each=each)
+                    per_row[name] = (got, sizes)
+                else:
+                    evicted[name] = engine.apply_lifted(lifted[name], pid, seq)
+            except StoreError as ex:
+                raise ServiceError(
+                    "UNAVAILABLE",
+                    "STORE_UNAVAILABLE",
+                    f"window {name!r}: the store failed ({ex}); retry the batch with the same producer_id and sequence",
+                ) from None
+        # commit the stream's state
+        if ts:
+            high = max(ts)
+            st.seen = high if st.seen is None else max(st.seen, high)
+        if released:
+            last = released[-1][self.spec.timestamp_field]
+            st.newest = last if st.newest is None else max(st.newest, last)
+        st.rows_appended += len(released)
+        st.rows_late += late
+        st.batches_appended += 1
+        if producer_id:
+            st.producers[producer_id] = sequence
+        self.batches += 1
+        if mode == FINAL:
+            result.results = self._results(which, evicted)
+        for name, (got, sizes) in per_row.items():
+            result.row_results[name] = self.windows[name].columns(got, sizes) | {
+                "__size": (FieldType.INT64.value, sizes)
+            }
+        if self.listeners:
+            finals = {n: w.result(evicted.get(n, 0)) for n, w in self.windows.items()}
+            for listener in list(self.listeners):
+                listener(self.batches, finals)
+        return result
+
+    def _results(self, which: Sequence[str], evicted: Mapping[str, int]) -> dict[str, WindowResult]:
+        names = which or list(self.windows)
+        return {n: self.windows[n].result(evicted.get(n, 0)) for n in names}
+
+    def _admit(self, ts: list[int]) -> tuple[list[int] | None, int]:
+        """Which rows pass the lateness rule: (row indexes, None = all; rows dropped)."""
+        st = self.state
+        if self.spec.late_policy != "DROP":
+            prev = st.newest
+            for i, t in enumerate(ts):
+                if prev is not None and t < prev:
+                    whose = "the previous row's" if i else "the stream's newest"
+                    raise ServiceError(
+                        "FAILED_PRECONDITION",
+                        "OUT_OF_ORDER",
+                        f"row {i} has timestamp {t}, older than {whose} ({prev}); the stream "
+                        "rejects late rows (late_policy REJECT), so nothing was applied",
+                        [(f"columns[{self.spec.timestamp_field}][{i}]", f"timestamp {t} < {prev}")],
+                        {"row": str(i), "timestamp": str(t), "newest": str(prev)},
+                    )
+                prev = t
+            return None, 0
+        high = st.newest
+        keep: list[int] = []
+        for i, t in enumerate(ts):
+            if high is None or t >= high:
+                keep.append(i)
+                if not self.lateness:  # in order unless a reorder buffer sorts them
+                    high = t
+        late = len(ts) - len(keep)
+        return (None if late == 0 else keep), late
+
+    def _release(self, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+        """The reorder buffer (DROP with allowed lateness): rows come out in timestamp order once
+        the newest timestamp is ``allowed_lateness`` past them."""
+        if not self.lateness:
+            return rows, 0
+        st = self.state
+        tsf = self.spec.timestamp_field
+        for r in rows:
+            st.arrivals += 1
+            heapq.heappush(st.buffer, (r[tsf], st.arrivals, r))
+            st.seen = r[tsf] if st.seen is None else max(st.seen, r[tsf])
+        out = []
+        if st.seen is not None:
+            limit = st.seen - self.lateness
+            while st.buffer and st.buffer[0][0] <= limit:
+                out.append(heapq.heappop(st.buffer)[2])
+        return out, len(st.buffer)
+
+
+# --------------------------------------------------------------------------- registry
+
+
+class Registry:
+    """All streams of a server, their definitions persisted under ``{prefix}:svc:*`` in Redis."""
+
+    def __init__(
+        self, redis_url: str | None, *, limits: Limits | None = None, prefix: str = "mtaw"
+    ) -> None:
+        import redis
+
+        from .embedded import default_url
+
+        self.url = redis_url or default_url()
+        self.limits = limits or Limits()
+        self.prefix = prefix
+        self.redis = redis.Redis.from_url(self.url, socket_timeout=10)
+        self.streams: dict[str, Stream] = {}
+        self.guard = threading.Lock()  # create/delete of streams and windows
+
+    # -- keys
+    @property
+    def _streams_key(self) -> str:
+        return f"{self.prefix}:svc:streams"
+
+    @property
+    def _windows_key(self) -> str:
+        return f"{self.prefix}:svc:windows"
+
+    @property
+    def _state_key(self) -> str:
+        return f"{self.prefix}:svc:state"
+
+    # -- lookup
+    def stream(self, name: str) -> Stream:
+        s = self.streams.get(name)
+        if s is None:
+            raise ServiceError(
+                "NOT_FOUND",
+                "STREAM_NOT_FOUND",
+                f"no stream named {name!r}",
+                metadata={"stream": name},
+            )
+        return s
+
+    def window(self, stream: str, name: str) -> Window:
+        s = self.stream(stream)
+        w = s.windows.get(name)
+        if w is None:
+            raise ServiceError(
+                "NOT_FOUND",
+                "WINDOW_NOT_FOUND",
+                f"stream {stream!r} has no window {name!r}; its windows are {sorted(s.windows)}",
+                metadata={"stream": stream, "window": name},
+            )
+        return w
+
+    # -- streams
+    def create_stream(self, spec: StreamSpec) -> StreamInfo:
+        check_stream_spec(spec)
+        with self.guard:
+            if spec.name in self.streams:
+                raise ServiceError(
+                    "ALREADY_EXISTS",
+                    "STREAM_EXISTS",
+                    f"stream {spec.name!r} already exists",
+                    metadata={"stream": spec.name},
+                )
+            if len(self.streams) >= self.limits.max_streams:
+                raise ServiceError(
+                    "RESOURCE_EXHAUSTED",
+                    "TOO_MANY_STREAMS",
+                    f"the server holds its limit of {self.limits.max_streams} streams; delete one first",
+                )
+            blob = convert.stream_spec_to_proto(spec).SerializeToString()
+            self.redis.hset(self._streams_key, spec.name, blob)
+            s = Stream(spec)
+            self.streams[spec.name] = s
+            return s.info()
+
+    def delete_stream(self, name: str) -> None:
+        with self.guard:
+            s = self.stream(name)
+            for wname in list(s.windows):
+                self._drop_window(s, wname)
+            self.redis.hdel(self._streams_key, name)
+            self.redis.hdel(self._state_key, name)
+            del self.streams[name]
+
+    # -- windows
+    def create_window(self, spec: WindowSpec) -> WindowInfo:
+        with self.guard:
+            s = self.stream(spec.stream)
+            if spec.name in s.windows:
+                raise ServiceError(
+                    "ALREADY_EXISTS",
+                    "WINDOW_EXISTS",
+                    f"stream {spec.stream!r} already has a window {spec.name!r}",
+                    metadata={"stream": spec.stream, "window": spec.name},
+                )
+            if len(s.windows) >= self.limits.max_windows_per_stream:
+                raise ServiceError(
+                    "RESOURCE_EXHAUSTED",
+                    "TOO_MANY_WINDOWS",
+                    f"stream {spec.stream!r} holds its limit of {self.limits.max_windows_per_stream} windows",
+                )
+            check_storage(spec)
+            try:
+                built = build_window(s.spec, spec)
+            except DefinitionError as ex:
+                raise ServiceError(
+                    "INVALID_ARGUMENT", ex.reason, str(ex), [(ex.field, ex.description)]
+                ) from None
+            window_id = uuid.uuid4().hex if spec.storage.kind == "redis" else ""
+            engine = self._engine(spec, built, window_id, new=True)
+            w = Window(s.spec, spec, built, engine)
+            # a window created on a stream with rows joins from now on; its replay keys follow
+            record = pb.WindowInfo(spec=convert.window_spec_to_proto(spec))
+            self.redis.hset(
+                self._windows_key, f"{spec.stream}/{spec.name}", _window_blob(record, window_id)
+            )
+            s.windows[spec.name] = w
+            return w.info(s.state.rows_late)
+
+    def delete_window(self, stream: str, name: str) -> None:
+        with self.guard:
+            s = self.stream(stream)
+            self.window(stream, name)
+            self._drop_window(s, name)
+
+    def _drop_window(self, s: Stream, name: str) -> None:
+        w = s.windows.pop(name)
+        self.redis.hdel(self._windows_key, f"{s.spec.name}/{name}")
+        store = w.engine.store
+        if store is not None and hasattr(store, "delete_window"):
+            try:
+                store.delete_window()
+                store.close()
+            except StoreError:  # pragma: no cover - logged, keys expire with the data
+                log.warning("could not delete the data of window %s/%s", s.spec.name, name)
+
+    def _engine(self, spec: WindowSpec, built: Built, window_id: str, *, new: bool) -> Any:
+        cls = AmortizedMTA if spec.algorithm == "AMTA" else LogMTA
+        if spec.storage.kind == "memory":
+            return cls(built.monoid, built.policy)
+        from .redis_store import RedisStore
+
+        opts: dict[str, Any] = {"durable": spec.storage.durable, "prefix": self.prefix}
+        if spec.storage.block_size:
+            opts["block_size"] = spec.storage.block_size
+        if spec.storage.cache_size:
+            opts["cache_size"] = spec.storage.cache_size
+            opts["refill_at"] = max(1, spec.storage.cache_size // 2)
+        store = RedisStore(self.url, window_id=window_id, **opts)
+        return cls(built.monoid, built.policy, store=store)
+
+    # -- durability
+    def flush(self, stream: Stream) -> None:
+        """Checkpoint every Redis window of ``stream`` and save the stream's state."""
+        for w in stream.windows.values():
+            if w.engine.store is not None:
+                w.engine.flush()
+        st = stream.state
+        self.redis.hset(self._state_key, stream.spec.name, _state_json(st))
+
+    def restore(self) -> int:
+        """Load every stream and window definition and reopen the windows; returns windows."""
+        count = 0
+        for name, blob in self.redis.hgetall(self._streams_key).items():
+            spec = convert.stream_spec_from_proto(pb.StreamSpec.FromString(blob))
+            self.streams[name.decode()] = Stream(spec)
+        for key, blob in self.redis.hgetall(self._windows_key).items():
+            sname, _, wname = key.decode().partition("/")
+            s = self.streams.get(sname)
+            if s is None:
+                continue
+            info, window_id = _window_from_blob(blob)
+            spec = convert.window_spec_from_proto(info.spec)
+            built = build_window(s.spec, spec)
+            engine = self._engine(spec, built, window_id, new=False)
+            s.windows[wname] = Window(s.spec, spec, built, engine)
+            count += 1
+        for name, blob in self.redis.hgetall(self._state_key).items():
+            s = self.streams.get(name.decode())
+            if s is not None:
+                s.state = _state_from_json(blob)
+        return count
+
+    def close(self) -> None:
+        for s in self.streams.values():
+            with s.lock:
+                try:
+                    self.flush(s)
+                except Exception:  # pragma: no cover - logged at shutdown
+                    log.exception("flush of stream %s failed at shutdown", s.spec.name)
+                for w in s.windows.values():
+                    if w.engine.store is not None:
+                        try:
+                            w.engine.close()
+                        except Exception:  # pragma: no cover
+                            log.exception("close of window %s failed", w.spec.name)
+        self.redis.close()
+
+
+def check_stream_spec(spec: StreamSpec) -> None:
+    if not NAME.match(spec.name or ""):
+        raise invalid(
+            "spec.name", f"expected a stream name matching {NAME.pattern}, got {spec.name!r}"
+        )
+    if not NAME.match(spec.timestamp_field or ""):
+        raise invalid(
+            "spec.timestamp_field",
+            f"expected a field name matching {NAME.pattern}, got {spec.timestamp_field!r}",
+        )
+    seen = {spec.timestamp_field}
+    for i, f in enumerate(spec.fields):
+        if not NAME.match(f.name or ""):
+            raise invalid(
+                f"spec.fields[{i}].name",
+                f"expected a field name matching {NAME.pattern}, got {f.name!r}",
+            )
+        if f.name in seen:
+            raise invalid(
+                f"spec.fields[{i}].name",
+                f"field {f.name!r} is defined twice (or is the timestamp field)",
+            )
+        seen.add(f.name)
+        if str(f.type) not in {t.value for t in FieldType}:
+            raise invalid(
+                f"spec.fields[{i}].type",
+                f"expected one of {[t.value for t in FieldType]}, got {f.type!r}",
+            )
+        if f.allow_nan and str(f.type) != FieldType.DOUBLE.value:
+            raise invalid(f"spec.fields[{i}].allow_nan", "only DOUBLE fields can hold NaN")
+    if spec.late_policy not in ("REJECT", "DROP"):
+        raise invalid("spec.late_policy", f"expected REJECT or DROP, got {spec.late_policy!r}")
+    lateness = spec.allowed_lateness.total_seconds()
+    if lateness < 0:
+        raise invalid("spec.allowed_lateness", f"expected >= 0, got {spec.allowed_lateness}")
+    if lateness > 0 and spec.late_policy != "DROP":
+        raise invalid("spec.allowed_lateness", "a reorder buffer needs late_policy DROP")
+
+
+def check_storage(spec: WindowSpec) -> None:
+    st = spec.storage
+    if st.kind not in ("memory", "redis"):
+        raise invalid("spec.storage.kind", f"expected MEMORY or REDIS, got {st.kind!r}")
+    for name in ("block_size", "cache_size"):
+        v = getattr(st, name)
+        if v < 0 or v > 1 << 20:
+            raise invalid(f"spec.storage.{name}", f"expected 0 (default) to {1 << 20}, got {v}")
+    if st.kind == "memory" and st.durable:
+        raise invalid("spec.storage.durable", "a MEMORY window cannot be durable; use REDIS")
+
+
+def _window_blob(info: pb.WindowInfo, window_id: str) -> bytes:
+    # the id rides in the spec's (otherwise empty) stats-free envelope: a tiny framed record
+    return window_id.encode() + b"\n" + info.SerializeToString()
+
+
+def _window_from_blob(blob: bytes) -> tuple[pb.WindowInfo, str]:
+    window_id, _, rest = blob.partition(b"\n")
+    return pb.WindowInfo.FromString(rest), window_id.decode()
+
+
+def _state_json(st: StreamState) -> str:
+    import json
+
+    return json.dumps(
+        {
+            "newest": st.newest,
+            "seen": st.seen,
+            "rows_appended": st.rows_appended,
+            "rows_late": st.rows_late,
+            "batches_appended": st.batches_appended,
+            "batches_duplicate": st.batches_duplicate,
+            "producers": st.producers,
+            "buffer": [[t, a, r] for t, a, r in st.buffer],
+            "arrivals": st.arrivals,
+        }
+    )
+
+
+def _state_from_json(blob: bytes) -> StreamState:
+    import json
+
+    d = json.loads(blob)
+    st = StreamState(**{k: v for k, v in d.items() if k != "buffer"})
+    st.buffer = [(t, a, r) for t, a, r in d.get("buffer", [])]
+    heapq.heapify(st.buffer)
+    return st
+
+
+__all__ = ["FINAL", "NONE", "PER_ROW", "Limits", "Registry", "ServiceError", "Stream", "Window"]

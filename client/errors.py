@@ -1,0 +1,161 @@
+"""Typed exceptions decoded from the server's rich ``google.rpc.Status`` (never from messages)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+
+@dataclass
+class Violation:
+    field: str
+    description: str
+
+
+class MtaWindowsError(Exception):
+    """Base of the SDK's errors: the gRPC ``code`` name, the ``reason`` (ErrorInfo, UPPER_SNAKE),
+    the message, field ``violations`` (BadRequest) and ErrorInfo ``metadata``."""
+
+    code = "UNKNOWN"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        reason: str = "",
+        violations: list[Violation] | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.reason = reason
+        self.violations = violations or []
+        self.metadata = metadata or {}
+
+    def __str__(self) -> str:
+        tag = f"{self.code}/{self.reason}" if self.reason else self.code
+        return f"[{tag}] {self.message}"
+
+
+class InvalidArgumentError(MtaWindowsError, ValueError):
+    code = "INVALID_ARGUMENT"
+
+
+class NotFoundError(MtaWindowsError, LookupError):
+    code = "NOT_FOUND"
+
+
+class AlreadyExistsError(MtaWindowsError):
+    code = "ALREADY_EXISTS"
+
+
+class FailedPreconditionError(MtaWindowsError):
+    code = "FAILED_PRECONDITION"
+
+
+class OutOfOrderError(FailedPreconditionError):
+    """A row older than the stream's newest, on a stream that rejects late rows."""
+
+
+class ResourceExhaustedError(MtaWindowsError):
+    code = "RESOURCE_EXHAUSTED"
+
+
+class UnauthenticatedError(MtaWindowsError, PermissionError):
+    code = "UNAUTHENTICATED"
+
+
+class PermissionDeniedError(MtaWindowsError, PermissionError):
+    code = "PERMISSION_DENIED"
+
+
+class UnavailableError(MtaWindowsError, ConnectionError):
+    code = "UNAVAILABLE"
+
+
+class DeadlineExceededError(MtaWindowsError, TimeoutError):
+    code = "DEADLINE_EXCEEDED"
+
+
+class InternalError(MtaWindowsError):
+    code = "INTERNAL"
+
+
+_BY_CODE: dict[grpc.StatusCode, type[MtaWindowsError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
+    grpc.StatusCode.NOT_FOUND: NotFoundError,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExistsError,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPreconditionError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
+    grpc.StatusCode.UNAVAILABLE: UnavailableError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
+    grpc.StatusCode.INTERNAL: InternalError,
+}
+_BY_REASON: dict[str, type[MtaWindowsError]] = {"OUT_OF_ORDER": OutOfOrderError}
+
+
+@dataclass
+class _Decoded:
+    reason: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)
+    violations: list[Violation] = field(default_factory=list)
+
+
+def _details(status: Any) -> _Decoded:
+    out = _Decoded()
+    if status is None:
+        return out
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            out.reason = info.reason
+            out.metadata = dict(info.metadata)
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            out.violations = [Violation(v.field, v.description) for v in bad.field_violations]
+    return out
+
+
+def from_rpc_error(err: grpc.RpcError) -> MtaWindowsError:
+    """The typed exception for a failed call (sync or aio)."""
+    code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
+    message = (err.details() if hasattr(err, "details") else None) or str(err)
+    try:
+        status = rpc_status.from_call(err) if isinstance(err, grpc.Call) else None
+    except ValueError:
+        status = None
+    if status is None and hasattr(err, "trailing_metadata"):
+        status = _aio_status(err)
+    d = _details(status)
+    cls = _BY_REASON.get(d.reason) or _BY_CODE.get(code, MtaWindowsError)
+    return cls(
+        message,
+        code=code.name if code is not None else "UNKNOWN",
+        reason=d.reason,
+        violations=d.violations,
+        metadata=d.metadata,
+    )
+
+
+def _aio_status(err: Any) -> Any:
+    from google.rpc import status_pb2
+
+    try:
+        md = err.trailing_metadata() or ()
+    except Exception:  # pragma: no cover - no metadata on this error
+        return None
+    for key, value in md:
+        if key == "grpc-status-details-bin":
+            return status_pb2.Status.FromString(value)
+    return None

@@ -300,21 +300,19 @@ class WindowClient:
     def subscribe(
         self, stream: str, window: str, *, timeout: float | None = None
     ) -> Iterator[tuple[int, WindowResult]]:
-        """(batch number, result) after every batch applied to the stream, from now on."""
+        """(batch number, result) after every batch applied to the stream from the moment this
+        returns (the server confirms the subscription before it does). ``timeout`` bounds the
+        whole subscription; close the iterator (or let it go) to cancel."""
         call = self.stub.Subscribe(
             pb.SubscribeRequest(stream=stream, window=window),
             timeout=timeout,
             metadata=self.metadata,
         )
         try:
-            for ev in call:
-                yield ev.batch, convert.result_from_proto(ev.result)
-        except grpc.RpcError as err:
-            if err.code() == grpc.StatusCode.CANCELLED:
-                return
+            call.initial_metadata()
+        except grpc.RpcError as err:  # pragma: no cover - errors come with the first read
             raise from_rpc_error(err) from None
-        finally:
-            call.cancel()
+        return _follow(call)
 
     def writer(
         self,
@@ -329,6 +327,18 @@ class WindowClient:
         sequence numbers (idempotent, so retried); at most ``max_pending`` batches wait for
         the sender before :meth:`BatchWriter.write` blocks (back-pressure)."""
         return BatchWriter(self, stream, batch_rows, producer_id, start_sequence, max_pending)
+
+
+def _follow(call: Any) -> Iterator[tuple[int, WindowResult]]:
+    try:
+        for ev in call:
+            yield ev.batch, convert.result_from_proto(ev.result)
+    except grpc.RpcError as err:
+        if err.code() == grpc.StatusCode.CANCELLED:
+            return
+        raise from_rpc_error(err) from None
+    finally:
+        call.cancel()
 
 
 class BatchWriter:
@@ -552,20 +562,30 @@ class AsyncWindowClient:
     async def subscribe(
         self, stream: str, window: str, *, timeout: float | None = None
     ) -> AsyncIterator[tuple[int, WindowResult]]:
+        """As :meth:`WindowClient.subscribe`: results of every batch applied from the moment
+        the awaited call returns."""
         call = self.stub.Subscribe(
             pb.SubscribeRequest(stream=stream, window=window),
             timeout=timeout,
             metadata=self.metadata,
         )
         try:
-            async for ev in call:
-                yield ev.batch, convert.result_from_proto(ev.result)
-        except grpc.RpcError as err:
-            if err.code() == grpc.StatusCode.CANCELLED:
-                return
+            await call.initial_metadata()
+        except grpc.RpcError as err:  # pragma: no cover - errors come with the first read
             raise from_rpc_error(err) from None
-        finally:
-            call.cancel()
+        return _afollow(call)
+
+
+async def _afollow(call: Any) -> AsyncIterator[tuple[int, WindowResult]]:
+    try:
+        async for ev in call:
+            yield ev.batch, convert.result_from_proto(ev.result)
+    except grpc.RpcError as err:
+        if err.code() == grpc.StatusCode.CANCELLED:
+            return
+        raise from_rpc_error(err) from None
+    finally:
+        call.cancel()
 
 
 __all__ = ["AsyncWindowClient", "BatchWriter", "MtaWindowsError", "WindowClient"]

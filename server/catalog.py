@@ -95,6 +95,9 @@ class Built:
     policy: Any
     outputs: list[Output]
     hidden: tuple[str, ...]
+    # insert-all-then-enforce-once equals row by row (count and time range over a stream whose
+    # timestamps never go backwards); other policies are enforced after every row
+    batch_safe: bool = False
 
 
 def plugin_names() -> list[str]:
@@ -268,7 +271,8 @@ def build_window(stream: StreamSpec, spec: WindowSpec) -> Built:
             policy = CelPolicy(policy.text, cel_fields)
         except ValueError as ex:
             raise DefinitionError("spec.policy.expression.cel", str(ex)) from None
-    return Built(record, policy, outputs, hidden)
+    batch_safe = spec.policy.kind in ("count", "time_range")
+    return Built(record, policy, outputs, hidden, batch_safe)
 
 
 @dataclass(frozen=True)

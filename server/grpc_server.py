@@ -423,6 +423,9 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         async with self.lock(request.stream):
             stream.listeners.append(listener)
         self.subscribers += 1
+        # headers go out once the listener is in place: a client that waits for them knows
+        # it will see every batch applied from then on
+        await context.send_initial_metadata((("mtawindows-subscribed", "1"),))
         try:
             while True:
                 event = await queue.get()

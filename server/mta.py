@@ -307,30 +307,30 @@ class _MTAWindow:
         producer_id: str | None = None,
         sequence: int | None = None,
         *,
+        per_item: bool = False,
         each: Callable[[Any], None] | None = None,
     ) -> int:
         """Apply items already lifted (by ``monoid.lift``): the service lifts a whole batch for
-        every window before it changes any. Without ``each``, as :meth:`extend` (insert all,
-        enforce once); with it, as :meth:`push` per item, calling ``each(query())`` after
-        each. Returns the number of items evicted; a duplicate key applies nothing."""
+        every window before it changes any. By default as :meth:`extend` (insert all, enforce
+        once); with ``per_item`` (or ``each``) as :meth:`push` per item, which is what policies
+        that are not time-monotone need for a batch to equal its rows one by one; ``each``
+        gets ``query()`` after every item. Returns the number of items evicted; a duplicate
+        key applies nothing."""
         if producer_id is not None or sequence is not None:
             if self._duplicate(producer_id, sequence):
                 return 0
         else:
             self._check_usable()
-        if each is None:
+        if each is None and not per_item:
             k = self._extend_lifted(lifted)
             self._applied("x", lifted, producer_id, sequence)
         else:
             k = 0
-            last = len(lifted) - 1
-            for i, u in enumerate(lifted):
+            for u in lifted:
                 k += self._extend_lifted([u])
-                if i == last:
-                    self._applied("x", (u,), producer_id, sequence)
-                else:
-                    self._applied("x", (u,), None, None)
-                each(self.query())
+                if each is not None:
+                    each(self.query())
+            self._applied("p", lifted, producer_id, sequence)
         if self.debug:
             self.check_invariants()
         return k
@@ -722,6 +722,9 @@ class _MTAWindow:
         """Apply one logged operation (lifted items) again."""
         if op == "x":
             self._extend_lifted(list(items))
+        elif op == "p":
+            for u in items:
+                self._extend_lifted([u])
         elif op == "i":
             for u in items:
                 self._insert_or_undo(u)

@@ -350,7 +350,9 @@ class Stream:
                     evicted[name] = engine.apply_lifted(lifted[name], pid, seq, each=each)
                     per_row[name] = (got, sizes)
                 else:
-                    evicted[name] = engine.apply_lifted(lifted[name], pid, seq)
+                    evicted[name] = engine.apply_lifted(
+                        lifted[name], pid, seq, per_item=not w.built.batch_safe
+                    )
             except StoreError as ex:
                 raise ServiceError(
                     "UNAVAILABLE",

@@ -1,0 +1,104 @@
+"""Run ``mtawindows serve`` as the README says, as a subprocess on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+BIN = Path(sys.executable).parent / "mtawindows"
+
+
+class ServerProcess:
+    """``mtawindows serve --port 0`` with its own data dir (embedded Redis) unless the args
+    name a ``--redis-url``; ``port`` once :meth:`start` returned."""
+
+    def __init__(self, data_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.args = list(args)
+        self.env = {**os.environ, **(env or {})}
+        self.env.pop("MTAWINDOWS_REDIS_URL", None)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self.log = self.data_dir / "server.log"
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> ServerProcess:
+        port_file = self.data_dir / "port"
+        port_file.unlink(missing_ok=True)
+        cmd = [
+            str(BIN),
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+            "--data-dir",
+            str(self.data_dir / "data"),
+            "--flush-interval",
+            "0.2",
+            *self.args,
+        ]
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=self.log.open("ab"), env=self.env
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                msg = f"server exited with {self.proc.returncode}: {self.log.read_text()[-3000:]}"
+                raise RuntimeError(msg)
+            if port_file.exists() and port_file.read_text().strip():
+                self.port = int(port_file.read_text())
+                return self
+            time.sleep(0.05)
+        self.stop()
+        msg = f"server did not start in {timeout}s: {self.log.read_text()[-3000:]}"
+        raise TimeoutError(msg)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return 0
+        if proc.poll() is None:
+            proc.send_signal(sig)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
+
+    def kill_all(self) -> None:
+        """SIGKILL the server and its embedded Redis (a machine dying)."""
+        subprocess.run(
+            ["pkill", "-9", "-f", str(self.data_dir / "data")], check=False, capture_output=True
+        )
+        self.stop(signal.SIGKILL)
+
+    def health(self, service: str = "", channel: grpc.Channel | None = None) -> str:
+        own = channel is None
+        ch = channel or grpc.insecure_channel(self.target)
+        try:
+            stub = health_pb2_grpc.HealthStub(ch)
+            resp = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+            return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+        finally:
+            if own:
+                ch.close()
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -9,6 +9,7 @@ may carry an ``output_type`` (a FieldType name) for typed result columns.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -73,6 +74,10 @@ class DefinitionError(ValueError):
         self.field = field
         self.description = message
         self.reason = reason
+
+
+def _pair(r: Any) -> tuple[Any, Any]:
+    return (r[0], r[1])
 
 
 @dataclass(frozen=True)
@@ -193,14 +198,14 @@ def build_aggregation(
                 f"{kind} needs params key = the field whose value to report, one of "
                 f"{sorted(types)}; got {key!r}",
             )
-        m = (ArgMax if kind == "argmax" else ArgMin)(value=agg.field, key=key)
+        arg: Monoid = (ArgMax if kind == "argmax" else ArgMin)(value=agg.field, key=key)
         parts = (("value", t.value), ("key", types[key].value))
-        return m, Output(name, "STRUCT", parts, split=lambda r: (r[0], r[1]))
+        return arg, Output(name, "STRUCT", parts, split=_pair)
     if kind == "maxcount":
         _params(where, agg, ())
         t = _need_field(where, agg, types, ORDERED)
         parts = (("max", t.value), ("count", FieldType.INT64.value))
-        return MaxCount(agg.field), Output(name, "STRUCT", parts, split=lambda r: (r[0], r[1]))
+        return MaxCount(agg.field), Output(name, "STRUCT", parts, split=_pair)
     factory = _load_plugin(agg.monoid)
     if factory is None:
         raise DefinitionError(
@@ -213,11 +218,11 @@ def build_aggregation(
             f"{where}.field", f"the stream has no field {agg.field!r}", reason="UNKNOWN_FIELD"
         )
     try:
-        m = factory(agg.field or None, dict(agg.params))
+        plugin: Monoid = factory(agg.field or None, dict(agg.params))
     except (TypeError, ValueError) as ex:
         raise DefinitionError(f"{where}", f"plugin {agg.monoid!r} refused: {ex}") from None
-    out_type = getattr(m, "output_type", None) or "ANY"
-    return m, Output(name, str(out_type))
+    out_type = getattr(plugin, "output_type", None) or "ANY"
+    return plugin, Output(name, str(out_type))
 
 
 def _cel_field(out: Output, index: int, monoid: Monoid) -> CelField:
@@ -228,7 +233,7 @@ def _cel_field(out: Output, index: int, monoid: Monoid) -> CelField:
             {p: _CEL_TYPES[FieldType(t)] for p, t in out.parts},
             index,
             lower,
-            {p: (lambda r, j=j: r[j]) for j, p in enumerate(names)},
+            {p: operator.itemgetter(j) for j, p in enumerate(names)},
         )
     cel_type = _CEL_TYPES.get(FieldType(out.type), "dyn") if out.type in FieldType else "dyn"
     return CelField(cel_type, index, lower)
@@ -327,4 +332,4 @@ def _build_policy(
 
 def _duration_ns(p: Policy) -> int:
     r = p.range
-    return (r.days * 86_400 + r.seconds) * 1_000_000_000 + r.microseconds * 1_000
+    return int((r.days * 86_400 + r.seconds) * 1_000_000_000 + r.microseconds * 1_000)

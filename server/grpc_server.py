@@ -178,10 +178,63 @@ def arrow_columns(payload: bytes, max_rows: int) -> dict[str, tuple[str, list[An
     return out
 
 
+# --------------------------------------------------------------------------- registration
+
+
+class Malformed:
+    """What a request that does not parse becomes: the handler refuses it as
+    INVALID_ARGUMENT (grpcio alone would answer UNKNOWN)."""
+
+    def __init__(self, type_name: str, error: Exception) -> None:
+        self.type_name = type_name
+        self.error = error
+
+    def refusal(self) -> ServiceError:
+        return ServiceError(
+            "INVALID_ARGUMENT",
+            "MALFORMED_REQUEST",
+            f"the request is not a valid {self.type_name} message: {self.error}",
+        )
+
+
+def _safe_parser(message: Any) -> Callable[[bytes], Any]:
+    from google.protobuf.message import DecodeError
+
+    def parse(data: bytes) -> Any:
+        try:
+            return message.FromString(data)
+        except (DecodeError, ValueError) as ex:
+            return Malformed(message.DESCRIPTOR.full_name, ex)
+
+    return parse
+
+
+def add_servicer(servicer: WindowServicer, server: grpc.aio.Server) -> None:
+    """Register the WindowService with parsers that turn malformed bytes into a refusal."""
+    service = pb.DESCRIPTOR.services_by_name["WindowService"]
+    handlers = {}
+    for method in service.methods:
+        request = getattr(pb, method.input_type.name)
+        response = getattr(pb, method.output_type.name)
+        make = (
+            grpc.unary_stream_rpc_method_handler
+            if method.server_streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
+        handlers[method.name] = make(
+            getattr(servicer, method.name),
+            request_deserializer=_safe_parser(request),
+            response_serializer=response.SerializeToString,
+        )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )
+
+
 # --------------------------------------------------------------------------- servicer
 
 
-class WindowServicer(pb_grpc.WindowServiceServicer):
+class WindowServicer(pb_grpc.WindowServiceServicer):  # type: ignore[misc]
     def __init__(self, registry: Registry, metrics: Metrics, *, workers: int = 8) -> None:
         self.registry = registry
         self.metrics = metrics
@@ -201,10 +254,16 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         return await loop.run_in_executor(self.pool, fn, *args)
 
     async def _call(
-        self, method: str, context: grpc.aio.ServicerContext, body: Callable[[], Awaitable[T]]
+        self,
+        method: str,
+        context: grpc.aio.ServicerContext,
+        body: Callable[[], Awaitable[T]],
+        request: Any = None,
     ) -> T:
         t0 = time.perf_counter()
         try:
+            if isinstance(request, Malformed):
+                raise request.refusal()
             return await body()
         except ServiceError as ex:
             self.metrics.errors.labels(method, ex.code, ex.reason).inc()
@@ -240,7 +299,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             info = await self.run(self.registry.create_stream, spec)
             return convert.stream_info_to_proto(info)
 
-        return await self._call("CreateStream", context, body)
+        return await self._call("CreateStream", context, body, request)
 
     async def DeleteStream(self, request: pb.DeleteStreamRequest, context: Any) -> Any:
         async def body() -> pb.DeleteStreamResponse:
@@ -253,20 +312,20 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             self.locks.pop(request.name, None)
             return pb.DeleteStreamResponse()
 
-        return await self._call("DeleteStream", context, body)
+        return await self._call("DeleteStream", context, body, request)
 
     async def ListStreams(self, request: pb.ListStreamsRequest, context: Any) -> Any:
         async def body() -> pb.ListStreamsResponse:
             infos = [s.info() for s in list(self.registry.streams.values())]
             return pb.ListStreamsResponse(streams=[convert.stream_info_to_proto(i) for i in infos])
 
-        return await self._call("ListStreams", context, body)
+        return await self._call("ListStreams", context, body, request)
 
     async def GetStream(self, request: pb.GetStreamRequest, context: Any) -> pb.StreamInfo:
         async def body() -> pb.StreamInfo:
             return convert.stream_info_to_proto(self.registry.stream(request.name).info())
 
-        return await self._call("GetStream", context, body)
+        return await self._call("GetStream", context, body, request)
 
     # -- windows
     async def CreateWindow(self, request: pb.CreateWindowRequest, context: Any) -> pb.WindowInfo:
@@ -285,7 +344,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
                 info = await self.run(self.registry.create_window, spec)
             return convert.window_info_to_proto(info)
 
-        return await self._call("CreateWindow", context, body)
+        return await self._call("CreateWindow", context, body, request)
 
     async def DeleteWindow(self, request: pb.DeleteWindowRequest, context: Any) -> Any:
         async def body() -> pb.DeleteWindowResponse:
@@ -294,7 +353,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
                 await self.run(self.registry.delete_window, request.stream, request.name)
             return pb.DeleteWindowResponse()
 
-        return await self._call("DeleteWindow", context, body)
+        return await self._call("DeleteWindow", context, body, request)
 
     async def GetWindow(self, request: pb.GetWindowRequest, context: Any) -> pb.WindowInfo:
         async def body() -> pb.WindowInfo:
@@ -302,7 +361,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             w = self.registry.window(request.stream, request.name)
             return convert.window_info_to_proto(w.info(s.state.rows_late))
 
-        return await self._call("GetWindow", context, body)
+        return await self._call("GetWindow", context, body, request)
 
     async def ListWindows(self, request: pb.ListWindowsRequest, context: Any) -> Any:
         async def body() -> pb.ListWindowsResponse:
@@ -310,7 +369,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             infos = [w.info(s.state.rows_late) for w in list(s.windows.values())]
             return pb.ListWindowsResponse(windows=[convert.window_info_to_proto(i) for i in infos])
 
-        return await self._call("ListWindows", context, body)
+        return await self._call("ListWindows", context, body, request)
 
     # -- data
     async def Append(self, request: pb.AppendRequest, context: Any) -> pb.AppendResponse:
@@ -331,7 +390,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             finally:
                 self.inflight -= 1
 
-        return await self._call("Append", context, body)
+        return await self._call("Append", context, body, request)
 
     def _append(self, stream: Stream, request: pb.AppendRequest, mode: str) -> pb.AppendResponse:
         limit = self.registry.limits.max_batch_rows
@@ -379,12 +438,14 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
                 r = await self.run(w.result)
             return convert.result_to_proto(r, w.type_tags)
 
-        return await self._call("Query", context, body)
+        return await self._call("Query", context, body, request)
 
     async def Subscribe(
         self, request: pb.SubscribeRequest, context: Any
     ) -> AsyncIterator[pb.SubscribeEvent]:
         try:
+            if isinstance(request, Malformed):
+                raise request.refusal()
             stream = self.registry.stream(request.stream)
             window = self.registry.window(request.stream, request.window)
             if self.subscribers >= self.registry.limits.max_subscribers:
@@ -474,7 +535,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
 # --------------------------------------------------------------------------- auth
 
 
-class TokenAuth(grpc.aio.ServerInterceptor):
+class TokenAuth(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Bearer-token auth: ``authorization: Bearer <token>`` must match one of ``tokens``.
     The health service stays open (load balancers and orchestrators probe it)."""
 
@@ -579,7 +640,7 @@ class Server:
             ("grpc.max_send_message_length", cfg.limits.max_message_bytes),
         ]
         server = grpc.aio.server(interceptors=interceptors, options=options)
-        pb_grpc.add_WindowServiceServicer_to_server(self.servicer, server)
+        add_servicer(self.servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
             (

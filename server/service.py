@@ -321,8 +321,8 @@ class Stream:
         released, buffered = self._release(rows)
         # lift for every window before changing any: a refused row changes nothing
         lifted: dict[str, list[Any]] = {}
-        for name, w in self.windows.items():
-            lift = w.lift
+        for name, win in self.windows.items():
+            lift = win.lift
             try:
                 lifted[name] = [lift(r) for r in released]
             except (TypeError, ValueError) as ex:
@@ -334,8 +334,8 @@ class Stream:
         pid = producer_id or None
         seq = sequence if producer_id else None
         per_row: dict[str, tuple[list[Any], list[int]]] = {}
-        for name, w in self.windows.items():
-            engine = w.engine
+        for name, win in self.windows.items():
+            engine = win.engine
             try:
                 if mode == PER_ROW and (not which or name in which):
                     got: list[Any] = []
@@ -351,7 +351,7 @@ class Stream:
                     per_row[name] = (got, sizes)
                 else:
                     evicted[name] = engine.apply_lifted(
-                        lifted[name], pid, seq, per_item=not w.built.batch_safe
+                        lifted[name], pid, seq, per_item=not win.built.batch_safe
                     )
             except StoreError as ex:
                 raise ServiceError(
@@ -451,7 +451,7 @@ class Registry:
         self.url = redis_url or default_url()
         self.limits = limits or Limits()
         self.prefix = prefix
-        self.redis = redis.Redis.from_url(self.url, socket_timeout=10)
+        self.redis: Any = redis.Redis.from_url(self.url, socket_timeout=10)
         self.streams: dict[str, Stream] = {}
         self.guard = threading.Lock()  # create/delete of streams and windows
 
@@ -691,8 +691,8 @@ def check_storage(spec: WindowSpec) -> None:
 
 
 def _window_blob(info: pb.WindowInfo, window_id: str) -> bytes:
-    # the id rides in the spec's (otherwise empty) stats-free envelope: a tiny framed record
-    return window_id.encode() + b"\n" + info.SerializeToString()
+    # "<window id>\n<WindowInfo protobuf>": the id is hex, never holds a newline
+    return window_id.encode() + b"\n" + bytes(info.SerializeToString())
 
 
 def _window_from_blob(blob: bytes) -> tuple[pb.WindowInfo, str]:

@@ -253,18 +253,20 @@ def test_huge_and_million_row_requests(server: ServerProcess, client: WindowClie
 
 
 def test_limits_on_windows(tmp_path: Path) -> None:
-    with ServerProcess(tmp_path, "--max-windows", "2", "--max-streams", "1") as srv:
-        with WindowClient(srv.target) as c:
-            c.create_stream(StreamSpec("a", (Field("x"),)))
-            with pytest.raises(ResourceExhaustedError) as e:
-                c.create_stream(StreamSpec("b", (Field("x"),)))
-            assert e.value.reason == "TOO_MANY_STREAMS"
-            for name in ("w1", "w2"):
-                c.create_window(WindowSpec("a", name, AGGS[:1], Policy.count(1)))
-            with pytest.raises(ResourceExhaustedError) as e:
-                c.create_window(WindowSpec("a", "w3", AGGS[:1], Policy.count(1)))
-            assert e.value.reason == "TOO_MANY_WINDOWS"
-            assert srv.health() == "SERVING"
+    with (
+        ServerProcess(tmp_path, "--max-windows", "2", "--max-streams", "1") as srv,
+        WindowClient(srv.target) as c,
+    ):
+        c.create_stream(StreamSpec("a", (Field("x"),)))
+        with pytest.raises(ResourceExhaustedError) as e:
+            c.create_stream(StreamSpec("b", (Field("x"),)))
+        assert e.value.reason == "TOO_MANY_STREAMS"
+        for name in ("w1", "w2"):
+            c.create_window(WindowSpec("a", name, AGGS[:1], Policy.count(1)))
+        with pytest.raises(ResourceExhaustedError) as e:
+            c.create_window(WindowSpec("a", "w3", AGGS[:1], Policy.count(1)))
+        assert e.value.reason == "TOO_MANY_WINDOWS"
+        assert srv.health() == "SERVING"
 
 
 def test_auth_without_token_is_unauthenticated(tmp_path: Path) -> None:
@@ -294,9 +296,11 @@ def test_tls(tmp_path: Path) -> None:
         with WindowClient(f"localhost:{srv.port}", tls=str(cert)) as c:
             c.create_stream(StreamSpec("tls", (Field("x"),)))
             assert c.get_stream("tls").spec.name == "tls"
-        with WindowClient(f"localhost:{srv.port}", timeout=5, retries=1) as plain:
-            with pytest.raises(MtaWindowsError):
-                plain.list_streams()
+        with (
+            WindowClient(f"localhost:{srv.port}", timeout=5, retries=1) as plain,
+            pytest.raises(MtaWindowsError),
+        ):
+            plain.list_streams()
 
 
 def test_metrics_endpoint(tmp_path: Path) -> None:

@@ -392,15 +392,13 @@ def test_cli_watch_follows_subscribe(server: ServerProcess, client: WindowClient
         text=True,
     )
     try:
-        lines: list[dict[str, Any]] = []
         for i in range(200):  # keep appending until the watcher has seen three batches
             client.append("watched", {"ts": [i], "x": [1.0], "k": [1], "tag": ["a"]})
             if i >= 5:
                 break
             threading.Event().wait(0.3)
         assert proc.stdout is not None
-        for _ in range(3):
-            lines.append(json.loads(proc.stdout.readline()))
+        lines = [json.loads(proc.stdout.readline()) for _ in range(3)]
         ns = [line["values"]["n"] for line in lines]
         assert ns == sorted(ns) and len(set(ns)) == 3
     finally:

@@ -4,15 +4,18 @@
 # source: mtawindows/v1/windows.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
-    _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "mtawindows/v1/windows.proto"
+    _runtime_version.Domain.PUBLIC,
+    7,
+    35,
+    1,
+    '',
+    'mtawindows/v1/windows.proto'
 )
 # @@protoc_insertion_point(imports)
 
@@ -22,121 +25,119 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(
-    b'\n\x1bmtawindows/v1/windows.proto\x12\rmtawindows.v1\x1a\x1egoogle/protobuf/duration.proto"T\n\tFieldSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12&\n\x04type\x18\x02 \x01(\x0e\x32\x18.mtawindows.v1.FieldType\x12\x11\n\tallow_nan\x18\x03 \x01(\x08"\xc2\x01\n\nStreamSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x17\n\x0ftimestamp_field\x18\x02 \x01(\t\x12(\n\x06\x66ields\x18\x03 \x03(\x0b\x32\x18.mtawindows.v1.FieldSpec\x12.\n\x0blate_policy\x18\x04 \x01(\x0e\x32\x19.mtawindows.v1.LatePolicy\x12\x33\n\x10\x61llowed_lateness\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration"\xd6\x01\n\nStreamInfo\x12\'\n\x04spec\x18\x01 \x01(\x0b\x32\x19.mtawindows.v1.StreamSpec\x12\x0f\n\x07windows\x18\x02 \x03(\t\x12\x15\n\rrows_appended\x18\x03 \x01(\x03\x12\x11\n\trows_late\x18\x04 \x01(\x03\x12\x18\n\x10\x62\x61tches_appended\x18\x05 \x01(\x03\x12\x19\n\x11\x62\x61tches_duplicate\x18\x06 \x01(\x03\x12\x18\n\x10newest_timestamp\x18\x07 \x01(\x03\x12\x15\n\rrows_buffered\x18\x08 \x01(\x03"\xa1\x01\n\x0b\x41ggregation\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06monoid\x18\x02 \x01(\t\x12\r\n\x05\x66ield\x18\x03 \x01(\t\x12\x36\n\x06params\x18\x04 \x03(\x0b\x32&.mtawindows.v1.Aggregation.ParamsEntry\x1a-\n\x0bParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01"\x1b\n\x0b\x43ountPolicy\x12\x0c\n\x04size\x18\x01 \x01(\x03";\n\x0fTimeRangePolicy\x12(\n\x05range\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration"0\n\x10\x42oundedSumPolicy\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\r\n\x05\x62ound\x18\x02 \x01(\x01"5\n\x12MaxSubWindowPolicy\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x10\n\x08max_size\x18\x02 \x01(\x03"\x1f\n\x10\x45xpressionPolicy\x12\x0b\n\x03\x63\x65l\x18\x01 \x01(\t"\xa4\x02\n\x0bSlidePolicy\x12+\n\x05\x63ount\x18\x01 \x01(\x0b\x32\x1a.mtawindows.v1.CountPolicyH\x00\x12\x34\n\ntime_range\x18\x02 \x01(\x0b\x32\x1e.mtawindows.v1.TimeRangePolicyH\x00\x12\x36\n\x0b\x62ounded_sum\x18\x03 \x01(\x0b\x32\x1f.mtawindows.v1.BoundedSumPolicyH\x00\x12;\n\x0emax_sub_window\x18\x04 \x01(\x0b\x32!.mtawindows.v1.MaxSubWindowPolicyH\x00\x12\x35\n\nexpression\x18\x05 \x01(\x0b\x32\x1f.mtawindows.v1.ExpressionPolicyH\x00\x42\x06\n\x04kind"l\n\x07Storage\x12(\n\x04kind\x18\x01 \x01(\x0e\x32\x1a.mtawindows.v1.StorageKind\x12\x0f\n\x07\x64urable\x18\x02 \x01(\x08\x12\x12\n\nblock_size\x18\x03 \x01(\x05\x12\x12\n\ncache_size\x18\x04 \x01(\x05"\xde\x01\n\nWindowSpec\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12+\n\talgorithm\x18\x03 \x01(\x0e\x32\x18.mtawindows.v1.Algorithm\x12\x30\n\x0c\x61ggregations\x18\x04 \x03(\x0b\x32\x1a.mtawindows.v1.Aggregation\x12*\n\x06policy\x18\x05 \x01(\x0b\x32\x1a.mtawindows.v1.SlidePolicy\x12\'\n\x07storage\x18\x06 \x01(\x0b\x32\x16.mtawindows.v1.Storage"\xf8\x01\n\x0bWindowStats\x12\x0c\n\x04size\x18\x01 \x01(\x03\x12\x0e\n\x06levels\x18\x02 \x01(\x05\x12\x10\n\x08inserted\x18\x03 \x01(\x03\x12\x0f\n\x07\x65victed\x18\x04 \x01(\x03\x12\x16\n\x0e\x62ulk_evictions\x18\x05 \x01(\x03\x12\x19\n\x11store_round_trips\x18\x06 \x01(\x03\x12\x14\n\x0c\x63\x61\x63he_misses\x18\x07 \x01(\x03\x12\x11\n\tlate_rows\x18\x08 \x01(\x03\x12\x15\n\rpolicy_errors\x18\t \x01(\x03\x12\x18\n\x10store_bytes_read\x18\n \x01(\x03\x12\x1b\n\x13store_bytes_written\x18\x0b \x01(\x03"\x8c\x01\n\nWindowInfo\x12\'\n\x04spec\x18\x01 \x01(\x0b\x32\x19.mtawindows.v1.WindowSpec\x12)\n\x05stats\x18\x02 \x01(\x0b\x32\x1a.mtawindows.v1.WindowStats\x12*\n\x07outputs\x18\x03 \x03(\x0b\x32\x19.mtawindows.v1.OutputSpec"k\n\nOutputSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12&\n\x04type\x18\x02 \x01(\x0e\x32\x18.mtawindows.v1.FieldType\x12\'\n\x05parts\x18\x03 \x03(\x0b\x32\x18.mtawindows.v1.FieldSpec"\x1c\n\nDoubleList\x12\x0e\n\x06values\x18\x01 \x03(\x01"\x1b\n\tInt64List\x12\x0e\n\x06values\x18\x01 \x03(\x03"\x1c\n\nStringList\x12\x0e\n\x06values\x18\x01 \x03(\t"\x1a\n\x08\x42oolList\x12\x0e\n\x06values\x18\x01 \x03(\x08"1\n\tValueList\x12$\n\x06values\x18\x01 \x03(\x0b\x32\x14.mtawindows.v1.Value"\xb9\x02\n\x06\x43olumn\x12\x0c\n\x04name\x18\x01 \x01(\t\x12,\n\x07\x64oubles\x18\x02 \x01(\x0b\x32\x19.mtawindows.v1.DoubleListH\x00\x12(\n\x04ints\x18\x03 \x01(\x0b\x32\x18.mtawindows.v1.Int64ListH\x00\x12,\n\x07strings\x18\x04 \x01(\x0b\x32\x19.mtawindows.v1.StringListH\x00\x12(\n\x05\x62ools\x18\x05 \x01(\x0b\x32\x17.mtawindows.v1.BoolListH\x00\x12.\n\ntimestamps\x18\x06 \x01(\x0b\x32\x18.mtawindows.v1.Int64ListH\x00\x12*\n\x06values\x18\x07 \x01(\x0b\x32\x18.mtawindows.v1.ValueListH\x00\x12\r\n\x05nulls\x18\x08 \x03(\x08\x42\x06\n\x04\x64\x61ta"\x80\x01\n\x06Struct\x12\x31\n\x06\x66ields\x18\x01 \x03(\x0b\x32!.mtawindows.v1.Struct.FieldsEntry\x1a\x43\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12#\n\x05value\x18\x02 \x01(\x0b\x32\x14.mtawindows.v1.Value:\x02\x38\x01"\xf4\x01\n\x05Value\x12\x0e\n\x04null\x18\x01 \x01(\x08H\x00\x12\x16\n\x0c\x64ouble_value\x18\x02 \x01(\x01H\x00\x12\x13\n\tint_value\x18\x03 \x01(\x03H\x00\x12\x16\n\x0cstring_value\x18\x04 \x01(\tH\x00\x12\x14\n\nbool_value\x18\x05 \x01(\x08H\x00\x12\x19\n\x0ftimestamp_value\x18\x06 \x01(\x03H\x00\x12-\n\x0cstruct_value\x18\x07 \x01(\x0b\x32\x15.mtawindows.v1.StructH\x00\x12.\n\nlist_value\x18\x08 \x01(\x0b\x32\x18.mtawindows.v1.ValueListH\x00\x42\x06\n\x04kind"\xbb\x01\n\x0cWindowResult\x12\x0e\n\x06window\x18\x01 \x01(\t\x12\x37\n\x06values\x18\x02 \x03(\x0b\x32\'.mtawindows.v1.WindowResult.ValuesEntry\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\x0f\n\x07\x65victed\x18\x04 \x01(\x03\x1a\x43\n\x0bValuesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12#\n\x05value\x18\x02 \x01(\x0b\x32\x14.mtawindows.v1.Value:\x02\x38\x01"s\n\x10WindowRowResults\x12\x0e\n\x06window\x18\x01 \x01(\t\x12&\n\x07\x63olumns\x18\x02 \x03(\x0b\x32\x15.mtawindows.v1.Column\x12\'\n\x05sizes\x18\x03 \x01(\x0b\x32\x18.mtawindows.v1.Int64List">\n\x13\x43reateStreamRequest\x12\'\n\x04spec\x18\x01 \x01(\x0b\x32\x19.mtawindows.v1.StreamSpec"#\n\x13\x44\x65leteStreamRequest\x12\x0c\n\x04name\x18\x01 \x01(\t"\x16\n\x14\x44\x65leteStreamResponse"\x14\n\x12ListStreamsRequest"A\n\x13ListStreamsResponse\x12*\n\x07streams\x18\x01 \x03(\x0b\x32\x19.mtawindows.v1.StreamInfo" \n\x10GetStreamRequest\x12\x0c\n\x04name\x18\x01 \x01(\t">\n\x13\x43reateWindowRequest\x12\'\n\x04spec\x18\x01 \x01(\x0b\x32\x19.mtawindows.v1.WindowSpec"3\n\x13\x44\x65leteWindowRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t"\x16\n\x14\x44\x65leteWindowResponse"0\n\x10GetWindowRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t"$\n\x12ListWindowsRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t"A\n\x13ListWindowsResponse\x12*\n\x07windows\x18\x01 \x03(\x0b\x32\x19.mtawindows.v1.WindowInfo"\xbe\x01\n\rAppendRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12&\n\x07\x63olumns\x18\x02 \x03(\x0b\x32\x15.mtawindows.v1.Column\x12\x11\n\tarrow_ipc\x18\x03 \x01(\x0c\x12\x13\n\x0bproducer_id\x18\x04 \x01(\t\x12\x10\n\x08sequence\x18\x05 \x01(\x03\x12*\n\x07results\x18\x06 \x01(\x0e\x32\x19.mtawindows.v1.ResultMode\x12\x0f\n\x07windows\x18\x07 \x03(\t"\xc7\x01\n\x0e\x41ppendResponse\x12\x14\n\x0crows_applied\x18\x01 \x01(\x03\x12\x11\n\trows_late\x18\x02 \x01(\x03\x12\x15\n\rrows_buffered\x18\x03 \x01(\x03\x12\x11\n\tduplicate\x18\x04 \x01(\x08\x12,\n\x07results\x18\x05 \x03(\x0b\x32\x1b.mtawindows.v1.WindowResult\x12\x34\n\x0brow_results\x18\x06 \x03(\x0b\x32\x1f.mtawindows.v1.WindowRowResults".\n\x0cQueryRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0e\n\x06window\x18\x02 \x01(\t"2\n\x10SubscribeRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0e\n\x06window\x18\x02 \x01(\t"L\n\x0eSubscribeEvent\x12\r\n\x05\x62\x61tch\x18\x01 \x01(\x03\x12+\n\x06result\x18\x02 \x01(\x0b\x32\x1b.mtawindows.v1.WindowResult*c\n\tFieldType\x12\x1a\n\x16\x46IELD_TYPE_UNSPECIFIED\x10\x00\x12\n\n\x06\x44OUBLE\x10\x01\x12\t\n\x05INT64\x10\x02\x12\n\n\x06STRING\x10\x03\x12\x08\n\x04\x42OOL\x10\x04\x12\r\n\tTIMESTAMP\x10\x05*?\n\nLatePolicy\x12\x1b\n\x17LATE_POLICY_UNSPECIFIED\x10\x00\x12\n\n\x06REJECT\x10\x01\x12\x08\n\x04\x44ROP\x10\x02*:\n\tAlgorithm\x12\x19\n\x15\x41LGORITHM_UNSPECIFIED\x10\x00\x12\x08\n\x04\x41MTA\x10\x01\x12\x08\n\x04LMTA\x10\x02*B\n\x0bStorageKind\x12\x1c\n\x18STORAGE_KIND_UNSPECIFIED\x10\x00\x12\n\n\x06MEMORY\x10\x01\x12\t\n\x05REDIS\x10\x02*K\n\nResultMode\x12\x1b\n\x17RESULT_MODE_UNSPECIFIED\x10\x00\x12\x08\n\x04NONE\x10\x01\x12\t\n\x05\x46INAL\x10\x02\x12\x0b\n\x07PER_ROW\x10\x03\x32\xf6\x06\n\rWindowService\x12M\n\x0c\x43reateStream\x12".mtawindows.v1.CreateStreamRequest\x1a\x19.mtawindows.v1.StreamInfo\x12W\n\x0c\x44\x65leteStream\x12".mtawindows.v1.DeleteStreamRequest\x1a#.mtawindows.v1.DeleteStreamResponse\x12T\n\x0bListStreams\x12!.mtawindows.v1.ListStreamsRequest\x1a".mtawindows.v1.ListStreamsResponse\x12G\n\tGetStream\x12\x1f.mtawindows.v1.GetStreamRequest\x1a\x19.mtawindows.v1.StreamInfo\x12M\n\x0c\x43reateWindow\x12".mtawindows.v1.CreateWindowRequest\x1a\x19.mtawindows.v1.WindowInfo\x12W\n\x0c\x44\x65leteWindow\x12".mtawindows.v1.DeleteWindowRequest\x1a#.mtawindows.v1.DeleteWindowResponse\x12G\n\tGetWindow\x12\x1f.mtawindows.v1.GetWindowRequest\x1a\x19.mtawindows.v1.WindowInfo\x12T\n\x0bListWindows\x12!.mtawindows.v1.ListWindowsRequest\x1a".mtawindows.v1.ListWindowsResponse\x12\x45\n\x06\x41ppend\x12\x1c.mtawindows.v1.AppendRequest\x1a\x1d.mtawindows.v1.AppendResponse\x12\x41\n\x05Query\x12\x1b.mtawindows.v1.QueryRequest\x1a\x1b.mtawindows.v1.WindowResult\x12M\n\tSubscribe\x12\x1f.mtawindows.v1.SubscribeRequest\x1a\x1d.mtawindows.v1.SubscribeEvent0\x01\x62\x06proto3'
-)
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmtawindows/v1/windows.proto\x12\rmtawindows.v1\x1a\x1egoogle/protobuf/duration.proto\"T\n\tFieldSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12&\n\x04type\x18\x02 \x01(\x0e\x32\x18.mtawindows.v1.FieldType\x12\x11\n\tallow_nan\x18\x03 \x01(\x08\"\xc2\x01\n\nStreamSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x17\n\x0ftimestamp_field\x18\x02 \x01(\t\x12(\n\x06\x66ields\x18\x03 \x03(\x0b\x32\x18.mtawindows.v1.FieldSpec\x12.\n\x0blate_policy\x18\x04 \x01(\x0e\x32\x19.mtawindows.v1.LatePolicy\x12\x33\n\x10\x61llowed_lateness\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xd6\x01\n\nStreamInfo\x12\'\n\x04spec\x18\x01 \x01(\x0b\x32\x19.mtawindows.v1.StreamSpec\x12\x0f\n\x07windows\x18\x02 \x03(\t\x12\x15\n\rrows_appended\x18\x03 \x01(\x03\x12\x11\n\trows_late\x18\x04 \x01(\x03\x12\x18\n\x10\x62\x61tches_appended\x18\x05 \x01(\x03\x12\x19\n\x11\x62\x61tches_duplicate\x18\x06 \x01(\x03\x12\x18\n\x10newest_timestamp\x18\x07 \x01(\x03\x12\x15\n\rrows_buffered\x18\x08 \x01(\x03\"\xa1\x01\n\x0b\x41ggregation\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06monoid\x18\x02 \x01(\t\x12\r\n\x05\x66ield\x18\x03 \x01(\t\x12\x36\n\x06params\x18\x04 \x03(\x0b\x32&.mtawindows.v1.Aggregation.ParamsEntry\x1a-\n\x0bParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x1b\n\x0b\x43ountPolicy\x12\x0c\n\x04size\x18\x01 \x01(\x03\";\n\x0fTimeRangePolicy\x12(\n\x05range\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\"0\n\x10\x42oundedSumPolicy\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\r\n\x05\x62ound\x18\x02 \x01(\x01\"5\n\x12MaxSubWindowPolicy\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x10\n\x08max_size\x18\x02 \x01(\x03\"\x1f\n\x10\x45xpressionPolicy\x12\x0b\n\x03\x63\x65l\x18\x01 \x01(\t\"\xa4\x02\n\x0bSlidePolicy\x12+\n\x05\x63ount\x18\x01 \x01(\x0b\x32\x1a.mtawindows.v1.CountPolicyH\x00\x12\x34\n\ntime_range\x18\x02 \x01(\x0b\x32\x1e.mtawindows.v1.TimeRangePolicyH\x00\x12\x36\n\x0b\x62ounded_sum\x18\x03 \x01(\x0b\x32\x1f.mtawindows.v1.BoundedSumPolicyH\x00\x12;\n\x0emax_sub_window\x18\x04 \x01(\x0b\x32!.mtawindows.v1.MaxSubWindowPolicyH\x00\x12\x35\n\nexpression\x18\x05 \x01(\x0b\x32\x1f.mtawindows.v1.ExpressionPolicyH\x00\x42\x06\n\x04kind\"l\n\x07Storage\x12(\n\x04kind\x18\x01 \x01(\x0e\x32\x1a.mtawindows.v1.StorageKind\x12\x0f\n\x07\x64urable\x18\x02 \x01(\x08\x12\x12\n\nblock_size\x18\x03 \x01(\x05\x12\x12\n\ncache_size\x18\x04 \x01(\x05\"\xde\x01\n\nWindowSpec\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12+\n\talgorithm\x18\x03 \x01(\x0e\x32\x18.mtawindows.v1.Algorithm\x12\x30\n\x0c\x61ggregations\x18\x04 \x03(\x0b\x32\x1a.mtawindows.v1.Aggregation\x12*\n\x06policy\x18\x05 \x01(\x0b\x32\x1a.mtawindows.v1.SlidePolicy\x12\'\n\x07storage\x18\x06 \x01(\x0b\x32\x16.mtawindows.v1.Storage\"\xf8\x01\n\x0bWindowStats\x12\x0c\n\x04size\x18\x01 \x01(\x03\x12\x0e\n\x06levels\x18\x02 \x01(\x05\x12\x10\n\x08inserted\x18\x03 \x01(\x03\x12\x0f\n\x07\x65victed\x18\x04 \x01(\x03\x12\x16\n\x0e\x62ulk_evictions\x18\x05 \x01(\x03\x12\x19\n\x11store_round_trips\x18\x06 \x01(\x03\x12\x14\n\x0c\x63\x61\x63he_misses\x18\x07 \x01(\x03\x12\x11\n\tlate_rows\x18\x08 \x01(\x03\x12\x15\n\rpolicy_errors\x18\t \x01(\x03\x12\x18\n\x10store_bytes_read\x18\n \x01(\x03\x12\x1b\n\x13store_bytes_written\x18\x0b \x01(\x03\"\x8c\x01\n\nWindowInfo\x12\'\n\x04spec\x18\x01 \x01(\x0b\x32\x19.mtawindows.v1.WindowSpec\x12)\n\x05stats\x18\x02 \x01(\x0b\x32\x1a.mtawindows.v1.WindowStats\x12*\n\x07outputs\x18\x03 \x03(\x0b\x32\x19.mtawindows.v1.OutputSpec\"k\n\nOutputSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12&\n\x04type\x18\x02 \x01(\x0e\x32\x18.mtawindows.v1.FieldType\x12\'\n\x05parts\x18\x03 \x03(\x0b\x32\x18.mtawindows.v1.FieldSpec\"\x1c\n\nDoubleList\x12\x0e\n\x06values\x18\x01 \x03(\x01\"\x1b\n\tInt64List\x12\x0e\n\x06values\x18\x01 \x03(\x03\"\x1c\n\nStringList\x12\x0e\n\x06values\x18\x01 \x03(\t\"\x1a\n\x08\x42oolList\x12\x0e\n\x06values\x18\x01 \x03(\x08\"1\n\tValueList\x12$\n\x06values\x18\x01 \x03(\x0b\x32\x14.mtawindows.v1.Value\"\xb9\x02\n\x06\x43olumn\x12\x0c\n\x04name\x18\x01 \x01(\t\x12,\n\x07\x64oubles\x18\x02 \x01(\x0b\x32\x19.mtawindows.v1.DoubleListH\x00\x12(\n\x04ints\x18\x03 \x01(\x0b\x32\x18.mtawindows.v1.Int64ListH\x00\x12,\n\x07strings\x18\x04 \x01(\x0b\x32\x19.mtawindows.v1.StringListH\x00\x12(\n\x05\x62ools\x18\x05 \x01(\x0b\x32\x17.mtawindows.v1.BoolListH\x00\x12.\n\ntimestamps\x18\x06 \x01(\x0b\x32\x18.mtawindows.v1.Int64ListH\x00\x12*\n\x06values\x18\x07 \x01(\x0b\x32\x18.mtawindows.v1.ValueListH\x00\x12\r\n\x05nulls\x18\x08 \x03(\x08\x42\x06\n\x04\x64\x61ta\"\x80\x01\n\x06Struct\x12\x31\n\x06\x66ields\x18\x01 \x03(\x0b\x32!.mtawindows.v1.Struct.FieldsEntry\x1a\x43\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12#\n\x05value\x18\x02 \x01(\x0b\x32\x14.mtawindows.v1.Value:\x02\x38\x01\"\xf4\x01\n\x05Value\x12\x0e\n\x04null\x18\x01 \x01(\x08H\x00\x12\x16\n\x0c\x64ouble_value\x18\x02 \x01(\x01H\x00\x12\x13\n\tint_value\x18\x03 \x01(\x03H\x00\x12\x16\n\x0cstring_value\x18\x04 \x01(\tH\x00\x12\x14\n\nbool_value\x18\x05 \x01(\x08H\x00\x12\x19\n\x0ftimestamp_value\x18\x06 \x01(\x03H\x00\x12-\n\x0cstruct_value\x18\x07 \x01(\x0b\x32\x15.mtawindows.v1.StructH\x00\x12.\n\nlist_value\x18\x08 \x01(\x0b\x32\x18.mtawindows.v1.ValueListH\x00\x42\x06\n\x04kind\"\xbb\x01\n\x0cWindowResult\x12\x0e\n\x06window\x18\x01 \x01(\t\x12\x37\n\x06values\x18\x02 \x03(\x0b\x32\'.mtawindows.v1.WindowResult.ValuesEntry\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\x0f\n\x07\x65victed\x18\x04 \x01(\x03\x1a\x43\n\x0bValuesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12#\n\x05value\x18\x02 \x01(\x0b\x32\x14.mtawindows.v1.Value:\x02\x38\x01\"s\n\x10WindowRowResults\x12\x0e\n\x06window\x18\x01 \x01(\t\x12&\n\x07\x63olumns\x18\x02 \x03(\x0b\x32\x15.mtawindows.v1.Column\x12\'\n\x05sizes\x18\x03 \x01(\x0b\x32\x18.mtawindows.v1.Int64List\">\n\x13\x43reateStreamRequest\x12\'\n\x04spec\x18\x01 \x01(\x0b\x32\x19.mtawindows.v1.StreamSpec\"#\n\x13\x44\x65leteStreamRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x16\n\x14\x44\x65leteStreamResponse\"\x14\n\x12ListStreamsRequest\"A\n\x13ListStreamsResponse\x12*\n\x07streams\x18\x01 \x03(\x0b\x32\x19.mtawindows.v1.StreamInfo\" \n\x10GetStreamRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\">\n\x13\x43reateWindowRequest\x12\'\n\x04spec\x18\x01 \x01(\x0b\x32\x19.mtawindows.v1.WindowSpec\"3\n\x13\x44\x65leteWindowRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\x16\n\x14\x44\x65leteWindowResponse\"0\n\x10GetWindowRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"$\n\x12ListWindowsRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\"A\n\x13ListWindowsResponse\x12*\n\x07windows\x18\x01 \x03(\x0b\x32\x19.mtawindows.v1.WindowInfo\"\xbe\x01\n\rAppendRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12&\n\x07\x63olumns\x18\x02 \x03(\x0b\x32\x15.mtawindows.v1.Column\x12\x11\n\tarrow_ipc\x18\x03 \x01(\x0c\x12\x13\n\x0bproducer_id\x18\x04 \x01(\t\x12\x10\n\x08sequence\x18\x05 \x01(\x03\x12*\n\x07results\x18\x06 \x01(\x0e\x32\x19.mtawindows.v1.ResultMode\x12\x0f\n\x07windows\x18\x07 \x03(\t\"\xc7\x01\n\x0e\x41ppendResponse\x12\x14\n\x0crows_applied\x18\x01 \x01(\x03\x12\x11\n\trows_late\x18\x02 \x01(\x03\x12\x15\n\rrows_buffered\x18\x03 \x01(\x03\x12\x11\n\tduplicate\x18\x04 \x01(\x08\x12,\n\x07results\x18\x05 \x03(\x0b\x32\x1b.mtawindows.v1.WindowResult\x12\x34\n\x0brow_results\x18\x06 \x03(\x0b\x32\x1f.mtawindows.v1.WindowRowResults\".\n\x0cQueryRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0e\n\x06window\x18\x02 \x01(\t\"2\n\x10SubscribeRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0e\n\x06window\x18\x02 \x01(\t\"L\n\x0eSubscribeEvent\x12\r\n\x05\x62\x61tch\x18\x01 \x01(\x03\x12+\n\x06result\x18\x02 \x01(\x0b\x32\x1b.mtawindows.v1.WindowResult*c\n\tFieldType\x12\x1a\n\x16\x46IELD_TYPE_UNSPECIFIED\x10\x00\x12\n\n\x06\x44OUBLE\x10\x01\x12\t\n\x05INT64\x10\x02\x12\n\n\x06STRING\x10\x03\x12\x08\n\x04\x42OOL\x10\x04\x12\r\n\tTIMESTAMP\x10\x05*?\n\nLatePolicy\x12\x1b\n\x17LATE_POLICY_UNSPECIFIED\x10\x00\x12\n\n\x06REJECT\x10\x01\x12\x08\n\x04\x44ROP\x10\x02*:\n\tAlgorithm\x12\x19\n\x15\x41LGORITHM_UNSPECIFIED\x10\x00\x12\x08\n\x04\x41MTA\x10\x01\x12\x08\n\x04LMTA\x10\x02*B\n\x0bStorageKind\x12\x1c\n\x18STORAGE_KIND_UNSPECIFIED\x10\x00\x12\n\n\x06MEMORY\x10\x01\x12\t\n\x05REDIS\x10\x02*K\n\nResultMode\x12\x1b\n\x17RESULT_MODE_UNSPECIFIED\x10\x00\x12\x08\n\x04NONE\x10\x01\x12\t\n\x05\x46INAL\x10\x02\x12\x0b\n\x07PER_ROW\x10\x03\x32\xf6\x06\n\rWindowService\x12M\n\x0c\x43reateStream\x12\".mtawindows.v1.CreateStreamRequest\x1a\x19.mtawindows.v1.StreamInfo\x12W\n\x0c\x44\x65leteStream\x12\".mtawindows.v1.DeleteStreamRequest\x1a#.mtawindows.v1.DeleteStreamResponse\x12T\n\x0bListStreams\x12!.mtawindows.v1.ListStreamsRequest\x1a\".mtawindows.v1.ListStreamsResponse\x12G\n\tGetStream\x12\x1f.mtawindows.v1.GetStreamRequest\x1a\x19.mtawindows.v1.StreamInfo\x12M\n\x0c\x43reateWindow\x12\".mtawindows.v1.CreateWindowRequest\x1a\x19.mtawindows.v1.WindowInfo\x12W\n\x0c\x44\x65leteWindow\x12\".mtawindows.v1.DeleteWindowRequest\x1a#.mtawindows.v1.DeleteWindowResponse\x12G\n\tGetWindow\x12\x1f.mtawindows.v1.GetWindowRequest\x1a\x19.mtawindows.v1.WindowInfo\x12T\n\x0bListWindows\x12!.mtawindows.v1.ListWindowsRequest\x1a\".mtawindows.v1.ListWindowsResponse\x12\x45\n\x06\x41ppend\x12\x1c.mtawindows.v1.AppendRequest\x1a\x1d.mtawindows.v1.AppendResponse\x12\x41\n\x05Query\x12\x1b.mtawindows.v1.QueryRequest\x1a\x1b.mtawindows.v1.WindowResult\x12M\n\tSubscribe\x12\x1f.mtawindows.v1.SubscribeRequest\x1a\x1d.mtawindows.v1.SubscribeEvent0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, "mtawindows.v1.windows_pb2", _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mtawindows.v1.windows_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-    DESCRIPTOR._loaded_options = None
-    _globals["_AGGREGATION_PARAMSENTRY"]._loaded_options = None
-    _globals["_AGGREGATION_PARAMSENTRY"]._serialized_options = b"8\001"
-    _globals["_STRUCT_FIELDSENTRY"]._loaded_options = None
-    _globals["_STRUCT_FIELDSENTRY"]._serialized_options = b"8\001"
-    _globals["_WINDOWRESULT_VALUESENTRY"]._loaded_options = None
-    _globals["_WINDOWRESULT_VALUESENTRY"]._serialized_options = b"8\001"
-    _globals["_FIELDTYPE"]._serialized_start = 4389
-    _globals["_FIELDTYPE"]._serialized_end = 4488
-    _globals["_LATEPOLICY"]._serialized_start = 4490
-    _globals["_LATEPOLICY"]._serialized_end = 4553
-    _globals["_ALGORITHM"]._serialized_start = 4555
-    _globals["_ALGORITHM"]._serialized_end = 4613
-    _globals["_STORAGEKIND"]._serialized_start = 4615
-    _globals["_STORAGEKIND"]._serialized_end = 4681
-    _globals["_RESULTMODE"]._serialized_start = 4683
-    _globals["_RESULTMODE"]._serialized_end = 4758
-    _globals["_FIELDSPEC"]._serialized_start = 78
-    _globals["_FIELDSPEC"]._serialized_end = 162
-    _globals["_STREAMSPEC"]._serialized_start = 165
-    _globals["_STREAMSPEC"]._serialized_end = 359
-    _globals["_STREAMINFO"]._serialized_start = 362
-    _globals["_STREAMINFO"]._serialized_end = 576
-    _globals["_AGGREGATION"]._serialized_start = 579
-    _globals["_AGGREGATION"]._serialized_end = 740
-    _globals["_AGGREGATION_PARAMSENTRY"]._serialized_start = 695
-    _globals["_AGGREGATION_PARAMSENTRY"]._serialized_end = 740
-    _globals["_COUNTPOLICY"]._serialized_start = 742
-    _globals["_COUNTPOLICY"]._serialized_end = 769
-    _globals["_TIMERANGEPOLICY"]._serialized_start = 771
-    _globals["_TIMERANGEPOLICY"]._serialized_end = 830
-    _globals["_BOUNDEDSUMPOLICY"]._serialized_start = 832
-    _globals["_BOUNDEDSUMPOLICY"]._serialized_end = 880
-    _globals["_MAXSUBWINDOWPOLICY"]._serialized_start = 882
-    _globals["_MAXSUBWINDOWPOLICY"]._serialized_end = 935
-    _globals["_EXPRESSIONPOLICY"]._serialized_start = 937
-    _globals["_EXPRESSIONPOLICY"]._serialized_end = 968
-    _globals["_SLIDEPOLICY"]._serialized_start = 971
-    _globals["_SLIDEPOLICY"]._serialized_end = 1263
-    _globals["_STORAGE"]._serialized_start = 1265
-    _globals["_STORAGE"]._serialized_end = 1373
-    _globals["_WINDOWSPEC"]._serialized_start = 1376
-    _globals["_WINDOWSPEC"]._serialized_end = 1598
-    _globals["_WINDOWSTATS"]._serialized_start = 1601
-    _globals["_WINDOWSTATS"]._serialized_end = 1849
-    _globals["_WINDOWINFO"]._serialized_start = 1852
-    _globals["_WINDOWINFO"]._serialized_end = 1992
-    _globals["_OUTPUTSPEC"]._serialized_start = 1994
-    _globals["_OUTPUTSPEC"]._serialized_end = 2101
-    _globals["_DOUBLELIST"]._serialized_start = 2103
-    _globals["_DOUBLELIST"]._serialized_end = 2131
-    _globals["_INT64LIST"]._serialized_start = 2133
-    _globals["_INT64LIST"]._serialized_end = 2160
-    _globals["_STRINGLIST"]._serialized_start = 2162
-    _globals["_STRINGLIST"]._serialized_end = 2190
-    _globals["_BOOLLIST"]._serialized_start = 2192
-    _globals["_BOOLLIST"]._serialized_end = 2218
-    _globals["_VALUELIST"]._serialized_start = 2220
-    _globals["_VALUELIST"]._serialized_end = 2269
-    _globals["_COLUMN"]._serialized_start = 2272
-    _globals["_COLUMN"]._serialized_end = 2585
-    _globals["_STRUCT"]._serialized_start = 2588
-    _globals["_STRUCT"]._serialized_end = 2716
-    _globals["_STRUCT_FIELDSENTRY"]._serialized_start = 2649
-    _globals["_STRUCT_FIELDSENTRY"]._serialized_end = 2716
-    _globals["_VALUE"]._serialized_start = 2719
-    _globals["_VALUE"]._serialized_end = 2963
-    _globals["_WINDOWRESULT"]._serialized_start = 2966
-    _globals["_WINDOWRESULT"]._serialized_end = 3153
-    _globals["_WINDOWRESULT_VALUESENTRY"]._serialized_start = 3086
-    _globals["_WINDOWRESULT_VALUESENTRY"]._serialized_end = 3153
-    _globals["_WINDOWROWRESULTS"]._serialized_start = 3155
-    _globals["_WINDOWROWRESULTS"]._serialized_end = 3270
-    _globals["_CREATESTREAMREQUEST"]._serialized_start = 3272
-    _globals["_CREATESTREAMREQUEST"]._serialized_end = 3334
-    _globals["_DELETESTREAMREQUEST"]._serialized_start = 3336
-    _globals["_DELETESTREAMREQUEST"]._serialized_end = 3371
-    _globals["_DELETESTREAMRESPONSE"]._serialized_start = 3373
-    _globals["_DELETESTREAMRESPONSE"]._serialized_end = 3395
-    _globals["_LISTSTREAMSREQUEST"]._serialized_start = 3397
-    _globals["_LISTSTREAMSREQUEST"]._serialized_end = 3417
-    _globals["_LISTSTREAMSRESPONSE"]._serialized_start = 3419
-    _globals["_LISTSTREAMSRESPONSE"]._serialized_end = 3484
-    _globals["_GETSTREAMREQUEST"]._serialized_start = 3486
-    _globals["_GETSTREAMREQUEST"]._serialized_end = 3518
-    _globals["_CREATEWINDOWREQUEST"]._serialized_start = 3520
-    _globals["_CREATEWINDOWREQUEST"]._serialized_end = 3582
-    _globals["_DELETEWINDOWREQUEST"]._serialized_start = 3584
-    _globals["_DELETEWINDOWREQUEST"]._serialized_end = 3635
-    _globals["_DELETEWINDOWRESPONSE"]._serialized_start = 3637
-    _globals["_DELETEWINDOWRESPONSE"]._serialized_end = 3659
-    _globals["_GETWINDOWREQUEST"]._serialized_start = 3661
-    _globals["_GETWINDOWREQUEST"]._serialized_end = 3709
-    _globals["_LISTWINDOWSREQUEST"]._serialized_start = 3711
-    _globals["_LISTWINDOWSREQUEST"]._serialized_end = 3747
-    _globals["_LISTWINDOWSRESPONSE"]._serialized_start = 3749
-    _globals["_LISTWINDOWSRESPONSE"]._serialized_end = 3814
-    _globals["_APPENDREQUEST"]._serialized_start = 3817
-    _globals["_APPENDREQUEST"]._serialized_end = 4007
-    _globals["_APPENDRESPONSE"]._serialized_start = 4010
-    _globals["_APPENDRESPONSE"]._serialized_end = 4209
-    _globals["_QUERYREQUEST"]._serialized_start = 4211
-    _globals["_QUERYREQUEST"]._serialized_end = 4257
-    _globals["_SUBSCRIBEREQUEST"]._serialized_start = 4259
-    _globals["_SUBSCRIBEREQUEST"]._serialized_end = 4309
-    _globals["_SUBSCRIBEEVENT"]._serialized_start = 4311
-    _globals["_SUBSCRIBEEVENT"]._serialized_end = 4387
-    _globals["_WINDOWSERVICE"]._serialized_start = 4761
-    _globals["_WINDOWSERVICE"]._serialized_end = 5647
+  DESCRIPTOR._loaded_options = None
+  _globals['_AGGREGATION_PARAMSENTRY']._loaded_options = None
+  _globals['_AGGREGATION_PARAMSENTRY']._serialized_options = b'8\001'
+  _globals['_STRUCT_FIELDSENTRY']._loaded_options = None
+  _globals['_STRUCT_FIELDSENTRY']._serialized_options = b'8\001'
+  _globals['_WINDOWRESULT_VALUESENTRY']._loaded_options = None
+  _globals['_WINDOWRESULT_VALUESENTRY']._serialized_options = b'8\001'
+  _globals['_FIELDTYPE']._serialized_start=4389
+  _globals['_FIELDTYPE']._serialized_end=4488
+  _globals['_LATEPOLICY']._serialized_start=4490
+  _globals['_LATEPOLICY']._serialized_end=4553
+  _globals['_ALGORITHM']._serialized_start=4555
+  _globals['_ALGORITHM']._serialized_end=4613
+  _globals['_STORAGEKIND']._serialized_start=4615
+  _globals['_STORAGEKIND']._serialized_end=4681
+  _globals['_RESULTMODE']._serialized_start=4683
+  _globals['_RESULTMODE']._serialized_end=4758
+  _globals['_FIELDSPEC']._serialized_start=78
+  _globals['_FIELDSPEC']._serialized_end=162
+  _globals['_STREAMSPEC']._serialized_start=165
+  _globals['_STREAMSPEC']._serialized_end=359
+  _globals['_STREAMINFO']._serialized_start=362
+  _globals['_STREAMINFO']._serialized_end=576
+  _globals['_AGGREGATION']._serialized_start=579
+  _globals['_AGGREGATION']._serialized_end=740
+  _globals['_AGGREGATION_PARAMSENTRY']._serialized_start=695
+  _globals['_AGGREGATION_PARAMSENTRY']._serialized_end=740
+  _globals['_COUNTPOLICY']._serialized_start=742
+  _globals['_COUNTPOLICY']._serialized_end=769
+  _globals['_TIMERANGEPOLICY']._serialized_start=771
+  _globals['_TIMERANGEPOLICY']._serialized_end=830
+  _globals['_BOUNDEDSUMPOLICY']._serialized_start=832
+  _globals['_BOUNDEDSUMPOLICY']._serialized_end=880
+  _globals['_MAXSUBWINDOWPOLICY']._serialized_start=882
+  _globals['_MAXSUBWINDOWPOLICY']._serialized_end=935
+  _globals['_EXPRESSIONPOLICY']._serialized_start=937
+  _globals['_EXPRESSIONPOLICY']._serialized_end=968
+  _globals['_SLIDEPOLICY']._serialized_start=971
+  _globals['_SLIDEPOLICY']._serialized_end=1263
+  _globals['_STORAGE']._serialized_start=1265
+  _globals['_STORAGE']._serialized_end=1373
+  _globals['_WINDOWSPEC']._serialized_start=1376
+  _globals['_WINDOWSPEC']._serialized_end=1598
+  _globals['_WINDOWSTATS']._serialized_start=1601
+  _globals['_WINDOWSTATS']._serialized_end=1849
+  _globals['_WINDOWINFO']._serialized_start=1852
+  _globals['_WINDOWINFO']._serialized_end=1992
+  _globals['_OUTPUTSPEC']._serialized_start=1994
+  _globals['_OUTPUTSPEC']._serialized_end=2101
+  _globals['_DOUBLELIST']._serialized_start=2103
+  _globals['_DOUBLELIST']._serialized_end=2131
+  _globals['_INT64LIST']._serialized_start=2133
+  _globals['_INT64LIST']._serialized_end=2160
+  _globals['_STRINGLIST']._serialized_start=2162
+  _globals['_STRINGLIST']._serialized_end=2190
+  _globals['_BOOLLIST']._serialized_start=2192
+  _globals['_BOOLLIST']._serialized_end=2218
+  _globals['_VALUELIST']._serialized_start=2220
+  _globals['_VALUELIST']._serialized_end=2269
+  _globals['_COLUMN']._serialized_start=2272
+  _globals['_COLUMN']._serialized_end=2585
+  _globals['_STRUCT']._serialized_start=2588
+  _globals['_STRUCT']._serialized_end=2716
+  _globals['_STRUCT_FIELDSENTRY']._serialized_start=2649
+  _globals['_STRUCT_FIELDSENTRY']._serialized_end=2716
+  _globals['_VALUE']._serialized_start=2719
+  _globals['_VALUE']._serialized_end=2963
+  _globals['_WINDOWRESULT']._serialized_start=2966
+  _globals['_WINDOWRESULT']._serialized_end=3153
+  _globals['_WINDOWRESULT_VALUESENTRY']._serialized_start=3086
+  _globals['_WINDOWRESULT_VALUESENTRY']._serialized_end=3153
+  _globals['_WINDOWROWRESULTS']._serialized_start=3155
+  _globals['_WINDOWROWRESULTS']._serialized_end=3270
+  _globals['_CREATESTREAMREQUEST']._serialized_start=3272
+  _globals['_CREATESTREAMREQUEST']._serialized_end=3334
+  _globals['_DELETESTREAMREQUEST']._serialized_start=3336
+  _globals['_DELETESTREAMREQUEST']._serialized_end=3371
+  _globals['_DELETESTREAMRESPONSE']._serialized_start=3373
+  _globals['_DELETESTREAMRESPONSE']._serialized_end=3395
+  _globals['_LISTSTREAMSREQUEST']._serialized_start=3397
+  _globals['_LISTSTREAMSREQUEST']._serialized_end=3417
+  _globals['_LISTSTREAMSRESPONSE']._serialized_start=3419
+  _globals['_LISTSTREAMSRESPONSE']._serialized_end=3484
+  _globals['_GETSTREAMREQUEST']._serialized_start=3486
+  _globals['_GETSTREAMREQUEST']._serialized_end=3518
+  _globals['_CREATEWINDOWREQUEST']._serialized_start=3520
+  _globals['_CREATEWINDOWREQUEST']._serialized_end=3582
+  _globals['_DELETEWINDOWREQUEST']._serialized_start=3584
+  _globals['_DELETEWINDOWREQUEST']._serialized_end=3635
+  _globals['_DELETEWINDOWRESPONSE']._serialized_start=3637
+  _globals['_DELETEWINDOWRESPONSE']._serialized_end=3659
+  _globals['_GETWINDOWREQUEST']._serialized_start=3661
+  _globals['_GETWINDOWREQUEST']._serialized_end=3709
+  _globals['_LISTWINDOWSREQUEST']._serialized_start=3711
+  _globals['_LISTWINDOWSREQUEST']._serialized_end=3747
+  _globals['_LISTWINDOWSRESPONSE']._serialized_start=3749
+  _globals['_LISTWINDOWSRESPONSE']._serialized_end=3814
+  _globals['_APPENDREQUEST']._serialized_start=3817
+  _globals['_APPENDREQUEST']._serialized_end=4007
+  _globals['_APPENDRESPONSE']._serialized_start=4010
+  _globals['_APPENDRESPONSE']._serialized_end=4209
+  _globals['_QUERYREQUEST']._serialized_start=4211
+  _globals['_QUERYREQUEST']._serialized_end=4257
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=4259
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=4309
+  _globals['_SUBSCRIBEEVENT']._serialized_start=4311
+  _globals['_SUBSCRIBEEVENT']._serialized_end=4387
+  _globals['_WINDOWSERVICE']._serialized_start=4761
+  _globals['_WINDOWSERVICE']._serialized_end=5647
 # @@protoc_insertion_point(module_scope)

@@ -43,7 +43,6 @@ class ResultMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     NONE: _ClassVar[ResultMode]
     FINAL: _ClassVar[ResultMode]
     PER_ROW: _ClassVar[ResultMode]
-
 FIELD_TYPE_UNSPECIFIED: FieldType
 DOUBLE: FieldType
 INT64: FieldType
@@ -72,12 +71,7 @@ class FieldSpec(_message.Message):
     name: str
     type: FieldType
     allow_nan: bool
-    def __init__(
-        self,
-        name: _Optional[str] = ...,
-        type: _Optional[_Union[FieldType, str]] = ...,
-        allow_nan: _Optional[bool] = ...,
-    ) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[FieldType, str]] = ..., allow_nan: _Optional[bool] = ...) -> None: ...
 
 class StreamSpec(_message.Message):
     __slots__ = ("name", "timestamp_field", "fields", "late_policy", "allowed_lateness")
@@ -91,28 +85,10 @@ class StreamSpec(_message.Message):
     fields: _containers.RepeatedCompositeFieldContainer[FieldSpec]
     late_policy: LatePolicy
     allowed_lateness: _duration_pb2.Duration
-    def __init__(
-        self,
-        name: _Optional[str] = ...,
-        timestamp_field: _Optional[str] = ...,
-        fields: _Optional[_Iterable[_Union[FieldSpec, _Mapping]]] = ...,
-        late_policy: _Optional[_Union[LatePolicy, str]] = ...,
-        allowed_lateness: _Optional[
-            _Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]
-        ] = ...,
-    ) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., timestamp_field: _Optional[str] = ..., fields: _Optional[_Iterable[_Union[FieldSpec, _Mapping]]] = ..., late_policy: _Optional[_Union[LatePolicy, str]] = ..., allowed_lateness: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class StreamInfo(_message.Message):
-    __slots__ = (
-        "spec",
-        "windows",
-        "rows_appended",
-        "rows_late",
-        "batches_appended",
-        "batches_duplicate",
-        "newest_timestamp",
-        "rows_buffered",
-    )
+    __slots__ = ("spec", "windows", "rows_appended", "rows_late", "batches_appended", "batches_duplicate", "newest_timestamp", "rows_buffered")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     WINDOWS_FIELD_NUMBER: _ClassVar[int]
     ROWS_APPENDED_FIELD_NUMBER: _ClassVar[int]
@@ -129,17 +105,7 @@ class StreamInfo(_message.Message):
     batches_duplicate: int
     newest_timestamp: int
     rows_buffered: int
-    def __init__(
-        self,
-        spec: _Optional[_Union[StreamSpec, _Mapping]] = ...,
-        windows: _Optional[_Iterable[str]] = ...,
-        rows_appended: _Optional[int] = ...,
-        rows_late: _Optional[int] = ...,
-        batches_appended: _Optional[int] = ...,
-        batches_duplicate: _Optional[int] = ...,
-        newest_timestamp: _Optional[int] = ...,
-        rows_buffered: _Optional[int] = ...,
-    ) -> None: ...
+    def __init__(self, spec: _Optional[_Union[StreamSpec, _Mapping]] = ..., windows: _Optional[_Iterable[str]] = ..., rows_appended: _Optional[int] = ..., rows_late: _Optional[int] = ..., batches_appended: _Optional[int] = ..., batches_duplicate: _Optional[int] = ..., newest_timestamp: _Optional[int] = ..., rows_buffered: _Optional[int] = ...) -> None: ...
 
 class Aggregation(_message.Message):
     __slots__ = ("name", "monoid", "field", "params")
@@ -150,7 +116,6 @@ class Aggregation(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-
     NAME_FIELD_NUMBER: _ClassVar[int]
     MONOID_FIELD_NUMBER: _ClassVar[int]
     FIELD_FIELD_NUMBER: _ClassVar[int]
@@ -159,13 +124,7 @@ class Aggregation(_message.Message):
     monoid: str
     field: str
     params: _containers.ScalarMap[str, str]
-    def __init__(
-        self,
-        name: _Optional[str] = ...,
-        monoid: _Optional[str] = ...,
-        field: _Optional[str] = ...,
-        params: _Optional[_Mapping[str, str]] = ...,
-    ) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., monoid: _Optional[str] = ..., field: _Optional[str] = ..., params: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CountPolicy(_message.Message):
     __slots__ = ("size",)
@@ -177,9 +136,7 @@ class TimeRangePolicy(_message.Message):
     __slots__ = ("range",)
     RANGE_FIELD_NUMBER: _ClassVar[int]
     range: _duration_pb2.Duration
-    def __init__(
-        self, range: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...
-    ) -> None: ...
+    def __init__(self, range: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class BoundedSumPolicy(_message.Message):
     __slots__ = ("field", "bound")
@@ -215,14 +172,7 @@ class SlidePolicy(_message.Message):
     bounded_sum: BoundedSumPolicy
     max_sub_window: MaxSubWindowPolicy
     expression: ExpressionPolicy
-    def __init__(
-        self,
-        count: _Optional[_Union[CountPolicy, _Mapping]] = ...,
-        time_range: _Optional[_Union[TimeRangePolicy, _Mapping]] = ...,
-        bounded_sum: _Optional[_Union[BoundedSumPolicy, _Mapping]] = ...,
-        max_sub_window: _Optional[_Union[MaxSubWindowPolicy, _Mapping]] = ...,
-        expression: _Optional[_Union[ExpressionPolicy, _Mapping]] = ...,
-    ) -> None: ...
+    def __init__(self, count: _Optional[_Union[CountPolicy, _Mapping]] = ..., time_range: _Optional[_Union[TimeRangePolicy, _Mapping]] = ..., bounded_sum: _Optional[_Union[BoundedSumPolicy, _Mapping]] = ..., max_sub_window: _Optional[_Union[MaxSubWindowPolicy, _Mapping]] = ..., expression: _Optional[_Union[ExpressionPolicy, _Mapping]] = ...) -> None: ...
 
 class Storage(_message.Message):
     __slots__ = ("kind", "durable", "block_size", "cache_size")
@@ -234,13 +184,7 @@ class Storage(_message.Message):
     durable: bool
     block_size: int
     cache_size: int
-    def __init__(
-        self,
-        kind: _Optional[_Union[StorageKind, str]] = ...,
-        durable: _Optional[bool] = ...,
-        block_size: _Optional[int] = ...,
-        cache_size: _Optional[int] = ...,
-    ) -> None: ...
+    def __init__(self, kind: _Optional[_Union[StorageKind, str]] = ..., durable: _Optional[bool] = ..., block_size: _Optional[int] = ..., cache_size: _Optional[int] = ...) -> None: ...
 
 class WindowSpec(_message.Message):
     __slots__ = ("stream", "name", "algorithm", "aggregations", "policy", "storage")
@@ -256,30 +200,10 @@ class WindowSpec(_message.Message):
     aggregations: _containers.RepeatedCompositeFieldContainer[Aggregation]
     policy: SlidePolicy
     storage: Storage
-    def __init__(
-        self,
-        stream: _Optional[str] = ...,
-        name: _Optional[str] = ...,
-        algorithm: _Optional[_Union[Algorithm, str]] = ...,
-        aggregations: _Optional[_Iterable[_Union[Aggregation, _Mapping]]] = ...,
-        policy: _Optional[_Union[SlidePolicy, _Mapping]] = ...,
-        storage: _Optional[_Union[Storage, _Mapping]] = ...,
-    ) -> None: ...
+    def __init__(self, stream: _Optional[str] = ..., name: _Optional[str] = ..., algorithm: _Optional[_Union[Algorithm, str]] = ..., aggregations: _Optional[_Iterable[_Union[Aggregation, _Mapping]]] = ..., policy: _Optional[_Union[SlidePolicy, _Mapping]] = ..., storage: _Optional[_Union[Storage, _Mapping]] = ...) -> None: ...
 
 class WindowStats(_message.Message):
-    __slots__ = (
-        "size",
-        "levels",
-        "inserted",
-        "evicted",
-        "bulk_evictions",
-        "store_round_trips",
-        "cache_misses",
-        "late_rows",
-        "policy_errors",
-        "store_bytes_read",
-        "store_bytes_written",
-    )
+    __slots__ = ("size", "levels", "inserted", "evicted", "bulk_evictions", "store_round_trips", "cache_misses", "late_rows", "policy_errors", "store_bytes_read", "store_bytes_written")
     SIZE_FIELD_NUMBER: _ClassVar[int]
     LEVELS_FIELD_NUMBER: _ClassVar[int]
     INSERTED_FIELD_NUMBER: _ClassVar[int]
@@ -302,20 +226,7 @@ class WindowStats(_message.Message):
     policy_errors: int
     store_bytes_read: int
     store_bytes_written: int
-    def __init__(
-        self,
-        size: _Optional[int] = ...,
-        levels: _Optional[int] = ...,
-        inserted: _Optional[int] = ...,
-        evicted: _Optional[int] = ...,
-        bulk_evictions: _Optional[int] = ...,
-        store_round_trips: _Optional[int] = ...,
-        cache_misses: _Optional[int] = ...,
-        late_rows: _Optional[int] = ...,
-        policy_errors: _Optional[int] = ...,
-        store_bytes_read: _Optional[int] = ...,
-        store_bytes_written: _Optional[int] = ...,
-    ) -> None: ...
+    def __init__(self, size: _Optional[int] = ..., levels: _Optional[int] = ..., inserted: _Optional[int] = ..., evicted: _Optional[int] = ..., bulk_evictions: _Optional[int] = ..., store_round_trips: _Optional[int] = ..., cache_misses: _Optional[int] = ..., late_rows: _Optional[int] = ..., policy_errors: _Optional[int] = ..., store_bytes_read: _Optional[int] = ..., store_bytes_written: _Optional[int] = ...) -> None: ...
 
 class WindowInfo(_message.Message):
     __slots__ = ("spec", "stats", "outputs")
@@ -325,12 +236,7 @@ class WindowInfo(_message.Message):
     spec: WindowSpec
     stats: WindowStats
     outputs: _containers.RepeatedCompositeFieldContainer[OutputSpec]
-    def __init__(
-        self,
-        spec: _Optional[_Union[WindowSpec, _Mapping]] = ...,
-        stats: _Optional[_Union[WindowStats, _Mapping]] = ...,
-        outputs: _Optional[_Iterable[_Union[OutputSpec, _Mapping]]] = ...,
-    ) -> None: ...
+    def __init__(self, spec: _Optional[_Union[WindowSpec, _Mapping]] = ..., stats: _Optional[_Union[WindowStats, _Mapping]] = ..., outputs: _Optional[_Iterable[_Union[OutputSpec, _Mapping]]] = ...) -> None: ...
 
 class OutputSpec(_message.Message):
     __slots__ = ("name", "type", "parts")
@@ -340,12 +246,7 @@ class OutputSpec(_message.Message):
     name: str
     type: FieldType
     parts: _containers.RepeatedCompositeFieldContainer[FieldSpec]
-    def __init__(
-        self,
-        name: _Optional[str] = ...,
-        type: _Optional[_Union[FieldType, str]] = ...,
-        parts: _Optional[_Iterable[_Union[FieldSpec, _Mapping]]] = ...,
-    ) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[FieldType, str]] = ..., parts: _Optional[_Iterable[_Union[FieldSpec, _Mapping]]] = ...) -> None: ...
 
 class DoubleList(_message.Message):
     __slots__ = ("values",)
@@ -395,17 +296,7 @@ class Column(_message.Message):
     timestamps: Int64List
     values: ValueList
     nulls: _containers.RepeatedScalarFieldContainer[bool]
-    def __init__(
-        self,
-        name: _Optional[str] = ...,
-        doubles: _Optional[_Union[DoubleList, _Mapping]] = ...,
-        ints: _Optional[_Union[Int64List, _Mapping]] = ...,
-        strings: _Optional[_Union[StringList, _Mapping]] = ...,
-        bools: _Optional[_Union[BoolList, _Mapping]] = ...,
-        timestamps: _Optional[_Union[Int64List, _Mapping]] = ...,
-        values: _Optional[_Union[ValueList, _Mapping]] = ...,
-        nulls: _Optional[_Iterable[bool]] = ...,
-    ) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., doubles: _Optional[_Union[DoubleList, _Mapping]] = ..., ints: _Optional[_Union[Int64List, _Mapping]] = ..., strings: _Optional[_Union[StringList, _Mapping]] = ..., bools: _Optional[_Union[BoolList, _Mapping]] = ..., timestamps: _Optional[_Union[Int64List, _Mapping]] = ..., values: _Optional[_Union[ValueList, _Mapping]] = ..., nulls: _Optional[_Iterable[bool]] = ...) -> None: ...
 
 class Struct(_message.Message):
     __slots__ = ("fields",)
@@ -415,25 +306,13 @@ class Struct(_message.Message):
         VALUE_FIELD_NUMBER: _ClassVar[int]
         key: str
         value: Value
-        def __init__(
-            self, key: _Optional[str] = ..., value: _Optional[_Union[Value, _Mapping]] = ...
-        ) -> None: ...
-
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Value, _Mapping]] = ...) -> None: ...
     FIELDS_FIELD_NUMBER: _ClassVar[int]
     fields: _containers.MessageMap[str, Value]
     def __init__(self, fields: _Optional[_Mapping[str, Value]] = ...) -> None: ...
 
 class Value(_message.Message):
-    __slots__ = (
-        "null",
-        "double_value",
-        "int_value",
-        "string_value",
-        "bool_value",
-        "timestamp_value",
-        "struct_value",
-        "list_value",
-    )
+    __slots__ = ("null", "double_value", "int_value", "string_value", "bool_value", "timestamp_value", "struct_value", "list_value")
     NULL_FIELD_NUMBER: _ClassVar[int]
     DOUBLE_VALUE_FIELD_NUMBER: _ClassVar[int]
     INT_VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -450,17 +329,7 @@ class Value(_message.Message):
     timestamp_value: int
     struct_value: Struct
     list_value: ValueList
-    def __init__(
-        self,
-        null: _Optional[bool] = ...,
-        double_value: _Optional[float] = ...,
-        int_value: _Optional[int] = ...,
-        string_value: _Optional[str] = ...,
-        bool_value: _Optional[bool] = ...,
-        timestamp_value: _Optional[int] = ...,
-        struct_value: _Optional[_Union[Struct, _Mapping]] = ...,
-        list_value: _Optional[_Union[ValueList, _Mapping]] = ...,
-    ) -> None: ...
+    def __init__(self, null: _Optional[bool] = ..., double_value: _Optional[float] = ..., int_value: _Optional[int] = ..., string_value: _Optional[str] = ..., bool_value: _Optional[bool] = ..., timestamp_value: _Optional[int] = ..., struct_value: _Optional[_Union[Struct, _Mapping]] = ..., list_value: _Optional[_Union[ValueList, _Mapping]] = ...) -> None: ...
 
 class WindowResult(_message.Message):
     __slots__ = ("window", "values", "size", "evicted")
@@ -470,10 +339,7 @@ class WindowResult(_message.Message):
         VALUE_FIELD_NUMBER: _ClassVar[int]
         key: str
         value: Value
-        def __init__(
-            self, key: _Optional[str] = ..., value: _Optional[_Union[Value, _Mapping]] = ...
-        ) -> None: ...
-
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Value, _Mapping]] = ...) -> None: ...
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -482,13 +348,7 @@ class WindowResult(_message.Message):
     values: _containers.MessageMap[str, Value]
     size: int
     evicted: int
-    def __init__(
-        self,
-        window: _Optional[str] = ...,
-        values: _Optional[_Mapping[str, Value]] = ...,
-        size: _Optional[int] = ...,
-        evicted: _Optional[int] = ...,
-    ) -> None: ...
+    def __init__(self, window: _Optional[str] = ..., values: _Optional[_Mapping[str, Value]] = ..., size: _Optional[int] = ..., evicted: _Optional[int] = ...) -> None: ...
 
 class WindowRowResults(_message.Message):
     __slots__ = ("window", "columns", "sizes")
@@ -498,12 +358,7 @@ class WindowRowResults(_message.Message):
     window: str
     columns: _containers.RepeatedCompositeFieldContainer[Column]
     sizes: Int64List
-    def __init__(
-        self,
-        window: _Optional[str] = ...,
-        columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ...,
-        sizes: _Optional[_Union[Int64List, _Mapping]] = ...,
-    ) -> None: ...
+    def __init__(self, window: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., sizes: _Optional[_Union[Int64List, _Mapping]] = ...) -> None: ...
 
 class CreateStreamRequest(_message.Message):
     __slots__ = ("spec",)
@@ -529,9 +384,7 @@ class ListStreamsResponse(_message.Message):
     __slots__ = ("streams",)
     STREAMS_FIELD_NUMBER: _ClassVar[int]
     streams: _containers.RepeatedCompositeFieldContainer[StreamInfo]
-    def __init__(
-        self, streams: _Optional[_Iterable[_Union[StreamInfo, _Mapping]]] = ...
-    ) -> None: ...
+    def __init__(self, streams: _Optional[_Iterable[_Union[StreamInfo, _Mapping]]] = ...) -> None: ...
 
 class GetStreamRequest(_message.Message):
     __slots__ = ("name",)
@@ -575,9 +428,7 @@ class ListWindowsResponse(_message.Message):
     __slots__ = ("windows",)
     WINDOWS_FIELD_NUMBER: _ClassVar[int]
     windows: _containers.RepeatedCompositeFieldContainer[WindowInfo]
-    def __init__(
-        self, windows: _Optional[_Iterable[_Union[WindowInfo, _Mapping]]] = ...
-    ) -> None: ...
+    def __init__(self, windows: _Optional[_Iterable[_Union[WindowInfo, _Mapping]]] = ...) -> None: ...
 
 class AppendRequest(_message.Message):
     __slots__ = ("stream", "columns", "arrow_ipc", "producer_id", "sequence", "results", "windows")
@@ -595,26 +446,10 @@ class AppendRequest(_message.Message):
     sequence: int
     results: ResultMode
     windows: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(
-        self,
-        stream: _Optional[str] = ...,
-        columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ...,
-        arrow_ipc: _Optional[bytes] = ...,
-        producer_id: _Optional[str] = ...,
-        sequence: _Optional[int] = ...,
-        results: _Optional[_Union[ResultMode, str]] = ...,
-        windows: _Optional[_Iterable[str]] = ...,
-    ) -> None: ...
+    def __init__(self, stream: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., arrow_ipc: _Optional[bytes] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., results: _Optional[_Union[ResultMode, str]] = ..., windows: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AppendResponse(_message.Message):
-    __slots__ = (
-        "rows_applied",
-        "rows_late",
-        "rows_buffered",
-        "duplicate",
-        "results",
-        "row_results",
-    )
+    __slots__ = ("rows_applied", "rows_late", "rows_buffered", "duplicate", "results", "row_results")
     ROWS_APPLIED_FIELD_NUMBER: _ClassVar[int]
     ROWS_LATE_FIELD_NUMBER: _ClassVar[int]
     ROWS_BUFFERED_FIELD_NUMBER: _ClassVar[int]
@@ -627,15 +462,7 @@ class AppendResponse(_message.Message):
     duplicate: bool
     results: _containers.RepeatedCompositeFieldContainer[WindowResult]
     row_results: _containers.RepeatedCompositeFieldContainer[WindowRowResults]
-    def __init__(
-        self,
-        rows_applied: _Optional[int] = ...,
-        rows_late: _Optional[int] = ...,
-        rows_buffered: _Optional[int] = ...,
-        duplicate: _Optional[bool] = ...,
-        results: _Optional[_Iterable[_Union[WindowResult, _Mapping]]] = ...,
-        row_results: _Optional[_Iterable[_Union[WindowRowResults, _Mapping]]] = ...,
-    ) -> None: ...
+    def __init__(self, rows_applied: _Optional[int] = ..., rows_late: _Optional[int] = ..., rows_buffered: _Optional[int] = ..., duplicate: _Optional[bool] = ..., results: _Optional[_Iterable[_Union[WindowResult, _Mapping]]] = ..., row_results: _Optional[_Iterable[_Union[WindowRowResults, _Mapping]]] = ...) -> None: ...
 
 class QueryRequest(_message.Message):
     __slots__ = ("stream", "window")
@@ -659,6 +486,4 @@ class SubscribeEvent(_message.Message):
     RESULT_FIELD_NUMBER: _ClassVar[int]
     batch: int
     result: WindowResult
-    def __init__(
-        self, batch: _Optional[int] = ..., result: _Optional[_Union[WindowResult, _Mapping]] = ...
-    ) -> None: ...
+    def __init__(self, batch: _Optional[int] = ..., result: _Optional[_Union[WindowResult, _Mapping]] = ...) -> None: ...

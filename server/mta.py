@@ -1065,8 +1065,14 @@ class AmortizedMTA(_MTAWindow):
             acc = combine(acc, u)
         return acc
 
+    BULK_INSERT_MIN = 64  # batches at least this long are placed level by level
+
     def _insert_many(self, us: list[Any]) -> None:
-        """Algorithm 3 for a batch: an item that lands in an open leaf pair is placed inline."""
+        """Algorithm 3 for a batch: an item that lands in an open leaf pair is placed inline.
+        Long batches are placed level by level (:meth:`_insert_bulk`)."""
+        if len(us) >= self.BULK_INSERT_MIN and self._levels:
+            self._insert_bulk(us)
+            return
         combine = self._combine
         insert = self._insert_lifted
         levels = self._levels
@@ -1085,6 +1091,79 @@ class AmortizedMTA(_MTAWindow):
                 levels = self._levels
         # a merge left R stale until the end of the operation: the plan needs the total now
         self._total = combine(prev, self._fold_batch(us)) if self._dirty else _UNSET
+
+    def _insert_bulk(self, us: list[Any]) -> None:
+        """Algorithm 3 for a long batch, level by level: the same pairs and the same combines
+        as inserting the items one at a time (each sealed pair's aggregate goes to the level
+        above at the position of the pair), in tight loops per level, and one recomputation
+        of R and the stack at the end instead of maintaining R1 per item.
+
+        Every combine that touches a new item runs before the window changes, so a monoid
+        that refuses an item leaves the window as it was."""
+        combine = self._combine
+        levels = self._levels
+        lv = levels[0]
+        pos = self._next
+        n = len(us)
+        # level 0, computed first: the aggregates of the pairs this batch seals
+        j = 0
+        if pos & 1:  # the open leaf pair takes the first item
+            t = lv.tail
+            fill = us[0]
+            a = t[0]
+            sealed_first = [fill if a is EMPTY else combine(a, fill)]
+            j = 1
+        else:
+            t = lv.tail
+            a, b = t[0], t[1]
+            sealed_first = [a if b is EMPTY else (b if a is EMPTY else combine(a, b))]
+        rest = us[j:]
+        full = len(rest) & ~1
+        pair_aggs = [combine(rest[k], rest[k + 1]) for k in range(0, full, 2)]
+        if len(rest) & 1:
+            combine(self._identity, rest[-1])  # first contact of the lone last item
+        # commit level 0
+        if j:
+            lv.tail[1] = us[0]
+        e = lv.end - 1  # the pair sealed first; its aggregate goes to position e above
+        pairs = [[rest[k], rest[k + 1]] for k in range(0, full, 2)]
+        if len(rest) & 1:
+            pairs.append([rest[-1], EMPTY])
+        ups = (sealed_first + pair_aggs)[: len(pairs)]  # each appended pair seals one
+        for p in pairs:
+            lv.append(p)
+        self._next = pos + n
+        self._total = _UNSET
+        # upper levels: ups land at positions e, e+1, ...
+        lvl = 1
+        xs = ups
+        pos = e
+        while xs:
+            if lvl == len(levels):
+                x0 = xs[0]
+                levels.append(
+                    self._new_level(lvl, pos >> 1, [EMPTY, x0] if pos & 1 else [x0, EMPTY])
+                )
+                xs = xs[1:]
+                pos += 1
+                if not xs:
+                    break
+            lv = levels[lvl]
+            k = 0
+            if pos & 1:
+                lv.tail[1] = xs[0]
+                k = 1
+            e = lv.end - 1
+            nxt: list[Any] = []
+            for q in range(k, len(xs), 2):
+                t = lv.tail
+                a, b = t[0], t[1]
+                nxt.append(a if b is EMPTY else (b if a is EMPTY else combine(a, b)))
+                lv.append([xs[q], xs[q + 1]] if q + 1 < len(xs) else [xs[q], EMPTY])
+            xs = nxt
+            pos = e
+            lvl += 1
+        self._recompute()  # R0, R1 and the stack from the new heads and tails: O(log n)
 
     # -- enforcement: single evictions (Algorithms 6-7), bulk after log n (4.2.4)
     def _plan(self) -> int:

@@ -215,6 +215,21 @@ class _Gen:
         self.width += len(_ZERO[layout])
         return f"*N({var})" if layout == "n" else var
 
+    def inline(self, var: str) -> str:
+        """Source of the flattened value ``var`` with no helper calls (n: flag, int, float)."""
+
+        def go(layout: Layout, v: str) -> str:
+            if isinstance(layout, tuple):
+                return ", ".join(go(sub, f"{v}[{i}]") for i, sub in enumerate(layout))
+            if len(layout) > 1:
+                return ", ".join(go(ch, f"{v}[{i}]") for i, ch in enumerate(layout))
+            if layout == "n":
+                isint = f"{v}.__class__ is int"
+                return f"{isint}, ({v} if {isint} else 0), (0.0 if {isint} else {v})"
+            return v
+
+        return go(self._layout, var)
+
     def rebuild(self, off: int) -> str:
         pos = [off]
 
@@ -250,6 +265,23 @@ class StructCodec:
         flatten: Callable[[Any], tuple[Any, ...]] = eval(f"lambda v: ({g.flat},)", env)
         self._flatten = flatten
         self._zero = tuple(g.zero)
+        self._record_fmt = g.fmt + g.fmt
+        self._runs: dict[int, struct.Struct] = {}
+        # a whole run flattened by one generated loop, packed by one Struct (our own source)
+        fast_env: dict[str, Any] = {"EMPTY": EMPTY, "M3": _MAGIC | 3, "slow": self._slow_record}
+        src = (
+            "def flat_run(pairs, checks):\n"
+            "    out = []\n"
+            "    ext = out.extend\n"
+            "    for (a, b), c in zip(pairs, checks):\n"
+            "        if a is EMPTY or b is EMPTY:\n"
+            "            ext(slow(a, b, c))\n"
+            "        else:\n"
+            f"            ext((M3, c, {g.inline('a')}, {g.inline('b')}))\n"
+            "    return out\n"
+        )
+        exec(src, fast_env)
+        self._flat_run: Callable[[Any, Any], list[Any]] = fast_env["flat_run"]
         w = g.width
         self._rebuild_a: Callable[[tuple[Any, ...]], Any] = eval(f"lambda t: {g.rebuild(2)}", {})
         self._rebuild_b: Callable[[tuple[Any, ...]], Any] = eval(
@@ -263,8 +295,25 @@ class StructCodec:
     def unpack_values(self, data: bytes) -> list[Any]:
         return self._generic.unpack_values(data)
 
+    def _slow_record(self, a: Any, b: Any, c: int) -> tuple[Any, ...]:
+        if a is EMPTY:
+            return (_MAGIC | 2, c, *self._zero, *self._flatten(b))
+        return (_MAGIC | 1, c, *self._flatten(a), *self._zero)
+
     def encode_run(self, pairs: Sequence[Sequence[Any]], checks: Sequence[int]) -> bytes:
         """Records for consecutive positions (``checks`` are their stamps)."""
+        n = len(pairs)
+        run = self._runs.get(n)
+        if run is None:
+            run = struct.Struct("<" + ("BI" + self._record_fmt) * n)
+            if len(self._runs) < 64:
+                self._runs[n] = run
+        try:
+            return run.pack(*self._flat_run(pairs, checks))
+        except (struct.error, TypeError, IndexError, OverflowError, ValueError):
+            return self._encode_run_checked(pairs, checks)  # names the culprit
+
+    def _encode_run_checked(self, pairs: Sequence[Sequence[Any]], checks: Sequence[int]) -> bytes:
         pack = self._struct.pack
         flatten = self._flatten
         zero = self._zero

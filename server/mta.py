@@ -1130,8 +1130,7 @@ class AmortizedMTA(_MTAWindow):
         if len(rest) & 1:
             pairs.append([rest[-1], EMPTY])
         ups = (sealed_first + pair_aggs)[: len(pairs)]  # each appended pair seals one
-        for p in pairs:
-            lv.append(p)
+        lv.extend(pairs)
         self._next = pos + n
         self._total = _UNSET
         # upper levels: ups land at positions e, e+1, ...
@@ -1154,12 +1153,17 @@ class AmortizedMTA(_MTAWindow):
                 lv.tail[1] = xs[0]
                 k = 1
             e = lv.end - 1
+            m = len(xs)
+            new = [[xs[q], xs[q + 1]] for q in range(k, m - 1, 2)]
+            if (m - k) & 1:
+                new.append([xs[-1], EMPTY])
             nxt: list[Any] = []
-            for q in range(k, len(xs), 2):
+            if new:
                 t = lv.tail
                 a, b = t[0], t[1]
                 nxt.append(a if b is EMPTY else (b if a is EMPTY else combine(a, b)))
-                lv.append([xs[q], xs[q + 1]] if q + 1 < len(xs) else [xs[q], EMPTY])
+                nxt.extend([combine(p[0], p[1]) for p in new[:-1]])
+                lv.extend(new)
             xs = nxt
             pos = e
             lvl += 1

@@ -34,7 +34,7 @@ from mtawindows.client.types import (
     WindowSpec,
 )
 
-from .catalog import NAME, Built, DefinitionError, Output, build_window
+from .catalog import NAME, Built, DefinitionError, Output, build_window, columnar_lifter
 from .cel import CelPolicy
 from .mta import AmortizedMTA, LogMTA
 from .store import StoreError
@@ -97,6 +97,8 @@ class Window:
         ]
         self.type_tags = convert.output_types(self.output_specs)
         self.lift = built.monoid.lift
+        nan_fields = {f.name for f in stream.fields if f.allow_nan}
+        self.lift_columns = columnar_lifter(built.monoid, nan_fields)
 
     @property
     def window_id(self) -> str | None:
@@ -314,22 +316,34 @@ class Stream:
         ts = cols[0]
         rows_idx, late = self._admit(ts)
         names = self.order
-        if rows_idx is None:  # all rows, in order
+        if rows_idx is not None:
+            cols = [[c[i] for i in rows_idx] for c in cols]
+        rows: list[dict[str, Any]] | None = None
+        buffered = 0
+        if self.lateness:  # the reorder buffer holds rows
             rows = [dict(zip(names, r, strict=True)) for r in zip(*cols, strict=True)]
+            rows, buffered = self._release(rows)
+            columns_of = {n: [r[n] for r in rows] for n in names}
         else:
-            rows = [dict(zip(names, (c[i] for c in cols), strict=True)) for i in rows_idx]
-        released, buffered = self._release(rows)
+            columns_of = dict(zip(names, cols, strict=True))
+        n_released = len(columns_of[names[0]])
         # lift for every window before changing any: a refused row changes nothing
         lifted: dict[str, list[Any]] = {}
         for name, win in self.windows.items():
+            if win.lift_columns is not None:
+                lifted[name] = win.lift_columns(columns_of)
+                continue
+            if rows is None:
+                rows = [dict(zip(names, r, strict=True)) for r in zip(*cols, strict=True)]
             lift = win.lift
             try:
-                lifted[name] = [lift(r) for r in released]
+                lifted[name] = [lift(r) for r in rows]
             except (TypeError, ValueError) as ex:
                 raise invalid(
                     "columns", f"window {name!r} refused a row: {ex}", "BAD_VALUES"
                 ) from None
-        result = AppendResult(rows_applied=len(released), rows_late=late, rows_buffered=buffered)
+        released_ts = columns_of[self.spec.timestamp_field]
+        result = AppendResult(rows_applied=n_released, rows_late=late, rows_buffered=buffered)
         evicted: dict[str, int] = {}
         pid = producer_id or None
         seq = sequence if producer_id else None
@@ -363,10 +377,10 @@ class Stream:
         if ts:
             high = max(ts)
             st.seen = high if st.seen is None else max(st.seen, high)
-        if released:
-            last = released[-1][self.spec.timestamp_field]
+        if released_ts:
+            last = released_ts[-1]
             st.newest = last if st.newest is None else max(st.newest, last)
-        st.rows_appended += len(released)
+        st.rows_appended += n_released
         st.rows_late += late
         st.batches_appended += 1
         if producer_id:

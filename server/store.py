@@ -248,6 +248,8 @@ class Level(Protocol):
 
     def append(self, pair: Pair) -> None: ...
 
+    def extend(self, pairs: list[Pair]) -> None: ...
+
     def peek(self, pos: int) -> Sequence[Any]: ...
 
     def drop_front(self, new_start: int) -> None: ...
@@ -290,6 +292,11 @@ class MemoryLevel:
 
     def __len__(self) -> int:
         return self.end - self.start
+
+    def extend(self, pairs: list[Pair]) -> None:
+        """``append`` of each pair in turn."""
+        for p in pairs:
+            self.append(p)
 
     def append(self, pair: Pair) -> None:
         off = self.end - self._base
@@ -413,6 +420,19 @@ class TieredLevel:
         self.end += 1
         self.tail = pair
         if len(self._buf) >= self._store.block_size:
+            self.flush()
+
+    def extend(self, pairs: list[Pair]) -> None:
+        """``append`` of each pair in turn (the tail and all but the last become sealed)."""
+        if not pairs:
+            return
+        tail = self.tail
+        buf = self._buf
+        buf.append((tail[0], tail[1]))
+        buf.extend([(p[0], p[1]) for p in pairs[:-1]])
+        self.end += len(pairs)
+        self.tail = pairs[-1]
+        if len(buf) >= self._store.block_size:
             self.flush()
 
     def flush(self) -> None:

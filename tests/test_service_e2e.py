@@ -385,23 +385,30 @@ def test_cli_help(cmd: list[str]) -> None:
 
 def test_cli_watch_follows_subscribe(server: ServerProcess, client: WindowClient) -> None:
     make_stream(client, "watched")
-    client.create_window(WindowSpec("watched", "w", AGGS[:1], Policy.count(10)))
+    client.create_window(WindowSpec("watched", "w", AGGS[:1], Policy.count(10**6)))
     proc = subprocess.Popen(
         [str(BIN), "watch", "watched", "w", "--target", server.target],
         stdout=subprocess.PIPE,
         text=True,
     )
-    try:
-        for i in range(200):  # keep appending until the watcher has seen three batches
+    stop = threading.Event()
+
+    def feed() -> None:  # keep appending (bounded) until the watcher has printed three batches
+        for i in range(600):
+            if stop.wait(0.1):
+                return
             client.append("watched", {"ts": [i], "x": [1.0], "k": [1], "tag": ["a"]})
-            if i >= 5:
-                break
-            threading.Event().wait(0.3)
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    try:
         assert proc.stdout is not None
         lines = [json.loads(proc.stdout.readline()) for _ in range(3)]
         ns = [line["values"]["n"] for line in lines]
         assert ns == sorted(ns) and len(set(ns)) == 3
     finally:
+        stop.set()
+        feeder.join(30)
         proc.send_signal(signal.SIGINT)
         proc.wait(10)
 

@@ -20,6 +20,7 @@ from typing import Any
 from mtawindows.client.types import Aggregation, FieldType, Policy, StreamSpec, WindowSpec
 
 from .cel import CelField, CelPolicy
+from .codecs import StructCodec
 from .monoids import (
     ArgMax,
     ArgMin,
@@ -336,7 +337,42 @@ def build_window(stream: StreamSpec, spec: WindowSpec) -> Built:
         except ValueError as ex:
             raise DefinitionError("spec.policy.expression.cel", str(ex)) from None
     batch_safe = spec.policy.kind in ("count", "time_range")
+    layout = struct_layout(record, types)
+    if layout is not None:
+        record.codec = StructCodec(layout)  # type: ignore[attr-defined]
     return Built(record, policy, outputs, hidden, batch_safe)
+
+
+def struct_layout(record: Record, types: Mapping[str, FieldType]) -> tuple[str, ...] | None:
+    """Fixed-size record layout of the Redis tier from the column types: a DOUBLE column's
+    aggregates are always floats ("d"), INT64/TIMESTAMP ones ints ("q"), so no value needs the
+    int-or-float tag of the generic "n". ``None`` when a field is not fixed-size (strings,
+    plugins, arg-monoids keyed by a string)."""
+    letters = {FieldType.DOUBLE: "d", FieldType.INT64: "q", FieldType.TIMESTAMP: "q"}
+    out: list[str] = []
+    for m in record.monoids:
+        kind = type(m)
+        f = getattr(m, "field", None)
+        t = letters.get(types.get(f)) if isinstance(f, str) else None
+        if kind is Count:
+            out.append("q")
+        elif kind in (Sum, Max, Min, First, Last) and t is not None:
+            out.append(t)
+        elif kind is Mean and t is not None:
+            out.append("qd")
+        elif kind in (Variance, StdDev) and t is not None:
+            out.append("qdd")
+        elif kind is MaxCount and t is not None:
+            out.append(t + "q")
+        elif kind in (ArgMax, ArgMin) and t is not None:
+            key = getattr(m, "key_field", None)
+            kt = letters.get(types.get(key)) if isinstance(key, str) else None
+            if kt is None:
+                return None
+            out.append(t + kt)
+        else:
+            return None
+    return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,12 @@ def stamp(salt: int, level: int, pos: int) -> int:
     return ((pos * 0x9E3779B1) ^ (level * 0x85EBCA77) ^ salt) & _M32
 
 
+def stamps(salt: int, level: int, start: int, stop: int) -> list[int]:
+    """``stamp`` of every position in ``range(start, stop)``, in one loop."""
+    x = (level * 0x85EBCA77) ^ salt
+    return [((p * 0x9E3779B1) ^ x) & _M32 for p in range(start, stop)]
+
+
 # ---------------------------------------------------------------------------- msgpack
 _EXT_EMPTY, _EXT_NOTHING, _EXT_DATETIME, _EXT_DATE, _EXT_DECIMAL, _EXT_BIGINT = range(1, 7)
 

@@ -1126,9 +1126,9 @@ class AmortizedMTA(_MTAWindow):
         if j:
             lv.tail[1] = us[0]
         e = lv.end - 1  # the pair sealed first; its aggregate goes to position e above
-        pairs = [[rest[k], rest[k + 1]] for k in range(0, full, 2)]
+        pairs: list[Any] = [(rest[k], rest[k + 1]) for k in range(0, full, 2)]
         if len(rest) & 1:
-            pairs.append([rest[-1], EMPTY])
+            pairs.append((rest[-1], EMPTY))
         ups = (sealed_first + pair_aggs)[: len(pairs)]  # each appended pair seals one
         lv.extend(pairs)
         self._next = pos + n
@@ -1154,9 +1154,9 @@ class AmortizedMTA(_MTAWindow):
                 k = 1
             e = lv.end - 1
             m = len(xs)
-            new = [[xs[q], xs[q + 1]] for q in range(k, m - 1, 2)]
+            new: list[Any] = [(xs[q], xs[q + 1]) for q in range(k, m - 1, 2)]
             if (m - k) & 1:
-                new.append([xs[-1], EMPTY])
+                new.append((xs[-1], EMPTY))
             nxt: list[Any] = []
             if new:
                 t = lv.tail

@@ -55,7 +55,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .codecs import CodecError, codec_for, packb, stamp, unpackb
+from .codecs import CodecError, codec_for, packb, stamp, stamps, unpackb
 from .store import (
     CorruptDataError,
     SealedPair,
@@ -281,8 +281,7 @@ class RedisStore:
         )
 
     def _checks(self, level: int, start: int, stop: int) -> list[int]:
-        salt = self._salt
-        return [stamp(salt, level, p) for p in range(start, stop)]
+        return stamps(self._salt, level, start, stop)
 
     def _segments(self, start: int, stop: int) -> list[tuple[int, int, int]]:
         """(block, first position, stop position) of each block that [start, stop) touches."""

@@ -13,7 +13,10 @@ and runs them on worker threads); different streams run in parallel.
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
+import math
+import operator
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -180,6 +183,16 @@ class StreamState:
     arrivals: int = 0  # tie-breaker of the heap: arrival order
 
 
+def _first_nan(values: list[Any]) -> int | None:
+    """Index of the first NaN; a sum that is a number proves there is none (one C loop)."""
+    try:
+        if not math.isnan(math.fsum(values)):
+            return None
+    except (TypeError, ValueError, OverflowError):  # inf - inf, or not numbers
+        pass
+    return next((i for i, v in enumerate(values) if v != v), None)
+
+
 class Stream:
     def __init__(self, spec: StreamSpec) -> None:
         self.spec = spec
@@ -249,7 +262,7 @@ class Stream:
                 if expected == FieldType.DOUBLE.value:
                     values = [float(v) for v in values]
             if expected == FieldType.DOUBLE.value and name not in self.nan_ok:
-                bad = next((i for i, v in enumerate(values) if v != v), None)
+                bad = _first_nan(values)
                 if bad is not None:
                     violations.append(
                         (
@@ -257,8 +270,6 @@ class Stream:
                             "NaN is not allowed in this field (allow_nan is off)",
                         )
                     )
-            if any(v is None for v in values):
-                violations.append((f"columns[{name}]", "null values are not allowed in a batch"))
             out.append(values)
         if violations:
             first = violations[0]
@@ -407,6 +418,10 @@ class Stream:
         st = self.state
         if self.spec.late_policy != "DROP":
             prev = st.newest
+            if (prev is None or not ts or ts[0] >= prev) and all(
+                map(operator.le, ts, itertools.islice(ts, 1, None))
+            ):
+                return None, 0  # in order (checked in C); else find the first late row
             for i, t in enumerate(ts):
                 if prev is not None and t < prev:
                     whose = "the previous row's" if i else "the stream's newest"

@@ -248,7 +248,7 @@ class Level(Protocol):
 
     def append(self, pair: Pair) -> None: ...
 
-    def extend(self, pairs: list[Pair]) -> None: ...
+    def extend(self, pairs: list[Any]) -> None: ...
 
     def peek(self, pos: int) -> Sequence[Any]: ...
 
@@ -293,10 +293,10 @@ class MemoryLevel:
     def __len__(self) -> int:
         return self.end - self.start
 
-    def extend(self, pairs: list[Pair]) -> None:
-        """``append`` of each pair in turn."""
+    def extend(self, pairs: list[Any]) -> None:
+        """``append`` of each pair in turn (as lists: a memory level changes its pairs)."""
         for p in pairs:
-            self.append(p)
+            self.append([p[0], p[1]])
 
     def append(self, pair: Pair) -> None:
         off = self.end - self._base
@@ -422,16 +422,18 @@ class TieredLevel:
         if len(self._buf) >= self._store.block_size:
             self.flush()
 
-    def extend(self, pairs: list[Pair]) -> None:
-        """``append`` of each pair in turn (the tail and all but the last become sealed)."""
+    def extend(self, pairs: list[Any]) -> None:
+        """``append`` of each pair in turn (the tail and all but the last become sealed).
+        Pairs may be tuples: sealed pairs are never changed, the new tail becomes a list."""
         if not pairs:
             return
         tail = self.tail
         buf = self._buf
         buf.append((tail[0], tail[1]))
-        buf.extend([(p[0], p[1]) for p in pairs[:-1]])
+        buf.extend(pairs[:-1] if pairs[0].__class__ is tuple else map(tuple, pairs[:-1]))
         self.end += len(pairs)
-        self.tail = pairs[-1]
+        last = pairs[-1]
+        self.tail = [last[0], last[1]]
         if len(buf) >= self._store.block_size:
             self.flush()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import logging
 import os
@@ -31,9 +32,20 @@ from grpc_status import rpc_status
 from mtawindows.client import convert
 from mtawindows.client.proto import windows_pb2 as pb
 from mtawindows.client.proto import windows_pb2_grpc as pb_grpc
+from mtawindows.client.types import AppendResult
 
 from .metrics import Metrics
-from .service import FINAL, NONE, PER_ROW, Limits, Registry, ServiceError, Stream
+from .service import (
+    FINAL,
+    NONE,
+    PER_ROW,
+    Batch,
+    Deferred,
+    Limits,
+    Registry,
+    ServiceError,
+    Stream,
+)
 
 log = logging.getLogger("mtawindows.server")
 DOMAIN = "mtawindows.dev"
@@ -178,6 +190,15 @@ def arrow_columns(payload: bytes, max_rows: int) -> dict[str, tuple[str, list[An
     return out
 
 
+def _rows_hint(request: pb.AppendRequest) -> int:
+    """Rows in a columnar request, from its first column (the decode checks them all)."""
+    if not request.columns:
+        return 0
+    col = request.columns[0]
+    kind = col.WhichOneof("data")
+    return len(getattr(col, kind).values) if kind else 0
+
+
 # --------------------------------------------------------------------------- registration
 
 
@@ -242,6 +263,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):  # type: ignore[misc]
         self.locks: dict[str, asyncio.Lock] = {}
         self.inflight = 0
         self.subscribers = 0
+        self.deferred = 0  # small batches that met Redis on the loop and went to a thread
 
     def lock(self, stream: str) -> asyncio.Lock:
         lk = self.locks.get(stream)
@@ -386,16 +408,24 @@ class WindowServicer(pb_grpc.WindowServiceServicer):  # type: ignore[misc]
             self.inflight += 1
             try:
                 async with self.lock(request.stream):
+                    if not request.arrow_ipc and stream.inline_ok(_rows_hint(request), mode):
+                        # small batch: on the loop unless a window would wait for Redis
+                        try:
+                            return self._append(stream, request, mode, nonblocking=True)
+                        except Deferred as d:
+                            self.deferred += 1
+                            return await self.run(self._resume, stream, d.batch)
                     return await self.run(self._append, stream, request, mode)
             finally:
                 self.inflight -= 1
 
         return await self._call("Append", context, body, request)
 
-    def _append(self, stream: Stream, request: pb.AppendRequest, mode: str) -> pb.AppendResponse:
+    def _append(
+        self, stream: Stream, request: pb.AppendRequest, mode: str, *, nonblocking: bool = False
+    ) -> pb.AppendResponse:
         limit = self.registry.limits.max_batch_rows
         columns = columns_of(request, limit)
-        name = stream.spec.name
         try:
             res = stream.append(
                 columns,
@@ -404,10 +434,23 @@ class WindowServicer(pb_grpc.WindowServiceServicer):  # type: ignore[misc]
                 mode=mode,
                 which=list(request.windows),
                 max_rows=limit,
+                nonblocking=nonblocking,
             )
         except ServiceError as ex:
-            self.metrics.batches.labels(name, ex.reason.lower()).inc()
+            self.metrics.batches.labels(stream.spec.name, ex.reason.lower()).inc()
             raise
+        return self._respond(stream, res)
+
+    def _resume(self, stream: Stream, batch: Batch) -> pb.AppendResponse:
+        try:
+            res = stream.resume(batch)
+        except ServiceError as ex:
+            self.metrics.batches.labels(stream.spec.name, ex.reason.lower()).inc()
+            raise
+        return self._respond(stream, res)
+
+    def _respond(self, stream: Stream, res: AppendResult) -> pb.AppendResponse:
+        name = stream.spec.name
         self.metrics.batches.labels(name, "duplicate" if res.duplicate else "applied").inc()
         self.metrics.rows.labels(name).inc(res.rows_applied)
         if res.rows_late:
@@ -519,7 +562,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):  # type: ignore[misc]
         for name, stream in list(self.registry.streams.items()):
             async with self.lock(name):
                 try:
-                    await self.run(self.registry.flush, stream)
+                    await self.run(functools.partial(self.registry.flush, stream, wait=False))
                 except Exception:
                     log.exception("periodic flush failed", extra={"stream": name})
 

@@ -78,7 +78,7 @@ from typing import Any, ClassVar
 
 from .monoids import Monoid
 from .policies import bind_policy
-from .store import EMPTY, MemoryLevel, PairStore, StoreError, TieredLevel
+from .store import EMPTY, MemoryLevel, PairStore, StoreError, TieredLevel, WouldBlock
 
 __all__ = ["AmortizedMTA", "LogMTA", "WindowCorruptedError"]
 
@@ -191,12 +191,13 @@ class _MTAWindow:
         """The id of a store-backed window (reopen it with ``open``); ``None`` in memory."""
         return getattr(self.store, "window_id", None)
 
-    def flush(self) -> None:
-        """Make everything applied so far durable (a checkpoint in the store). No-op in memory."""
+    def flush(self, *, wait: bool = True) -> None:
+        """Make everything applied so far durable (a checkpoint in the store). No-op in memory.
+        ``wait=False`` queues the checkpoint behind the pending writes and returns at once."""
         self._check_usable()
         if self._hook is not None:
             try:
-                self._hook.checkpoint(self)
+                self._hook.checkpoint(self, wait=wait)
             except StoreError as ex:
                 self._store_failed(ex)
                 raise
@@ -315,7 +316,16 @@ class _MTAWindow:
         once); with ``per_item`` (or ``each``) as :meth:`push` per item, which is what policies
         that are not time-monotone need for a batch to equal its rows one by one; ``each``
         gets ``query()`` after every item. Returns the number of items evicted; a duplicate
-        key applies nothing."""
+        key applies nothing.
+
+        With the store in ``nonblocking`` mode, anything that would wait for it (a journal
+        append, a reload, a miss, a large eviction) raises ``WouldBlock`` with the window
+        unchanged; with ``per_item``, only a one-item batch is all-or-nothing that way."""
+        store = self.store
+        if getattr(store, "nonblocking", False) and (
+            getattr(store, "durable", False) or self._stale
+        ):
+            raise WouldBlock
         if producer_id is not None or sequence is not None:
             if self._duplicate(producer_id, sequence):
                 return 0
@@ -335,11 +345,15 @@ class _MTAWindow:
             self.check_invariants()
         return k
 
+    NONBLOCKING_MAX_EVICT = 64  # larger evictions are left to a caller that may wait
+
     def _extend_lifted(self, lifted: list[Any]) -> int:
         nxt = self._next
         try:
             self._insert_many(lifted)
             k = self._plan()
+            if k and getattr(self.store, "nonblocking", False):
+                self._ensure_local(k)
         except BaseException:
             self._undo_inserts(nxt)
             raise
@@ -475,7 +489,15 @@ class _MTAWindow:
         each operation). Raises :class:`~mtawindows.server.validate.InvariantError`."""
         from .validate import check_window
 
-        check_window(self)
+        store = self.store
+        held = getattr(store, "nonblocking", False)
+        if held:  # the checker reads everything, waiting as it must
+            store.nonblocking = False  # type: ignore[union-attr]
+        try:
+            check_window(self)
+        finally:
+            if held:
+                store.nonblocking = True  # type: ignore[union-attr]
 
     # ------------------------------------------------------------------ shared machinery
     def _check_usable(self) -> None:
@@ -631,6 +653,31 @@ class _MTAWindow:
             if err is ex:
                 raise
             raise err from ex
+
+    def flush_full_blocks(self) -> None:
+        """Queue the writes of level buffers that filled up while the store was non-blocking
+        (unless the writer is backlogged: they go with a later operation or checkpoint)."""
+        store = self.store
+        if store is None or getattr(store, "backlogged", lambda: False)():
+            return
+        for lv in self._levels:
+            flush = getattr(lv, "flush_if_full", None)
+            if flush is not None:
+                flush()
+
+    def _ensure_local(self, k: int) -> None:
+        """With a non-blocking store, before committing an eviction of ``k`` leaves: every pair
+        the commit may read (each level from its head to its new head) must be local and
+        ready, else :class:`WouldBlock` (nothing has changed yet; the caller undoes the
+        inserts and retries where it may wait)."""
+        if k > self.NONBLOCKING_MAX_EVICT:
+            raise WouldBlock
+        g = self._first + k
+        for lvl, lv in enumerate(self._levels):
+            new_head = (g >> lvl) >> 1
+            for pos in range(lv.start, min(new_head, lv.end - 1) + 1):
+                if not lv.has_local(pos, ready=True):
+                    raise WouldBlock
 
     def _fetch_heads(self, g: int) -> None:
         """Before evicting every leaf before ``g`` from a store-backed window: fetch the new

@@ -62,6 +62,7 @@ from .store import (
     StoreError,
     StoreStats,
     StoreUnavailableError,
+    WouldBlock,
     check_sizes,
 )
 
@@ -193,6 +194,9 @@ class RedisStore:
             health_check_interval=0,
         )
         self._exec = self._new_executor()
+        # set by a caller that must not wait (the service's event loop): a miss, a refill in
+        # flight or write back-pressure raises WouldBlock before anything changes
+        self.nonblocking = False
         self._failed: StoreError | None = None  # a background write failed: stop writing
         self._drop_upto: dict[int, int] = {}  # per level: positions below are evicted
         self._deleted_upto: dict[int, int] = {}  # per level: blocks below are deleted (or unused)
@@ -265,6 +269,11 @@ class RedisStore:
     def write(self, level: int, start: int, pairs: Sequence[SealedPair]) -> None:
         """Queue ``pairs`` (positions ``start ..``) for the background writer. Never raises:
         a failed write is reported by the next operation of the window."""
+        inflight = self._inflight
+        while inflight and inflight[0].done():
+            inflight.popleft()
+        if self.nonblocking and len(inflight) >= _MAX_INFLIGHT:
+            raise WouldBlock
         st = self.stats
         st.writes += 1
         st.pairs_written += len(pairs)
@@ -366,7 +375,16 @@ class RedisStore:
                 raise CorruptDataError(msg) from ex
         return out
 
+    def backlogged(self) -> bool:
+        """Whether one more block write would wait for the writer thread (back-pressure)."""
+        inflight = self._inflight
+        while inflight and inflight[0].done():
+            inflight.popleft()
+        return len(inflight) >= _MAX_INFLIGHT
+
     def read(self, level: int, start: int, stop: int) -> list[SealedPair]:
+        if self.nonblocking:
+            raise WouldBlock
         return self._wait(
             self._submit(f"read level {level} [{start}, {stop})", self._do_read, level, start, stop)
         )
@@ -376,6 +394,8 @@ class RedisStore:
 
     def read_points(self, points: Sequence[tuple[int, int]]) -> list[SealedPair]:
         """One pipelined round trip for single pairs on several levels."""
+        if self.nonblocking:
+            raise WouldBlock
         return self._wait(self._submit("fetch eviction heads", self._do_points, list(points)))
 
     def _do_points(self, points: list[tuple[int, int]]) -> list[SealedPair]:
@@ -527,13 +547,15 @@ class RedisStore:
             st.round_trips += 1
             st.bytes_written += len(entry)
         self._since_checkpoint += len(items) or 1
-        if self._since_checkpoint >= self.checkpoint_every:
+        if self._since_checkpoint >= self.checkpoint_every and not self.nonblocking:
             with contextlib.suppress(StoreError):  # retried at the next operation
                 self.checkpoint(window)
 
-    def checkpoint(self, window: Any) -> None:
+    def checkpoint(self, window: Any, *, wait: bool = True) -> None:
         """Write every buffered pair, then the window's local state and an empty log, atomically.
-        Returns when Redis has it (everything applied so far is then acknowledged)."""
+        Returns when Redis has it (everything applied so far is then acknowledged); with
+        ``wait=False`` as soon as it is queued behind the block writes (the writer thread is
+        FIFO; a failure is reported by the next operation, like a failed block write)."""
         for lv in window._levels:
             lv.flush()
         state, values = window._snapshot()
@@ -560,7 +582,11 @@ class RedisStore:
             self.stats.round_trips += 1
             self.stats.bytes_written += len(blob)
 
-        self._wait(self._submit("write a checkpoint", commit, write=True))
+        queued = self._submit("write a checkpoint", commit, write=True)
+        if wait:
+            self._wait(queued)
+        else:
+            self._inflight.append(queued)
         self.stats.checkpoints += 1
         self._since_checkpoint = 0
         for level, (lo, hi) in deletions.items():

@@ -40,7 +40,7 @@ from mtawindows.client.types import (
 from .catalog import NAME, Built, DefinitionError, Output, build_window, columnar_lifter
 from .cel import CelPolicy
 from .mta import AmortizedMTA, LogMTA
-from .store import StoreError
+from .store import StoreError, WouldBlock
 
 log = logging.getLogger("mtawindows.service")
 
@@ -100,8 +100,15 @@ class Window:
         ]
         self.type_tags = convert.output_types(self.output_specs)
         self.lift = built.monoid.lift
+        st = spec.storage
+        self.inline_ok_static = st.kind == "memory" or not st.durable
         nan_fields = {f.name for f in stream.fields if f.allow_nan}
         self.lift_columns = columnar_lifter(built.monoid, nan_fields)
+
+    @property
+    def inline_ok(self) -> bool:
+        """May a small batch be tried on the event loop (no journal, not reloading)?"""
+        return self.inline_ok_static and not getattr(self.engine, "_stale", False)
 
     @property
     def window_id(self) -> str | None:
@@ -191,6 +198,33 @@ def _first_nan(values: list[Any]) -> int | None:
     except (TypeError, ValueError, OverflowError):  # inf - inf, or not numbers
         pass
     return next((i for i, v in enumerate(values) if v != v), None)
+
+
+@dataclass
+class Batch:
+    """A validated, lifted batch on its way into a stream's windows."""
+
+    result: AppendResult
+    mode: str
+    which: Sequence[str]
+    producer_id: str
+    sequence: int
+    ts: list[int]
+    lifted: dict[str, list[Any]]
+    released_ts: list[int]
+    late: int
+    applied: set[str] = field(default_factory=set)
+    evicted: dict[str, int] = field(default_factory=dict)
+    per_row: dict[str, tuple[list[Any], list[int]]] = field(default_factory=dict)
+
+
+class Deferred(Exception):
+    """A non-blocking append met a window that would wait for Redis: finish ``batch`` with
+    :meth:`Stream.resume` on a thread that may wait."""
+
+    def __init__(self, batch: Batch) -> None:
+        super().__init__("deferred to a worker thread")
+        self.batch = batch
 
 
 class Stream:
@@ -294,7 +328,53 @@ class Stream:
         mode: str = NONE,
         which: Sequence[str] = (),
         max_rows: int = 500_000,
+        nonblocking: bool = False,
     ) -> AppendResult:
+        """Validate, decode once, lift for every window, apply to each, commit the stream.
+
+        With ``nonblocking`` (the event loop calling), a window that would wait for Redis
+        raises :class:`Deferred` instead, carrying the batch: :meth:`resume` finishes it where
+        waiting is fine. Windows before that one are applied, it and the rest are not."""
+        batch = self.prepare(
+            columns,
+            producer_id=producer_id,
+            sequence=sequence,
+            mode=mode,
+            which=which,
+            max_rows=max_rows,
+        )
+        if batch.result.duplicate:
+            return batch.result
+        self._apply(batch, nonblocking=nonblocking)
+        return self._finish(batch)
+
+    def resume(self, batch: Batch) -> AppendResult:
+        """Finish a :class:`Deferred` batch (may wait for Redis)."""
+        self._apply(batch, nonblocking=False)
+        return self._finish(batch)
+
+    def inline_ok(self, n_rows: int, mode: str) -> bool:
+        """Whether a batch may be tried on the event loop: small, no reorder buffer, no window
+        that journals (a Redis round trip per batch) or is reloading, and either one row or
+        only windows that take a batch in one step (a window cannot stop halfway)."""
+        if n_rows > 256 or self.lateness:
+            return False
+        one_step = n_rows == 1 or (
+            mode != PER_ROW and all(w.built.batch_safe for w in self.windows.values())
+        )
+        return one_step and all(w.inline_ok for w in self.windows.values())
+
+    def prepare(
+        self,
+        columns: Mapping[str, tuple[str, list[Any]]],
+        *,
+        producer_id: str = "",
+        sequence: int = 0,
+        mode: str = NONE,
+        which: Sequence[str] = (),
+        max_rows: int = 500_000,
+    ) -> Batch:
+        """Everything that can refuse the batch, before any window changes."""
         for w in which:
             if w not in self.windows:
                 raise ServiceError(
@@ -323,7 +403,7 @@ class Stream:
                 res = AppendResult(duplicate=True)
                 if mode == FINAL:
                     res.results = self._results(which, {})
-                return res
+                return Batch(res, mode, which, producer_id, sequence, [], {}, [], 0)
         ts = cols[0]
         rows_idx, late = self._admit(ts)
         names = self.order
@@ -353,16 +433,22 @@ class Stream:
                 raise invalid(
                     "columns", f"window {name!r} refused a row: {ex}", "BAD_VALUES"
                 ) from None
-        released_ts = columns_of[self.spec.timestamp_field]
         result = AppendResult(rows_applied=n_released, rows_late=late, rows_buffered=buffered)
-        evicted: dict[str, int] = {}
-        pid = producer_id or None
-        seq = sequence if producer_id else None
-        per_row: dict[str, tuple[list[Any], list[int]]] = {}
+        released_ts = columns_of[self.spec.timestamp_field]
+        return Batch(result, mode, which, producer_id, sequence, ts, lifted, released_ts, late)
+
+    def _apply(self, batch: Batch, *, nonblocking: bool) -> None:
+        pid = batch.producer_id or None
+        seq = batch.sequence if batch.producer_id else None
         for name, win in self.windows.items():
+            if name in batch.applied:
+                continue
             engine = win.engine
+            store = engine.store
+            if nonblocking and store is not None:
+                store.nonblocking = True
             try:
-                if mode == PER_ROW and (not which or name in which):
+                if batch.mode == PER_ROW and (not batch.which or name in batch.which):
                     got: list[Any] = []
                     sizes: list[int] = []
 
@@ -372,39 +458,53 @@ class Stream:
                         got.append(d)
                         sizes.append(len(e))
 
-                    evicted[name] = engine.apply_lifted(lifted[name], pid, seq, each=each)
-                    per_row[name] = (got, sizes)
-                else:
-                    evicted[name] = engine.apply_lifted(
-                        lifted[name], pid, seq, per_item=not win.built.batch_safe
+                    batch.evicted[name] = engine.apply_lifted(
+                        batch.lifted[name], pid, seq, each=each
                     )
+                    batch.per_row[name] = (got, sizes)
+                else:
+                    batch.evicted[name] = engine.apply_lifted(
+                        batch.lifted[name], pid, seq, per_item=not win.built.batch_safe
+                    )
+            except WouldBlock:
+                raise Deferred(batch) from None
             except StoreError as ex:
                 raise ServiceError(
                     "UNAVAILABLE",
                     "STORE_UNAVAILABLE",
                     f"window {name!r}: the store failed ({ex}); retry the batch with the same producer_id and sequence",
                 ) from None
-        # commit the stream's state
+            finally:
+                if store is not None and store.nonblocking:
+                    store.nonblocking = False
+                    engine.flush_full_blocks()
+            batch.applied.add(name)
+
+    def _finish(self, batch: Batch) -> AppendResult:
+        """Commit the stream's state and build the answer."""
+        st = self.state
+        ts = batch.ts
+        result = batch.result
         if ts:
             high = max(ts)
             st.seen = high if st.seen is None else max(st.seen, high)
-        if released_ts:
-            last = released_ts[-1]
+        if batch.released_ts:
+            last = batch.released_ts[-1]
             st.newest = last if st.newest is None else max(st.newest, last)
-        st.rows_appended += n_released
-        st.rows_late += late
+        st.rows_appended += result.rows_applied
+        st.rows_late += batch.late
         st.batches_appended += 1
-        if producer_id:
-            st.producers[producer_id] = sequence
+        if batch.producer_id:
+            st.producers[batch.producer_id] = batch.sequence
         self.batches += 1
-        if mode == FINAL:
-            result.results = self._results(which, evicted)
-        for name, (got, sizes) in per_row.items():
+        if batch.mode == FINAL:
+            result.results = self._results(batch.which, batch.evicted)
+        for name, (got, sizes) in batch.per_row.items():
             result.row_results[name] = self.windows[name].columns(got, sizes) | {
                 "__size": (FieldType.INT64.value, sizes)
             }
         if self.listeners:
-            finals = {n: w.result(evicted.get(n, 0)) for n, w in self.windows.items()}
+            finals = {n: w.result(batch.evicted.get(n, 0)) for n, w in self.windows.items()}
             for listener in list(self.listeners):
                 listener(self.batches, finals)
         return result
@@ -621,11 +721,13 @@ class Registry:
         return cls(built.monoid, built.policy, store=store)
 
     # -- durability
-    def flush(self, stream: Stream) -> None:
-        """Checkpoint every Redis window of ``stream`` and save the stream's state."""
+    def flush(self, stream: Stream, *, wait: bool = True) -> None:
+        """Checkpoint every Redis window of ``stream`` and save the stream's state.
+        ``wait=False`` (the periodic flush) only queues the windows' checkpoints behind their
+        pending writes, so appends to the stream are not held up by the round trips."""
         for w in stream.windows.values():
             if w.engine.store is not None:
-                w.engine.flush()
+                w.engine.flush(wait=wait)
         st = stream.state
         self.redis.hset(self._state_key, stream.spec.name, _state_json(st))
 

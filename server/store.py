@@ -72,6 +72,12 @@ Pair = list[Any]  # [e0, e1], local and mutable (head, tail)
 SealedPair = tuple[Any, Any]  # immutable once sealed
 
 
+class WouldBlock(Exception):
+    """Raised, before anything changed, by an operation attempted with the store in
+    ``nonblocking`` mode when it would have to wait for the store (a cache miss, a pending
+    refill, write back-pressure). The caller retries it where waiting is fine."""
+
+
 class StoreError(RuntimeError):
     """The store behind a window failed; the window reloads its last durable state from the
     store on its next operation."""
@@ -142,6 +148,7 @@ class PairStore(Protocol):
     cache_size: int
     refill_at: int
     stats: StoreStats
+    nonblocking: bool  # reads that would wait raise WouldBlock; full buffers wait to flush
 
     def write(self, level: int, start: int, pairs: Sequence[SealedPair]) -> None: ...
 
@@ -177,6 +184,8 @@ def check_sizes(owner: str, block_size: int, cache_size: int, refill_at: int, **
 class MemoryStore:
     """A :class:`PairStore` in process memory: the reference implementation, used to test the
     tiered levels (tiny block and cache sizes exercise every flush, refill and miss path)."""
+
+    nonblocking = False  # never waits: reads are local
 
     def __init__(
         self, *, block_size: int = 512, cache_size: int = 512, refill_at: int = 256
@@ -419,7 +428,7 @@ class TieredLevel:
         self._buf.append((tail[0], tail[1]))
         self.end += 1
         self.tail = pair
-        if len(self._buf) >= self._store.block_size:
+        if len(self._buf) >= self._store.block_size and not self._store.nonblocking:
             self.flush()
 
     def extend(self, pairs: list[Any]) -> None:
@@ -434,7 +443,12 @@ class TieredLevel:
         self.end += len(pairs)
         last = pairs[-1]
         self.tail = [last[0], last[1]]
-        if len(buf) >= self._store.block_size:
+        if len(buf) >= self._store.block_size and not self._store.nonblocking:
+            self.flush()
+
+    def flush_if_full(self) -> None:
+        """Flush a buffer that reached a block (held back while the store was non-blocking)."""
+        if len(self._buf) >= self._store.block_size:
             self.flush()
 
     def flush(self) -> None:
@@ -456,25 +470,34 @@ class TieredLevel:
         cache = self._cache
         if 0 <= c < len(cache):
             return cache[c]
-        pending = self._pending
-        if pending is not None and pending[0] <= pos < pending[1]:
-            self._absorb(wait=True)
-            return self._read(pos)
         pinned = self._pinned.get(pos)
         if pinned is not None:
             return pinned
         store = self._store
+        pending = self._pending
+        if pending is not None and pending[0] <= pos < pending[1]:
+            if store.nonblocking and not pending[2].done():
+                raise WouldBlock
+            self._absorb(wait=True)
+            return self._read(pos)
+        if store.nonblocking:
+            raise WouldBlock
         store.stats.misses += 1
         return store.read(self.index, pos, pos + 1)[0]
 
-    def has_local(self, pos: int) -> bool:
-        """Whether ``pos`` can be read without a synchronous store read."""
+    def has_local(self, pos: int, *, ready: bool = False) -> bool:
+        """Whether ``pos`` can be read without a synchronous store read (with ``ready``:
+        without waiting for a refill in flight either)."""
         if pos == self.start or pos >= self._wstart or pos in self._pinned:
             return True
         if 0 <= pos - self._cstart < len(self._cache):
             return True
         pending = self._pending
-        return pending is not None and pending[0] <= pos < pending[1]
+        return (
+            pending is not None
+            and pending[0] <= pos < pending[1]
+            and (not ready or pending[2].done())
+        )
 
     def pin(self, pos: int, pair: SealedPair) -> None:
         self._pinned[pos] = pair

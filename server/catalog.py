@@ -19,7 +19,7 @@ from typing import Any
 
 from mtawindows.client.types import Aggregation, FieldType, Policy, StreamSpec, WindowSpec
 
-from .cel import CelField, CelPolicy
+from .cel import CelError, CelField, CelPolicy
 from .codecs import StructCodec
 from .monoids import (
     ArgMax,
@@ -71,11 +71,19 @@ BUILTINS = (
 class DefinitionError(ValueError):
     """A stream or window definition that cannot be built; ``field`` names the culprit."""
 
-    def __init__(self, field: str, message: str, *, reason: str = "INVALID_DEFINITION") -> None:
+    def __init__(
+        self,
+        field: str,
+        message: str,
+        *,
+        reason: str = "INVALID_DEFINITION",
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
         self.description = message
         self.reason = reason
+        self.metadata = dict(metadata or {})
 
 
 def _pair(r: Any) -> tuple[Any, Any]:
@@ -334,8 +342,11 @@ def build_window(stream: StreamSpec, spec: WindowSpec) -> Built:
         }
         try:
             policy = CelPolicy(policy.text, cel_fields)
-        except ValueError as ex:
-            raise DefinitionError("spec.policy.expression.cel", str(ex)) from None
+        except CelError as ex:
+            at: dict[str, str] = {"line": str(ex.line), "column": str(ex.column)} if ex.line else {}
+            raise DefinitionError(
+                "spec.policy.expression.cel", str(ex), reason="INVALID_EXPRESSION", metadata=at
+            ) from None
     batch_safe = spec.policy.kind in ("count", "time_range")
     layout = struct_layout(record, types)
     if layout is not None:

@@ -675,7 +675,11 @@ class Registry:
                 built = build_window(s.spec, spec)
             except DefinitionError as ex:
                 raise ServiceError(
-                    "INVALID_ARGUMENT", ex.reason, str(ex), [(ex.field, ex.description)]
+                    "INVALID_ARGUMENT",
+                    ex.reason,
+                    str(ex),
+                    [(ex.field, ex.description)],
+                    ex.metadata,
                 ) from None
             window_id = uuid.uuid4().hex if spec.storage.kind == "redis" else ""
             engine = self._engine(spec, built, window_id, new=True)

@@ -202,7 +202,10 @@ def test_cel_expressions_reach_only_total_and_old(
     spec = WindowSpec("s", "cel_bad", AGGS, Policy.expression(expr))
     e = unchanged(server, client, lambda: client.create_window(spec))
     assert isinstance(e, InvalidArgumentError)
+    assert e.reason == "INVALID_EXPRESSION"
     assert e.violations[0].field == "spec.policy.expression.cel"
+    if expr not in ("total.n",):  # a whole-expression type error has no single position
+        assert int(e.metadata["line"]) >= 1 and int(e.metadata["column"]) >= 1
 
 
 def test_garbage_and_truncated_messages(server: ServerProcess, client: WindowClient) -> None:

@@ -448,3 +448,23 @@ def test_restart_keeps_results(tmp_path: Path) -> None:
             assert c.query("r", "durable") == acked
     finally:
         srv.stop()
+
+
+def test_health_and_reflection(server: ServerProcess) -> None:
+    import grpc
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+        ProtoReflectionDescriptorDatabase,
+    )
+
+    assert server.health() == "SERVING"
+    assert server.health("mtawindows.v1.WindowService") == "SERVING"
+    with grpc.insecure_channel(server.target) as ch:
+        db = ProtoReflectionDescriptorDatabase(ch)
+        services = set(db.get_services())
+        assert {"mtawindows.v1.WindowService", "grpc.health.v1.Health"} <= services
+        from google.protobuf.descriptor_pool import DescriptorPool
+
+        pool = DescriptorPool(db)
+        service = pool.FindServiceByName("mtawindows.v1.WindowService")
+        assert "Append" in [m.name for m in service.methods]
+        assert service.file.name == "mtawindows/v1/windows.proto"

@@ -197,6 +197,24 @@ def experiment4(
             )
 
 
+def previous_rows() -> list[dict[str, Any]]:
+    """The rows of the last full results file, numbers parsed back."""
+    path = OUT / "kvs.csv"
+    if not path.exists():
+        return []
+
+    def num(v: str) -> Any:
+        for cast in (int, float):
+            try:
+                return cast(v)
+            except ValueError:
+                pass
+        return v
+
+    with open(path, newline="") as f:
+        return [{k: num(v) for k, v in r.items() if v != ""} for r in csv.DictReader(f)]
+
+
 def write_outputs(rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
     OUT.mkdir(exist_ok=True)
     keys: list[str] = []
@@ -319,6 +337,9 @@ def main() -> int:
             experiment4(
                 url, [2**16, 2**18, 2**20, 2**22, 2**24], [2**16, 2**18, 2**20, 2**22], rows
             )
+    if a.only and not a.quick:  # a partial rerun keeps the other experiments' last results
+        rows = [r for r in previous_rows() if r["experiment"][0] not in only] + rows
+        rows.sort(key=lambda r: r["experiment"])
     write_outputs(rows, meta)
     print(f"wrote {OUT / 'kvs.csv'}, kvs.md, kvs.png")
     return 0

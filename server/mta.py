@@ -541,12 +541,15 @@ class _MTAWindow:
         levels = self._levels
         policy = self._policy
         combine = self._combine
+        tiered = self._hook is not None
         for lvl in range(top, -1, -1):
             m = g >> lvl
             if m & 1:
                 continue
             lv = levels[lvl]
             pos = m >> 1
+            if tiered and pos != lv.start and not lv.has_local(pos):
+                self._speculate(lvl, g)
             p = lv.head if pos == lv.start else lv.peek(pos)
             a = p[0]
             if a is EMPTY or p[1] is EMPTY:
@@ -556,6 +559,34 @@ class _MTAWindow:
                 sub = cand
                 g = (m + 1) << lvl
         return g
+
+    SPECULATE_LEVELS = 3  # a descent miss also fetches what the next 3 levels may need
+
+    def _speculate(self, lvl: int, g: int) -> None:
+        """A miss in the descent at level ``lvl``: fetch that pair and every pair the next
+        ``SPECULATE_LEVELS`` levels could need (both outcomes of each test), in one pipelined
+        round trip, and pin them. About one round trip per four levels instead of one per
+        level; what is not used is forgotten at the next eviction."""
+        levels = self._levels
+        points: dict[tuple[int, int], None] = {}
+        gs = {g}
+        for depth in range(lvl, max(-1, lvl - self.SPECULATE_LEVELS - 1), -1):
+            lv = levels[depth]
+            nxt = set()
+            for x in gs:
+                m = x >> depth
+                nxt.add(x)
+                if m & 1:
+                    continue
+                pos = m >> 1
+                if lv.start < pos < lv.end - 1 and not lv.has_local(pos):
+                    points[(depth, pos)] = None
+                nxt.add((m + 1) << depth)
+            gs = nxt
+        if points:
+            wanted = list(points)
+            for (depth, pos), pair in zip(wanted, self.store.read_points(wanted), strict=True):  # type: ignore[union-attr]
+                levels[depth].pin(pos, pair)
 
     def _recompute_leftmost_branch(self) -> None:
         """Bottom-up, each head's first element becomes the aggregate of the head below it."""

@@ -33,7 +33,8 @@ def test_would_block_changes_nothing_and_the_retry_matches(
     blocked = applied_inline = 0
     for step in range(700):
         t += rng.choice((0, 1, 1, 2, 30 if step % 97 == 0 else 1))
-        batch = [{"v": rng.randint(0, 5), "t": t} for _ in range(rng.choice((1, 1, 2, 5)))]
+        size = 80 if step % 97 == 96 else rng.choice((1, 1, 2, 5))  # 80: evicts > 64 at once
+        batch = [{"v": rng.randint(0, 5), "t": t} for _ in range(size)]
         lifted = [MONOID.lift(x) for x in batch]
         before = (len(w), w.query(), w.stats()["inserted"], w.stats()["evicted"])
         store.nonblocking = True
@@ -79,21 +80,30 @@ def test_service_defers_a_batch_and_resumes_it_where_it_stopped(redis_url: str) 
     reg.create_stream(StreamSpec("s", (Field("v", "DOUBLE"),)))
     aggs = (Aggregation("n", "count"), Aggregation("s", "sum", "v"), Aggregation("f", "first", "v"))
     tiny = Storage("redis", block_size=2, cache_size=2)
-    for i, policy in enumerate((Policy.count(37), Policy.max_sub_window("v", 50))):
+    from datetime import timedelta
+
+    policies = (
+        Policy.count(37),
+        Policy.max_sub_window("v", 50),
+        Policy.time_range(timedelta(microseconds=100)),  # ~100 rows; a jump evicts them all
+    )
+    for i, policy in enumerate(policies):
         reg.create_window(WindowSpec("s", f"r{i}", aggs, policy, storage=tiny))
         reg.create_window(WindowSpec("s", f"m{i}", aggs, policy, storage=Storage("memory")))
     s = reg.stream("s")
     rng = random.Random(11)
     deferred = 0
+    t = 0
     for i in range(600):
-        cols = {"ts": ("TIMESTAMP", [i]), "v": ("DOUBLE", [float(rng.randint(0, 9))])}
+        t += 1_000 if i % 150 else 1_000_000  # every 150 rows a 1 ms jump: > 64 rows leave
+        cols = {"ts": ("TIMESTAMP", [t]), "v": ("DOUBLE", [float(rng.randint(0, 9))])}
         assert s.inline_ok(1, "FINAL")
         try:
             res = s.append(cols, mode="FINAL", nonblocking=True)
         except Deferred as d:
             deferred += 1
             res = s.resume(d.batch)
-        for k in (0, 1):
+        for k in (0, 1, 2):
             assert res.results[f"r{k}"].values == res.results[f"m{k}"].values
             assert res.results[f"r{k}"].size == res.results[f"m{k}"].size
     assert deferred > 0

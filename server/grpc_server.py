@@ -261,9 +261,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):  # type: ignore[misc]
         self.metrics = metrics
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mtaw-stream")
         self.locks: dict[str, asyncio.Lock] = {}
-        self.inflight = 0
         self.subscribers = 0
-        self.deferred = 0  # small batches that met Redis on the loop and went to a thread
 
     def lock(self, stream: str) -> asyncio.Lock:
         lk = self.locks.get(stream)
@@ -405,19 +403,15 @@ class WindowServicer(pb_grpc.WindowServiceServicer):  # type: ignore[misc]
                     f"results: expected NONE, FINAL or PER_ROW, got {request.results}",
                     [("results", f"unknown value {request.results}")],
                 )
-            self.inflight += 1
-            try:
-                async with self.lock(request.stream):
-                    if not request.arrow_ipc and stream.inline_ok(_rows_hint(request), mode):
-                        # small batch: on the loop unless a window would wait for Redis
-                        try:
-                            return self._append(stream, request, mode, nonblocking=True)
-                        except Deferred as d:
-                            self.deferred += 1
-                            return await self.run(self._resume, stream, d.batch)
-                    return await self.run(self._append, stream, request, mode)
-            finally:
-                self.inflight -= 1
+            async with self.lock(request.stream):
+                if not request.arrow_ipc and stream.inline_ok(_rows_hint(request), mode):
+                    # small batch: on the loop unless a window would wait for Redis
+                    try:
+                        return self._append(stream, request, mode, nonblocking=True)
+                    except Deferred as d:
+                        self.metrics.deferred.labels(stream.spec.name).inc()
+                        return await self.run(self._resume, stream, d.batch)
+                return await self.run(self._append, stream, request, mode)
 
         return await self._call("Append", context, body, request)
 

@@ -52,6 +52,12 @@ class Metrics:
             ["stream", "outcome"],
             registry=self.registry,
         )
+        self.deferred = Counter(
+            "mtawindows_append_deferred",
+            "Small appends tried on the event loop that met Redis and finished on a worker thread",
+            ["stream"],
+            registry=self.registry,
+        )
         self.latency = Histogram(
             "mtawindows_rpc_latency_seconds",
             "Server-side latency per RPC method",

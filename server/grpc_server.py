@@ -45,6 +45,7 @@ from .service import (
     Registry,
     ServiceError,
     Stream,
+    batch_too_large,
 )
 
 log = logging.getLogger("mtawindows.server")
@@ -128,13 +129,7 @@ def columns_of(request: pb.AppendRequest, max_rows: int) -> dict[str, tuple[str,
             )
         data = getattr(col, kind).values
         if len(data) > max_rows:
-            raise ServiceError(
-                "RESOURCE_EXHAUSTED",
-                "BATCH_TOO_LARGE",
-                f"batch of {len(data)} rows exceeds the server's limit of {max_rows} rows per "
-                "Append; split it",
-                metadata={"limit": str(max_rows), "rows": str(len(data))},
-            )
+            raise batch_too_large(len(data), max_rows)
         out[col.name] = (convert.COLUMN_KINDS[kind].value, list(data))
     return out
 
@@ -152,13 +147,7 @@ def arrow_columns(payload: bytes, max_rows: int) -> dict[str, tuple[str, list[An
             [("arrow_ipc", "not an Arrow IPC stream")],
         ) from None
     if table.num_rows > max_rows:
-        raise ServiceError(
-            "RESOURCE_EXHAUSTED",
-            "BATCH_TOO_LARGE",
-            f"batch of {table.num_rows} rows exceeds the server's limit of {max_rows} rows "
-            "per Append; split it",
-            metadata={"limit": str(max_rows), "rows": str(table.num_rows)},
-        )
+        raise batch_too_large(table.num_rows, max_rows)
     out: dict[str, tuple[str, list[Any]]] = {}
     for name, col in zip(table.column_names, table.columns, strict=True):
         t = col.type
@@ -420,8 +409,9 @@ class WindowServicer(pb_grpc.WindowServiceServicer):  # type: ignore[misc]
     ) -> pb.AppendResponse:
         limit = self.registry.limits.max_batch_rows
         columns = columns_of(request, limit)
-        try:
-            res = stream.append(
+        return self._respond(
+            stream,
+            lambda: stream.append(
                 columns,
                 producer_id=request.producer_id,
                 sequence=request.sequence,
@@ -429,22 +419,20 @@ class WindowServicer(pb_grpc.WindowServiceServicer):  # type: ignore[misc]
                 which=list(request.windows),
                 max_rows=limit,
                 nonblocking=nonblocking,
-            )
-        except ServiceError as ex:
-            self.metrics.batches.labels(stream.spec.name, ex.reason.lower()).inc()
-            raise
-        return self._respond(stream, res)
+            ),
+        )
 
     def _resume(self, stream: Stream, batch: Batch) -> pb.AppendResponse:
-        try:
-            res = stream.resume(batch)
-        except ServiceError as ex:
-            self.metrics.batches.labels(stream.spec.name, ex.reason.lower()).inc()
-            raise
-        return self._respond(stream, res)
+        return self._respond(stream, lambda: stream.resume(batch))
 
-    def _respond(self, stream: Stream, res: AppendResult) -> pb.AppendResponse:
+    def _respond(self, stream: Stream, apply: Callable[[], AppendResult]) -> pb.AppendResponse:
+        """Run ``apply`` (an append or a resumed one), count its outcome, build the answer."""
         name = stream.spec.name
+        try:
+            res = apply()
+        except ServiceError as ex:
+            self.metrics.batches.labels(name, ex.reason.lower()).inc()
+            raise
         self.metrics.batches.labels(name, "duplicate" if res.duplicate else "applied").inc()
         self.metrics.rows.labels(name).inc(res.rows_applied)
         if res.rows_late:

@@ -269,10 +269,8 @@ class RedisStore:
     def write(self, level: int, start: int, pairs: Sequence[SealedPair]) -> None:
         """Queue ``pairs`` (positions ``start ..``) for the background writer. Never raises:
         a failed write is reported by the next operation of the window."""
-        inflight = self._inflight
-        while inflight and inflight[0].done():
-            inflight.popleft()
-        if self.nonblocking and len(inflight) >= _MAX_INFLIGHT:
+        full = self.backlogged()
+        if full and self.nonblocking:
             raise WouldBlock
         st = self.stats
         st.writes += 1
@@ -280,9 +278,7 @@ class RedisStore:
         if level not in self._deleted_upto:  # the first block this level ever used
             self._deleted_upto[level] = start // self.block_size
         inflight = self._inflight
-        while inflight and inflight[0].done():
-            inflight.popleft()
-        if len(inflight) >= _MAX_INFLIGHT:  # back-pressure: bounded local memory
+        if full:  # back-pressure: bounded local memory
             with contextlib.suppress(Exception):  # a failure is reported by the next operation
                 inflight.popleft().result()
         inflight.append(
@@ -376,7 +372,8 @@ class RedisStore:
         return out
 
     def backlogged(self) -> bool:
-        """Whether one more block write would wait for the writer thread (back-pressure)."""
+        """Whether one more block write would wait for the writer thread (back-pressure);
+        forgets the writes that are done."""
         inflight = self._inflight
         while inflight and inflight[0].done():
             inflight.popleft()

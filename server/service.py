@@ -69,6 +69,15 @@ class ServiceError(Exception):
         self.metadata = dict(metadata or {})
 
 
+def batch_too_large(rows: int, limit: int) -> ServiceError:
+    return ServiceError(
+        "RESOURCE_EXHAUSTED",
+        "BATCH_TOO_LARGE",
+        f"batch of {rows} rows exceeds the server's limit of {limit} rows per Append; split it",
+        metadata={"limit": str(limit), "rows": str(rows)},
+    )
+
+
 def invalid(field_path: str, message: str, reason: str = "INVALID_ARGUMENT") -> ServiceError:
     return ServiceError(
         "INVALID_ARGUMENT", reason, f"{field_path}: {message}", [(field_path, message)]
@@ -404,12 +413,7 @@ class Stream:
                 )
         n_rows, cols = self.decode(columns)
         if n_rows > max_rows:
-            raise ServiceError(
-                "RESOURCE_EXHAUSTED",
-                "BATCH_TOO_LARGE",
-                f"batch of {n_rows} rows exceeds the server's limit of {max_rows} rows per Append; split it",
-                metadata={"limit": str(max_rows), "rows": str(n_rows)},
-            )
+            raise batch_too_large(n_rows, max_rows)
         st = self.state
         if producer_id or sequence:
             if not producer_id or sequence <= 0:

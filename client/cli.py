@@ -195,6 +195,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between checkpoints",
     )
     s.add_argument("--max-batch-rows", type=int, default=int(_env("MAX_BATCH_ROWS", "500000")))
+    s.add_argument(
+        "--result-history",
+        type=int,
+        default=int(_env("RESULT_HISTORY", "1000")),
+        help="results kept per window for ReadResults (the Spark source follows them)",
+    )
     s.add_argument("--max-message-mb", type=int, default=int(_env("MAX_MESSAGE_MB", "64")))
     s.add_argument("--max-streams", type=int, default=int(_env("MAX_STREAMS", "1000")))
     s.add_argument(
@@ -466,6 +472,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_windows_per_stream=args.max_windows,
             max_batch_rows=args.max_batch_rows,
             max_message_bytes=args.max_message_mb * 1024 * 1024,
+            result_history=args.result_history,
         ),
         port_file=args.port_file,
     )

@@ -271,7 +271,14 @@ def result_to_proto(r: WindowResult, types: Mapping[str, str]) -> pb.WindowResul
             )
         else:
             values[name] = value_to_proto(v, t)
-    return pb.WindowResult(window=r.window, values=values, size=r.size, evicted=r.evicted)
+    return pb.WindowResult(
+        window=r.window,
+        values=values,
+        size=r.size,
+        evicted=r.evicted,
+        sequence=r.sequence,
+        timestamp=r.timestamp,
+    )
 
 
 def result_from_proto(m: pb.WindowResult) -> WindowResult:
@@ -280,6 +287,8 @@ def result_from_proto(m: pb.WindowResult) -> WindowResult:
         values={k: value_from_proto(v) for k, v in m.values.items()},
         size=m.size,
         evicted=m.evicted,
+        sequence=m.sequence,
+        timestamp=m.timestamp,
     )
 
 

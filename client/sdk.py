@@ -297,6 +297,23 @@ class WindowClient:
         )
         return convert.result_from_proto(m)
 
+    def read_results(
+        self,
+        stream: str,
+        window: str,
+        *,
+        after_sequence: int = 0,
+        limit: int = 0,
+        timeout: float | None = None,
+    ) -> tuple[list[WindowResult], int]:
+        """Results of a window with a sequence above ``after_sequence``, oldest first (at most
+        ``limit``; 0 = the server's default), and the window's latest sequence."""
+        req = pb.ReadResultsRequest(
+            stream=stream, window=window, after_sequence=after_sequence, limit=limit
+        )
+        m = self._call("ReadResults", req, timeout=timeout, retry=True)
+        return [convert.result_from_proto(r) for r in m.results], m.latest_sequence
+
     def subscribe(
         self, stream: str, window: str, *, timeout: float | None = None
     ) -> Iterator[tuple[int, WindowResult]]:
@@ -558,6 +575,22 @@ class AsyncWindowClient:
         return convert.result_from_proto(
             await self._call("Query", req, timeout=timeout, retry=True)
         )
+
+    async def read_results(
+        self,
+        stream: str,
+        window: str,
+        *,
+        after_sequence: int = 0,
+        limit: int = 0,
+        timeout: float | None = None,
+    ) -> tuple[list[WindowResult], int]:
+        """As :meth:`WindowClient.read_results`."""
+        req = pb.ReadResultsRequest(
+            stream=stream, window=window, after_sequence=after_sequence, limit=limit
+        )
+        m = await self._call("ReadResults", req, timeout=timeout, retry=True)
+        return [convert.result_from_proto(r) for r in m.results], m.latest_sequence
 
     async def subscribe(
         self, stream: str, window: str, *, timeout: float | None = None

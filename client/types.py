@@ -143,13 +143,17 @@ class WindowInfo:
 
 @dataclass
 class WindowResult:
-    """A window's result: ``values`` by output name (structs as dicts), its size in rows and the
-    rows evicted by the batch that produced it."""
+    """A window's result: ``values`` by output name (structs as dicts), its size in rows, the
+    rows evicted by the batch that produced it, that batch's ``sequence`` (the stream's count of
+    applied batches then: results of a window are ordered by it) and the stream's newest
+    timestamp then (nanoseconds)."""
 
     window: str
     values: dict[str, Any]
     size: int = 0
     evicted: int = 0
+    sequence: int = 0
+    timestamp: int = 0
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]

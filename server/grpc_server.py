@@ -46,6 +46,7 @@ from .service import (
     ServiceError,
     Stream,
     batch_too_large,
+    invalid,
 )
 
 log = logging.getLogger("mtawindows.server")
@@ -464,6 +465,26 @@ class WindowServicer(pb_grpc.WindowServiceServicer):  # type: ignore[misc]
             return convert.result_to_proto(r, w.type_tags)
 
         return await self._call("Query", context, body, request)
+
+    async def ReadResults(self, request: pb.ReadResultsRequest, context: Any) -> Any:
+        async def body() -> pb.ReadResultsResponse:
+            if request.after_sequence < 0 or request.limit < 0:
+                raise invalid(
+                    "after_sequence" if request.after_sequence < 0 else "limit",
+                    f"expected a number >= 0, got after_sequence={request.after_sequence}, "
+                    f"limit={request.limit}",
+                )
+            w = self.registry.window(request.stream, request.window)
+            limit = min(request.limit or 1000, 10_000)
+            async with self.lock(request.stream):
+                got = await self.run(w.results_after, request.after_sequence, limit)
+                latest = w.sequence
+            return pb.ReadResultsResponse(
+                results=[convert.result_to_proto(r, w.type_tags) for r in got],
+                latest_sequence=latest,
+            )
+
+        return await self._call("ReadResults", context, body, request)
 
     async def Subscribe(
         self, request: pb.SubscribeRequest, context: Any

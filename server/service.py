@@ -12,6 +12,7 @@ and runs them on worker threads); different streams run in parallel.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import gc
 import heapq
@@ -91,6 +92,7 @@ class Limits:
     max_batch_rows: int = 500_000
     max_message_bytes: int = 64 * 1024 * 1024
     max_subscribers: int = 1000
+    result_history: int = 1000  # results kept per window for ReadResults
 
 
 # --------------------------------------------------------------------------- windows
@@ -99,7 +101,16 @@ class Limits:
 class Window:
     """One window of a stream: its definition, compiled record and policy, and engine."""
 
-    def __init__(self, stream: StreamSpec, spec: WindowSpec, built: Built, engine: Any) -> None:
+    def __init__(
+        self,
+        stream: StreamSpec,
+        spec: WindowSpec,
+        built: Built,
+        engine: Any,
+        *,
+        history: int = 1000,
+        sequence: int = 0,
+    ) -> None:
         self.stream = stream
         self.spec = spec
         self.built = built
@@ -115,6 +126,11 @@ class Window:
         self.inline_ok_static = st.kind == "memory" or not st.durable
         nan_fields = {f.name for f in stream.fields if f.allow_nan}
         self.lift_columns = columnar_lifter(built.monoid, nan_fields)
+        # the stream's batch count when the window last changed, and the newest timestamp then:
+        # every result carries them, so readers can follow results by sequence
+        self.sequence = sequence
+        self.timestamp = 0
+        self.history: collections.deque[WindowResult] = collections.deque(maxlen=max(1, history))
 
     @property
     def inline_ok(self) -> bool:
@@ -138,7 +154,25 @@ class Window:
 
     def result(self, evicted: int = 0) -> WindowResult:
         size = len(self.engine)
-        return WindowResult(self.spec.name, self.values(self.engine.query(), size), size, evicted)
+        return WindowResult(
+            self.spec.name,
+            self.values(self.engine.query(), size),
+            size,
+            evicted,
+            self.sequence,
+            self.timestamp,
+        )
+
+    def results_after(self, after: int, limit: int) -> list[WindowResult]:
+        """Results with a sequence above ``after``, oldest first, at most ``limit``. Only the
+        last ``history`` results are kept: a reader further behind gets the oldest kept (the
+        gap shows in their sequences); with none kept (after a restart), the current one."""
+        if after >= self.sequence:
+            return []
+        kept = [r for r in self.history if r.sequence > after]
+        if not kept or kept[-1].sequence != self.sequence:
+            kept = [self.result()]
+        return kept[:limit]
 
     def columns(self, lowered: list[Mapping[str, Any]], sizes: list[int]) -> dict[str, Any]:
         """Per-row results as typed columns (struct outputs split into ``name.part``)."""
@@ -195,6 +229,7 @@ class StreamState:
     rows_appended: int = 0
     rows_late: int = 0
     batches_appended: int = 0
+    sequence: int = 0  # orders results; jumps ahead after an unclean stop
     batches_duplicate: int = 0
     producers: dict[str, int] = field(default_factory=dict)
     buffer: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)  # heap
@@ -518,17 +553,23 @@ class Stream:
         st.rows_appended += result.rows_applied
         st.rows_late += batch.late
         st.batches_appended += 1
+        st.sequence += 1
         if batch.producer_id:
             st.producers[batch.producer_id] = batch.sequence
         self.batches += 1
+        finals: dict[str, WindowResult] = {}
+        for n, w in self.windows.items():
+            w.sequence = st.sequence
+            w.timestamp = st.newest or 0
+            finals[n] = r = w.result(batch.evicted.get(n, 0))
+            w.history.append(r)
         if batch.mode == FINAL:
-            result.results = self._results(batch.which, batch.evicted)
+            result.results = {n: finals[n] for n in batch.which or finals}
         for name, (got, sizes) in batch.per_row.items():
             result.row_results[name] = self.windows[name].columns(got, sizes) | {
                 "__size": (FieldType.INT64.value, sizes)
             }
         if self.listeners:
-            finals = {n: w.result(batch.evicted.get(n, 0)) for n, w in self.windows.items()}
             for listener in list(self.listeners):
                 listener(self.batches, finals)
         return result
@@ -707,7 +748,15 @@ class Registry:
                 ) from None
             window_id = uuid.uuid4().hex if spec.storage.kind == "redis" else ""
             engine = self._engine(spec, built, window_id, new=True)
-            w = Window(s.spec, spec, built, engine)
+            w = Window(
+                s.spec,
+                spec,
+                built,
+                engine,
+                history=self.limits.result_history,
+                sequence=s.state.sequence,
+            )
+            w.timestamp = s.state.newest or 0
             # a window created on a stream with rows joins from now on; its replay keys follow
             record = pb.WindowInfo(spec=convert.window_spec_to_proto(spec))
             self.redis.hset(
@@ -749,7 +798,7 @@ class Registry:
         return cls(built.monoid, built.policy, store=store)
 
     # -- durability
-    def flush(self, stream: Stream, *, wait: bool = True) -> None:
+    def flush(self, stream: Stream, *, wait: bool = True, final: bool = False) -> None:
         """Checkpoint every Redis window of ``stream`` and save the stream's state.
         ``wait=False`` (the periodic flush) only queues the windows' checkpoints behind their
         pending writes, so appends to the stream are not held up by the round trips."""
@@ -757,7 +806,7 @@ class Registry:
             if w.engine.store is not None:
                 w.engine.flush(wait=wait)
         st = stream.state
-        self.redis.hset(self._state_key, stream.spec.name, _state_json(st))
+        self.redis.hset(self._state_key, stream.spec.name, _state_json(st, clean=final))
 
     def restore(self) -> int:
         """Load every stream and window definition and reopen the windows; returns windows."""
@@ -774,19 +823,26 @@ class Registry:
             spec = convert.window_spec_from_proto(info.spec)
             built = build_window(s.spec, spec)
             engine = self._engine(spec, built, window_id, new=False)
-            s.windows[wname] = Window(s.spec, spec, built, engine)
+            s.windows[wname] = Window(
+                s.spec, spec, built, engine, history=self.limits.result_history
+            )
             count += 1
         for name, blob in self.redis.hgetall(self._state_key).items():
             s = self.streams.get(name.decode())
             if s is not None:
                 s.state = _state_from_json(blob)
+                for w in s.windows.values():
+                    w.sequence = s.state.sequence
+                    w.timestamp = s.state.newest or 0
+                # from now on a stop without a final flush is unclean
+                self.redis.hset(self._state_key, name, _state_json(s.state))
         return count
 
     def close(self) -> None:
         for s in self.streams.values():
             with s.lock:
                 try:
-                    self.flush(s)
+                    self.flush(s, final=True)
                 except Exception:  # pragma: no cover - logged at shutdown
                     log.exception("flush of stream %s failed at shutdown", s.spec.name)
                 for w in s.windows.values():
@@ -859,7 +915,12 @@ def _window_from_blob(blob: bytes) -> tuple[pb.WindowInfo, str]:
     return pb.WindowInfo.FromString(rest), window_id.decode()
 
 
-def _state_json(st: StreamState) -> str:
+# After an unclean stop the last saved state may be behind by the batches of one flush
+# interval; result sequences then jump ahead by this much so they never repeat.
+SEQUENCE_GAP_AFTER_CRASH = 1 << 32
+
+
+def _state_json(st: StreamState, *, clean: bool = False) -> str:
     import json
 
     return json.dumps(
@@ -869,10 +930,12 @@ def _state_json(st: StreamState) -> str:
             "rows_appended": st.rows_appended,
             "rows_late": st.rows_late,
             "batches_appended": st.batches_appended,
+            "sequence": st.sequence,
             "batches_duplicate": st.batches_duplicate,
             "producers": st.producers,
             "buffer": [[t, a, r] for t, a, r in st.buffer],
             "arrivals": st.arrivals,
+            "clean": clean,
         }
     )
 
@@ -881,7 +944,12 @@ def _state_from_json(blob: bytes) -> StreamState:
     import json
 
     d = json.loads(blob)
+    clean = d.pop("clean", True)
     st = StreamState(**{k: v for k, v in d.items() if k != "buffer"})
+    if "sequence" not in d:
+        st.sequence = st.batches_appended
+    if not clean:
+        st.sequence += SEQUENCE_GAP_AFTER_CRASH
     st.buffer = [(t, a, r) for t, a, r in d.get("buffer", [])]
     heapq.heapify(st.buffer)
     return st

@@ -445,7 +445,10 @@ def test_restart_keeps_results(tmp_path: Path) -> None:
         srv.kill_all()
         srv.start()
         with WindowClient(srv.target) as c:
-            assert c.query("r", "durable") == acked
+            got = c.query("r", "durable")
+            assert (got.values, got.size) == (acked.values, acked.size)
+            # the saved batch count may be behind after kill -9: sequences jump, never repeat
+            assert got.sequence > acked.sequence
     finally:
         srv.stop()
 

@@ -332,7 +332,7 @@ class Value(_message.Message):
     def __init__(self, null: _Optional[bool] = ..., double_value: _Optional[float] = ..., int_value: _Optional[int] = ..., string_value: _Optional[str] = ..., bool_value: _Optional[bool] = ..., timestamp_value: _Optional[int] = ..., struct_value: _Optional[_Union[Struct, _Mapping]] = ..., list_value: _Optional[_Union[ValueList, _Mapping]] = ...) -> None: ...
 
 class WindowResult(_message.Message):
-    __slots__ = ("window", "values", "size", "evicted")
+    __slots__ = ("window", "values", "size", "evicted", "sequence", "timestamp")
     class ValuesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -344,11 +344,15 @@ class WindowResult(_message.Message):
     VALUES_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     EVICTED_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     window: str
     values: _containers.MessageMap[str, Value]
     size: int
     evicted: int
-    def __init__(self, window: _Optional[str] = ..., values: _Optional[_Mapping[str, Value]] = ..., size: _Optional[int] = ..., evicted: _Optional[int] = ...) -> None: ...
+    sequence: int
+    timestamp: int
+    def __init__(self, window: _Optional[str] = ..., values: _Optional[_Mapping[str, Value]] = ..., size: _Optional[int] = ..., evicted: _Optional[int] = ..., sequence: _Optional[int] = ..., timestamp: _Optional[int] = ...) -> None: ...
 
 class WindowRowResults(_message.Message):
     __slots__ = ("window", "columns", "sizes")
@@ -479,6 +483,26 @@ class SubscribeRequest(_message.Message):
     stream: str
     window: str
     def __init__(self, stream: _Optional[str] = ..., window: _Optional[str] = ...) -> None: ...
+
+class ReadResultsRequest(_message.Message):
+    __slots__ = ("stream", "window", "after_sequence", "limit")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    window: str
+    after_sequence: int
+    limit: int
+    def __init__(self, stream: _Optional[str] = ..., window: _Optional[str] = ..., after_sequence: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ReadResultsResponse(_message.Message):
+    __slots__ = ("results", "latest_sequence")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    LATEST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[WindowResult]
+    latest_sequence: int
+    def __init__(self, results: _Optional[_Iterable[_Union[WindowResult, _Mapping]]] = ..., latest_sequence: _Optional[int] = ...) -> None: ...
 
 class SubscribeEvent(_message.Message):
     __slots__ = ("batch", "result")

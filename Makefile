@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,lint,bench]'
+	$(BIN)/python -m pip install -q -e '.[test,lint,bench,spark]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -20,6 +20,7 @@ import itertools
 import logging
 import math
 import operator
+import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -854,10 +855,15 @@ class Registry:
         self.redis.close()
 
 
+# Stream names also hold a key (``telemetry:host-07``, the Spark connector's per-key streams).
+STREAM_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.:~-]{0,199}$")
+
+
 def check_stream_spec(spec: StreamSpec) -> None:
-    if not NAME.match(spec.name or ""):
+    if not STREAM_NAME.match(spec.name or ""):
         raise invalid(
-            "spec.name", f"expected a stream name matching {NAME.pattern}, got {spec.name!r}"
+            "spec.name",
+            f"expected a stream name matching {STREAM_NAME.pattern}, got {spec.name!r}",
         )
     if not NAME.match(spec.timestamp_field or ""):
         raise invalid(

@@ -1,0 +1,381 @@
+"""What the data source and the transform share: options, clients, per-key streams, types.
+
+Everything here runs on the driver and on the executors' Python workers; nothing holds a gRPC
+channel at import or in an object that Spark pickles: :func:`client_for` opens one per worker
+process (a module-level cache; Spark reuses workers) the first time a task asks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+from mtawindows.client import (
+    AlreadyExistsError,
+    MtaWindowsError,
+    NotFoundError,
+    OutOfOrderError,
+    StreamSpec,
+    UnavailableError,
+    WindowClient,
+    WindowInfo,
+)
+
+
+class ConnectorError(RuntimeError):
+    """A connector failure; the message names the option or column at fault."""
+
+
+# --------------------------------------------------------------------------- options
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off", ""}
+
+
+@dataclass(frozen=True)
+class ConnectorOptions:
+    """The options of format ``"mtawindows"`` (case-insensitive keys, as Spark passes them).
+
+    endpoint           host:port of ``mtawindows serve`` (required)
+    stream             the stream to write to / read from (required)
+    timestamp_column   the DataFrame column holding each row's time (default: the stream's
+                       timestamp field)
+    key_column         write each key's rows to its own stream ``<stream>:<key>`` made from
+                       ``stream`` (same schema and windows); read those streams back
+    window             read: only this window (default all)
+    token / tls        bearer token; "true" (system roots) or a CA file path
+    batch_rows         rows per Append (default 10000)
+    sort               "true": buffer each partition and send it sorted by (key, timestamp);
+                       streaming DataFrames need it (Spark cannot sort them), batch ones can
+                       sortWithinPartitions instead (default "false")
+    write_id           batch writes: the idempotency id; the same id re-run applies nothing twice
+                       (default a new id per write)
+    starting_offsets   stream reads: "latest" (default: results from now on) or "earliest" (the
+                       results the server still keeps)
+    max_results_per_trigger  stream reads: a cap per micro-batch (default none)
+    timeout            seconds per call (default 60)
+    """
+
+    endpoint: str
+    stream: str
+    timestamp_column: str = ""
+    key_column: str = ""
+    window: str = ""
+    token: str | None = None
+    tls: bool | str | None = None
+    batch_rows: int = 10_000
+    sort: bool = False
+    write_id: str = ""
+    starting_offsets: str = "latest"
+    max_results_per_trigger: int = 0
+    timeout: float = 60.0
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], *, need_stream: bool = True) -> ConnectorOptions:
+        opts = {str(k).lower(): str(v) for k, v in options.items()}
+        known = {
+            "endpoint",
+            "stream",
+            "timestamp_column",
+            "key_column",
+            "window",
+            "token",
+            "tls",
+            "batch_rows",
+            "sort",
+            "write_id",
+            "starting_offsets",
+            "max_results_per_trigger",
+            "timeout",
+            "path",  # DataFrameWriter.save(path) passes it; we take the stream from it
+            "checkpointlocation",
+        }
+        unknown = sorted(set(opts) - known)
+        if unknown:
+            msg = f"option {unknown[0]!r}: unknown option of format 'mtawindows'; the options are {sorted(known - {'path', 'checkpointlocation'})}"
+            raise ConnectorError(msg)
+        endpoint = opts.get("endpoint", "").strip()
+        if not endpoint:
+            msg = "option 'endpoint': required, e.g. .option('endpoint', 'localhost:50051')"
+            raise ConnectorError(msg)
+        stream = opts.get("stream", "") or opts.get("path", "")
+        if need_stream and not stream:
+            msg = "option 'stream': required, the name of an mtawindows stream"
+            raise ConnectorError(msg)
+        tls_raw = opts.get("tls", "")
+        tls: bool | str | None
+        if tls_raw.lower() in _TRUE:
+            tls = True
+        elif tls_raw.lower() in _FALSE:
+            tls = None
+        else:
+            tls = tls_raw
+        starting = opts.get("starting_offsets", "latest").lower()
+        if starting not in ("latest", "earliest"):
+            msg = f"option 'starting_offsets': expected 'latest' or 'earliest', got {starting!r}"
+            raise ConnectorError(msg)
+        return cls(
+            endpoint=endpoint,
+            stream=stream,
+            timestamp_column=opts.get("timestamp_column", ""),
+            key_column=opts.get("key_column", ""),
+            window=opts.get("window", ""),
+            token=opts.get("token") or None,
+            tls=tls,
+            batch_rows=_positive_int(opts, "batch_rows", 10_000),
+            sort=_flag(opts, "sort"),
+            write_id=opts.get("write_id", ""),
+            starting_offsets=starting,
+            max_results_per_trigger=_positive_int(opts, "max_results_per_trigger", 0, zero=True),
+            timeout=float(_positive_int(opts, "timeout", 60)),
+        )
+
+
+def _flag(opts: Mapping[str, str], name: str) -> bool:
+    raw = opts.get(name, "").lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    msg = f"option {name!r}: expected true or false, got {raw!r}"
+    raise ConnectorError(msg)
+
+
+def _positive_int(opts: Mapping[str, str], name: str, default: int, *, zero: bool = False) -> int:
+    raw = opts.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0 or (value == 0 and not zero):
+        msg = f"option {name!r}: expected a whole number {'>= 0' if zero else '> 0'}, got {raw!r}"
+        raise ConnectorError(msg)
+    return value
+
+
+# --------------------------------------------------------------------------- clients
+
+_clients: dict[tuple[str, str | None, str], WindowClient] = {}
+_clients_lock = threading.Lock()
+
+
+def client_for(opts: ConnectorOptions) -> WindowClient:
+    """This process's client of ``opts.endpoint`` (one channel per endpoint, reused by tasks)."""
+    key = (opts.endpoint, opts.token, repr(opts.tls))
+    with _clients_lock:
+        c = _clients.get(key)
+        if c is None:
+            c = _clients[key] = WindowClient(
+                opts.endpoint, token=opts.token, tls=opts.tls, timeout=opts.timeout
+            )
+        return c
+
+
+@contextmanager
+def explained(opts: ConnectorOptions, what: str) -> Iterator[None]:
+    """Turn the SDK's errors into a :class:`ConnectorError` naming the option at fault."""
+    try:
+        yield
+    except ConnectorError:
+        raise
+    except UnavailableError as ex:
+        msg = (
+            f"option 'endpoint': cannot reach mtawindows at {opts.endpoint!r} while {what}: "
+            f"{ex}. Is `mtawindows serve` running there?"
+        )
+        raise ConnectorError(msg) from ex
+    except NotFoundError as ex:
+        msg = f"option 'stream': {what}: {ex}"
+        raise ConnectorError(msg) from ex
+    except OutOfOrderError as ex:
+        msg = (
+            f"{what}: {ex}. mtawindows needs each stream's rows in timestamp order: sort them "
+            "(within each key: repartition by the key and sortWithinPartitions(key, timestamp)), "
+            "or create the stream with late_policy DROP (late rows skipped and counted)"
+        )
+        raise ConnectorError(msg) from ex
+    except MtaWindowsError as ex:
+        msg = f"{what}: {ex}"
+        raise ConnectorError(msg) from ex
+
+
+# --------------------------------------------------------------------------- per-key streams
+
+_SAFE_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+
+
+def keyed_stream_name(stream: str, key: Any) -> str:
+    """The stream holding ``key``'s rows of ``stream``: ``<stream>:<key>`` when the key is made
+    of letters, digits, ``_ . -`` (at most 100), else ``<stream>:~<hash of the key>``."""
+    text = "" if key is None else str(key)
+    if key is not None and _SAFE_KEY.match(text):
+        return f"{stream}:{text}"
+    digest = hashlib.sha256(("\0null" if key is None else text).encode()).hexdigest()[:24]
+    return f"{stream}:~{digest}"
+
+
+def key_of_stream(stream: str, name: str) -> str | None:
+    """The key part of a per-key stream name (the hash for hashed keys); None for others."""
+    prefix = f"{stream}:"
+    return name[len(prefix) :] if name.startswith(prefix) else None
+
+
+class KeyedStreams:
+    """Creates per-key streams from a template stream on first use, once per process."""
+
+    _known: ClassVar[set[tuple[str, str]]] = set()
+    _lock = threading.Lock()
+
+    def __init__(self, client: WindowClient, template: str) -> None:
+        self.client = client
+        self.template = template
+        self._spec: StreamSpec | None = None
+        self._windows: list[WindowInfo] | None = None
+
+    def _load(self) -> tuple[StreamSpec, list[WindowInfo]]:
+        if self._spec is None or self._windows is None:
+            self._spec = self.client.get_stream(self.template).spec
+            self._windows = self.client.list_windows(self.template)
+        return self._spec, self._windows
+
+    def ensure(self, name: str, *, known: bool = True) -> str:
+        """Make sure stream ``name`` exists with every window of the template."""
+        marker = (self.client.target, name)
+        if known and marker in self._known:
+            return name
+        spec, windows = self._load()
+        with suppress(AlreadyExistsError):
+            self.client.create_stream(replace(spec, name=name))
+        have = set(self.client.get_stream(name).windows)
+        for w in windows:
+            if w.spec.name in have:
+                continue
+            with suppress(AlreadyExistsError):
+                self.client.create_window(replace(w.spec, stream=name))
+        with self._lock:
+            self._known.add(marker)
+        return name
+
+    def forget(self, name: str) -> None:
+        with self._lock:
+            self._known.discard((self.client.target, name))
+
+
+# --------------------------------------------------------------------------- schemas
+
+# stream field type -> the Spark types a DataFrame column may have for it
+_ACCEPTS: dict[str, tuple[str, ...]] = {
+    "DOUBLE": ("double", "float", "long", "int", "short", "byte", "decimal"),
+    "INT64": ("long", "int", "short", "byte"),
+    "STRING": ("string",),
+    "BOOL": ("boolean",),
+    "TIMESTAMP": ("timestamp", "timestamp_ntz", "long"),
+}
+
+
+def spark_type_name(dtype: Any) -> str:
+    name = str(dtype.typeName())
+    return "decimal" if name.startswith("decimal") else name
+
+
+def check_columns(
+    schema: Any, spec: StreamSpec, ts_column: str, *, option: str = "timestamp_column"
+) -> dict[str, str]:
+    """Map DataFrame columns to the stream's fields, or fail naming the column. Returns
+    {DataFrame column: stream field}."""
+    types = {f.name: spark_type_name(f.dataType) for f in schema.fields}
+    ts_col = ts_column or spec.timestamp_field
+    if ts_col not in types:
+        how = (
+            f"option {option!r} is {ts_col!r}"
+            if ts_column
+            else f"the stream's timestamp field is {ts_col!r}; name the DataFrame's time column "
+            f"with option {option!r}"
+        )
+        msg = f"column {ts_col!r}: the DataFrame has no such column ({how}); its columns are {list(types)}"
+        raise ConnectorError(msg)
+    if types[ts_col] not in _ACCEPTS["TIMESTAMP"]:
+        msg = f"column {ts_col!r}: the timestamp must be a timestamp (or long nanoseconds), got {types[ts_col]}"
+        raise ConnectorError(msg)
+    mapping = {ts_col: spec.timestamp_field}
+    for f in spec.fields:
+        if f.name not in types:
+            msg = f"column {f.name!r}: stream {spec.name!r} needs a {f.type} column {f.name!r}; the DataFrame's columns are {list(types)}"
+            raise ConnectorError(msg)
+        if types[f.name] not in _ACCEPTS[str(f.type)]:
+            msg = f"column {f.name!r}: stream {spec.name!r} expects {f.type}, the DataFrame has {types[f.name]}; cast it"
+            raise ConnectorError(msg)
+        mapping[f.name] = f.name
+    return mapping
+
+
+def to_stream_table(batch: Any, mapping: Mapping[str, str], spec: StreamSpec) -> Any:
+    """An Arrow table with the stream's columns (renamed, cast) from a DataFrame batch."""
+    import pyarrow as pa
+
+    types = {f.name: str(f.type) for f in spec.fields}
+    arrays = []
+    names = []
+    for col, field in mapping.items():
+        arr = batch.column(col)
+        kind = types.get(field, "TIMESTAMP")
+        if kind == "TIMESTAMP" and pa.types.is_integer(arr.type):
+            arr = arr.cast(pa.int64()).cast(pa.timestamp("ns"))
+        elif kind == "DOUBLE" and not pa.types.is_floating(arr.type):
+            arr = arr.cast(pa.float64())
+        elif kind == "INT64" and arr.type != pa.int64():
+            arr = arr.cast(pa.int64())
+        arrays.append(arr)
+        names.append(field)
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def output_struct_type(outputs: Sequence[Any]) -> list[tuple[str, Any]]:
+    """Spark types of a window's outputs: [(name, DataType)]."""
+    from pyspark.sql import types as T
+
+    scalar = {
+        "DOUBLE": T.DoubleType(),
+        "INT64": T.LongType(),
+        "STRING": T.StringType(),
+        "BOOL": T.BooleanType(),
+        "TIMESTAMP": T.TimestampType(),
+    }
+    out = []
+    for o in outputs:
+        if o.parts:
+            out.append(
+                (
+                    o.name,
+                    T.StructType(
+                        [
+                            T.StructField(p.name, scalar.get(str(p.type), T.StringType()))
+                            for p in o.parts
+                        ]
+                    ),
+                )
+            )
+        else:
+            out.append((o.name, scalar.get(str(o.type), T.StringType())))
+    return out
+
+
+__all__ = [
+    "ConnectorError",
+    "ConnectorOptions",
+    "KeyedStreams",
+    "check_columns",
+    "client_for",
+    "explained",
+    "key_of_stream",
+    "keyed_stream_name",
+    "output_struct_type",
+    "to_stream_table",
+]

@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m mtawindows.server.demo
+	$(BIN)/python -m mtawindows.spark_connector.demo
 
 test: lint typecheck unit
 

@@ -336,14 +336,25 @@ class _MTAWindow:
             self._applied("x", lifted, producer_id, sequence)
         else:
             k = 0
+            # the inline path cannot stop before a change: not when the store may not wait
+            one = (
+                _MTAWindow._push_one if getattr(store, "nonblocking", False) else type(self)._push_one
+            )
+            lower = self._lower
             for u in lifted:
-                k += self._extend_lifted([u])
+                total, evicted = one(self, u)
+                k += evicted
                 if each is not None:
-                    each(self.query())
+                    each(self.query() if total is _UNSET else lower(total))
             self._applied("p", lifted, producer_id, sequence)
         if self.debug:
             self.check_invariants()
         return k
+
+    def _push_one(self, u: Any) -> tuple[Any, int]:
+        """Insert the lifted ``u`` and enforce: (the total, or ``_UNSET`` for "ask
+        :meth:`query`"; items evicted). Algorithms override it with inline fast paths."""
+        return _UNSET, self._extend_lifted([u])
 
     NONBLOCKING_MAX_EVICT = 64  # larger evictions are left to a caller that may wait
 
@@ -1297,6 +1308,16 @@ class AmortizedMTA(_MTAWindow):
         elif self._broken is not None:
             self._check_usable()
         u = self._lift(x)
+        total = self._push_one(u)[0]
+        if producer_id is not None or self._hook is not None:
+            self._applied("x", (u,), producer_id, sequence)
+        if self.debug:
+            self.check_invariants()
+        return self._lower(total)
+
+    def _push_one(self, u: Any) -> tuple[Any, int]:
+        """Insert the lifted ``u`` and enforce: (the window's total, items evicted). The
+        inline cases of :meth:`push`; no journal, no duplicate check."""
         combine = self._combine
         prev = self._total
         r1 = combine(self._r1, u)  # first contact of u with the window: may refuse it
@@ -1387,11 +1408,7 @@ class AmortizedMTA(_MTAWindow):
         elif self._dirty:
             self._settle()
         self._total = total
-        if producer_id is not None or self._hook is not None:
-            self._applied("x", (u,), producer_id, sequence)
-        if self.debug:
-            self.check_invariants()
-        return self._lower(total)
+        return total, k
 
     def _search(self, total: Any) -> int:
         """Bulk search over the forest: whole trees from the oldest, then Algorithm 2 inside

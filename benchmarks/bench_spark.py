@@ -158,7 +158,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="mtaw-bench-spark-"))
     df = make_input(spark, args.rows, args.keys, work / "input")
     n = df.count()
-    srv = ServerProcess(work / "server").start()
+    srv = ServerProcess(work / "server", flush_interval=1.0).start()
     results: list[dict[str, Any]] = []
     try:
         with WindowClient(srv.target) as c:

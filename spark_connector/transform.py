@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mtawindows.client import NotFoundError, OutputSpec, StreamSpec, WindowSpec
@@ -62,6 +62,7 @@ def sliding_aggregate(
     tls: bool | str | None = None,
     batch_rows: int = 10_000,
     num_partitions: int | None = None,
+    scratch_storage: str = "memory",
     timeout: float = 60.0,
 ) -> Any:
     """Each row of ``df`` plus the result of ``window`` (of stream ``stream``) after that row.
@@ -71,7 +72,16 @@ def sliding_aggregate(
     state per key value (None: one for all rows, in one partition); ``ts_col``: the time column
     (default the stream's timestamp field). Result columns are the window's output names
     (``<window>_<output>`` when several windows are asked for), struct outputs as Spark structs,
-    plus ``mtaw_applied`` (false for a row dropped as late or replayed)."""
+    plus ``mtaw_applied`` (false for a row dropped as late or replayed).
+
+    Batch DataFrames are computed in scratch windows of the server, one key at a time per task
+    (each deleted once its key is done); ``scratch_storage`` is where they live: "memory"
+    (default: nothing to survive, a retried task recomputes) or "redis" (for a single key's
+    window too large for the server's memory). Streaming DataFrames use the per-key streams,
+    with the template windows' storage."""
+    if scratch_storage not in ("memory", "redis"):
+        msg = f"scratch_storage: expected 'memory' or 'redis', got {scratch_storage!r}"
+        raise ConnectorError(msg)
     opts = ConnectorOptions(
         endpoint=endpoint,
         stream=stream,
@@ -115,7 +125,11 @@ def sliding_aggregate(
         order = [ts]
     if not streaming:  # Spark sorts (and spills); a micro-batch is sorted in the task
         planned = planned.sortWithinPartitions(*order)
-    fn = _Sliding(opts, spec, df.schema, tuple(names), tuple(results), order, streaming)
+    scratch = tuple(
+        replace(infos[n].spec, storage=replace(infos[n].spec.storage, kind=scratch_storage))
+        for n in names
+    )
+    fn = _Sliding(opts, spec, df.schema, tuple(names), tuple(results), order, streaming, scratch)
     return planned.mapInArrow(fn, out_schema)
 
 
@@ -208,6 +222,7 @@ class _Sliding:
         results: tuple[_ResultColumn, ...],
         order: list[str],
         streaming: bool,
+        scratch_windows: tuple[WindowSpec, ...] = (),
     ) -> None:
         self.opts = opts
         self.spec = spec
@@ -216,6 +231,7 @@ class _Sliding:
         self.results = results
         self.order = order
         self.streaming = streaming
+        self.scratch_windows = scratch_windows
         self.run_id = uuid.uuid4().hex[:12]
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
@@ -241,10 +257,7 @@ class _Sliding:
         try:
             yield from self._run(batches)
         finally:
-            for name in self.created:
-                with contextlib.suppress(NotFoundError):
-                    self.client.delete_stream(name)
-                self.keyed.forget(name)
+            self._drop_scratch(list(self.created))
 
     def _chunks(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -283,8 +296,17 @@ class _Sliding:
                 else [(None, chunk)]
             )
             outs = [self._one(key, part) for key, part in parts]
+            if self.scratch is not None and len(self.created) > 1:
+                # rows come sorted by key: every key before the last one is done
+                self._drop_scratch(self.created[:-1])
             table = pa.concat_tables(outs) if len(outs) > 1 else outs[0]
             yield from table.to_batches()
+
+    def _drop_scratch(self, names: list[str]) -> None:
+        for name in names:
+            with contextlib.suppress(NotFoundError):
+                self.client.delete_stream(name)
+            self.created.remove(name)
 
     def _stream_for(self, key: Any) -> str:
         base = (
@@ -298,8 +320,10 @@ class _Sliding:
         name = f"{base}{self.scratch}"
         if name not in self.created:
             with explained(self.opts, f"creating scratch stream {name!r}"):
-                self.keyed.ensure(name, known=False)
-            self.created.append(name)
+                self.client.create_stream(replace(self.spec, name=name))
+                self.created.append(name)
+                for w in self.scratch_windows:
+                    self.client.create_window(replace(w, stream=name))
         return name
 
     def _one(self, key: Any, part: Any) -> Any:

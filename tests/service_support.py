@@ -19,10 +19,17 @@ class ServerProcess:
     """``mtawindows serve --port 0`` with its own data dir (embedded Redis) unless the args
     name a ``--redis-url``; ``port`` once :meth:`start` returned."""
 
-    def __init__(self, data_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        flush_interval: float = 0.2,
+    ) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.args = list(args)
+        self.flush_interval = flush_interval
         self.env = {**os.environ, **(env or {})}
         self.env.pop("MTAWINDOWS_REDIS_URL", None)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -48,7 +55,7 @@ class ServerProcess:
             "--data-dir",
             str(self.data_dir / "data"),
             "--flush-interval",
-            "0.2",
+            str(self.flush_interval),
             *self.args,
         ]
         self.proc = subprocess.Popen(

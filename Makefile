@@ -23,7 +23,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy server
+	$(BIN)/mypy server spark_connector
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest

@@ -341,14 +341,14 @@ def output_struct_type(outputs: Sequence[Any]) -> list[tuple[str, Any]]:
     """Spark types of a window's outputs: [(name, DataType)]."""
     from pyspark.sql import types as T
 
-    scalar = {
+    scalar: dict[str, T.DataType] = {
         "DOUBLE": T.DoubleType(),
         "INT64": T.LongType(),
         "STRING": T.StringType(),
         "BOOL": T.BooleanType(),
         "TIMESTAMP": T.TimestampType(),
     }
-    out = []
+    out: list[tuple[str, T.DataType]] = []
     for o in outputs:
         if o.parts:
             out.append(

@@ -351,7 +351,7 @@ def _windows_of(
     client: WindowClient, opts: ConnectorOptions, streams: Sequence[str]
 ) -> list[WindowInfo]:
     template = streams[0] if streams else opts.stream
-    windows = client.list_windows(template)
+    windows: list[WindowInfo] = client.list_windows(template)
     if opts.window:
         windows = [w for w in windows if w.spec.name == opts.window]
         if not windows:

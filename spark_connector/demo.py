@@ -108,7 +108,7 @@ def generate(spark: Any, hosts: int, hours: int, every: float, folder: Path) -> 
         df.filter(F.col("hour") == h).drop("hour").coalesce(1).write.mode("append").parquet(
             str(folder)
         )
-    n = df.count()
+    n = int(df.count())
     df.unpersist()
     return n
 

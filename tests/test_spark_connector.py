@@ -16,13 +16,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
-pytest.importorskip("pyspark")
-
-import pandas as pd  # noqa: E402
-
-from mtawindows.client import (  # noqa: E402
+from mtawindows.client import (
     Aggregation,
     Field,
     Policy,
@@ -31,11 +28,11 @@ from mtawindows.client import (  # noqa: E402
     WindowClient,
     WindowSpec,
 )
-from mtawindows.spark_connector import ConnectorError, keyed_stream_name  # noqa: E402
-from mtawindows.spark_connector.transform import sliding_aggregate  # noqa: E402
+from mtawindows.spark_connector import ConnectorError, keyed_stream_name
+from mtawindows.spark_connector.transform import sliding_aggregate
 
-from .service_support import ServerProcess  # noqa: E402
-from .spark_support import spark_session  # noqa: E402
+from .service_support import ServerProcess
+from .spark_support import spark_session
 
 T0 = 1_700_000_000
 AGGS = (
@@ -410,15 +407,15 @@ def test_unreachable_endpoint_names_the_option(spark: Any) -> None:
 
 def test_unknown_stream_names_the_option(spark: Any, server: ServerProcess) -> None:
     df = spark.createDataFrame([(datetime.now(tz=UTC), 1.0)], "ts timestamp, mem double")
-    with pytest.raises(Exception, match="option 'stream'.*no_such_stream"):
+    with pytest.raises(Exception, match=r"option 'stream'.*no_such_stream"):
         df.write.format("mtawindows").option("endpoint", server.target).option(
             "stream", "no_such_stream"
         ).mode("append").save()
-    with pytest.raises(Exception, match="option 'stream'.*no_such_stream"):
+    with pytest.raises(Exception, match=r"option 'stream'.*no_such_stream"):
         spark.read.format("mtawindows").option("endpoint", server.target).option(
             "stream", "no_such_stream"
         ).load().collect()
-    with pytest.raises(ConnectorError, match="option 'stream'.*no_such_stream"):
+    with pytest.raises(ConnectorError, match=r"option 'stream'.*no_such_stream"):
         sliding_aggregate(df, server.target, "no_such_stream", ts_col="ts")
 
 
@@ -428,7 +425,7 @@ def test_wrong_schema_names_the_column(
     name = new_stream(client, Policy.count(3))
     text = spark.createDataFrame([(datetime.now(tz=UTC), "high")], "ts timestamp, mem string")
     with pytest.raises(
-        Exception, match="column 'mem': stream .* expects DOUBLE, the DataFrame has string"
+        Exception, match=r"column 'mem': stream .* expects DOUBLE, the DataFrame has string"
     ):
         text.write.format("mtawindows").option("endpoint", server.target).option(
             "stream", name
@@ -439,7 +436,7 @@ def test_wrong_schema_names_the_column(
             "stream", name
         ).mode("append").save()
     no_time = spark.createDataFrame([(datetime.now(tz=UTC), 1.0)], "at timestamp, mem double")
-    with pytest.raises(Exception, match="column 'ts'.*option 'timestamp_column'"):
+    with pytest.raises(Exception, match=r"column 'ts'.*option 'timestamp_column'"):
         no_time.write.format("mtawindows").option("endpoint", server.target).option(
             "stream", name
         ).mode("append").save()

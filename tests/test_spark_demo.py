@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("pyspark")
-
-from mtawindows.spark_connector import demo  # noqa: E402
+from mtawindows.spark_connector import demo
 
 
 def test_demo_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

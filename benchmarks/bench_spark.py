@@ -162,6 +162,9 @@ def main() -> int:
     results: list[dict[str, Any]] = []
     try:
         with WindowClient(srv.target) as c:
+            # warm up once (Python workers, imports, the JIT of Spark's plans): not timed
+            timed(case_mtawindows(df.limit(20_000), srv.target, c, 1))
+            timed(case_pandas(df.limit(20_000), 1))
             for w in WINDOWS:
                 cases: list[tuple[str, Callable[[Any], Callable[[], None]], bool]] = [
                     (

@@ -338,7 +338,9 @@ class _MTAWindow:
             k = 0
             # the inline path cannot stop before a change: not when the store may not wait
             one = (
-                _MTAWindow._push_one if getattr(store, "nonblocking", False) else type(self)._push_one
+                _MTAWindow._push_one
+                if getattr(store, "nonblocking", False)
+                else type(self)._push_one
             )
             lower = self._lower
             for u in lifted:

@@ -26,6 +26,8 @@ from mtawindows.client import (
     Aggregation,
     AsyncWindowClient,
     Field,
+    InvalidArgumentError,
+    NotFoundError,
     Policy,
     Storage,
     StreamSpec,
@@ -264,6 +266,55 @@ def test_subscribe_delivers_every_batch_in_order(client: WindowClient) -> None:
     assert [r.values["sx"] for _, r in got] == [sum(range(i + 1)) for i in range(25)]
     batches = [b for b, _ in got]
     assert batches == sorted(batches) and len(set(batches)) == 25
+
+
+def test_read_results_follows_each_window_by_sequence(server: ServerProcess) -> None:
+    """Every result carries the stream's batch sequence and newest timestamp; ReadResults
+    returns those after a sequence, oldest first, within the kept history (--result-history)."""
+    with WindowClient(server.target) as client:
+        make_stream(client, "seqs")
+        client.create_window(WindowSpec("seqs", "w", AGGS[:2], Policy.count(3)))
+        finals = []
+        for i in range(8):
+            res = client.append(
+                "seqs", {"ts": [i * 10], "x": [float(i)], "k": [i], "tag": ["a"]}, results="final"
+            )
+            finals.append(res.results["w"])
+        assert [r.sequence for r in finals] == list(range(1, 9))
+        assert [r.timestamp for r in finals] == [i * 10 for i in range(8)]
+        got, latest = client.read_results("seqs", "w", after_sequence=3, limit=2)
+        assert latest == 8 and got == finals[3:5]
+        got, _ = client.read_results("seqs", "w", after_sequence=5)
+        assert got == finals[5:]
+        assert client.read_results("seqs", "w", after_sequence=8) == ([], 8)
+        now = client.query("seqs", "w")
+        assert (now.values, now.sequence, now.timestamp) == (
+            finals[-1].values,
+            8,
+            70,
+        )
+        # a window created later starts at the stream's sequence, and moves with it
+        client.create_window(WindowSpec("seqs", "late", AGGS[:2], Policy.count(3)))
+        (empty,), latest = client.read_results("seqs", "late")  # no history yet: the current
+        assert (empty.sequence, empty.size, empty.values["n"], latest) == (8, 0, 0, 8)
+        assert client.read_results("seqs", "late", after_sequence=8) == ([], 8)
+        client.append("seqs", {"ts": [100], "x": [1.0], "k": [1], "tag": ["a"]})
+        (only,), latest = client.read_results("seqs", "late")
+        assert (only.sequence, only.size, latest) == (9, 1, 9)
+        with pytest.raises(InvalidArgumentError, match="after_sequence"):
+            client.read_results("seqs", "w", after_sequence=-1)
+        with pytest.raises(NotFoundError):
+            client.read_results("seqs", "nope")
+
+
+def test_result_history_keeps_the_last_results(tmp_path: Path) -> None:
+    with ServerProcess(tmp_path, "--result-history", "4") as srv, WindowClient(srv.target) as c:
+        make_stream(c, "h")
+        c.create_window(WindowSpec("h", "w", AGGS[:2], Policy.count(100)))
+        for i in range(10):
+            c.append("h", {"ts": [i], "x": [float(i)], "k": [i], "tag": ["a"]})
+        got, latest = c.read_results("h", "w")
+        assert latest == 10 and [r.sequence for r in got] == [7, 8, 9, 10]  # the gap shows
 
 
 def test_async_client_and_batching_writer(server: ServerProcess, client: WindowClient) -> None:

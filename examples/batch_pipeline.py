@@ -2,8 +2,8 @@
 
     python examples/batch_pipeline.py [--endpoint host:port]
 
-1. ``sliding_aggregate``: each trade with the max price and the volume-weighted count of its
-   symbol over the last 5 minutes (exact, per row; Spark sorts each symbol's rows by time);
+1. ``sliding_aggregate``: each trade with the highest price and the traded volume of its symbol
+   over the last 5 minutes (exact, per row; Spark sorts each symbol's rows by time);
 2. ``df.write.format("mtawindows")``: the same trades into per-symbol streams that keep their
    windows after the job (``key_column``), idempotent under a fixed ``write_id``.
 """

@@ -12,12 +12,24 @@ cannot sort a streaming DataFrame, so option ``sort`` has each task sort its par
 from __future__ import annotations
 
 import tempfile
+import time
 from datetime import timedelta
 
 from _common import args, server, spark
 
 from mtawindows.client import Aggregation, Field, Policy, StreamSpec, WindowClient, WindowSpec
 from mtawindows.spark_connector import sliding_aggregate
+
+
+def run_for_batches(query: object, batches: int, limit_s: float = 120.0) -> None:
+    """Let a query run ``batches`` micro-batches (the rate source never runs dry), then stop."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        progress = query.lastProgress  # type: ignore[attr-defined]
+        if progress and progress["batchId"] >= batches - 1:
+            break
+        time.sleep(0.5)
+    query.stop()  # type: ignore[attr-defined]
 
 
 def main() -> None:
@@ -38,15 +50,16 @@ def main() -> None:
         )
     )
     with server(a.endpoint) as target, WindowClient(target) as c:
-        c.create_stream(StreamSpec("sensors", (Field("reading", "DOUBLE"),), "timestamp"))
-        c.create_window(
-            WindowSpec(
-                "sensors",
-                "last_min",
-                (Aggregation("peak", "max", "reading"), Aggregation("sd", "stddev", "reading")),
-                Policy.time_range(timedelta(minutes=1)),
-            )
+        window = (
+            "last_min",
+            (Aggregation("peak", "max", "reading"), Aggregation("sd", "stddev", "reading")),
+            Policy.time_range(timedelta(minutes=1)),
         )
+        # one template for the sink, one for the per-row query: each query starts the rate
+        # source from its first timestamp again, so they must not share per-key streams
+        for name in ("sensors", "sensor_rows"):
+            c.create_stream(StreamSpec(name, (Field("reading", "DOUBLE"),), "timestamp"))
+            c.create_window(WindowSpec(name, *window))
         ck = tempfile.mkdtemp()
         sink = (
             rate.repartition(2, "sensor")
@@ -59,13 +72,11 @@ def main() -> None:
             .trigger(processingTime="1 second")
             .start()
         )
-        sink.processAllAvailable()
-        sink.processAllAvailable()
-        sink.stop()
+        run_for_batches(sink, 5)
         print("sensors:sensor-3 now:", c.query("sensors:sensor-3", "last_min").values)
 
         per_row = sliding_aggregate(
-            rate, target, "sensors", key_col="sensor", ts_col="timestamp", window="last_min"
+            rate, target, "sensor_rows", key_col="sensor", ts_col="timestamp", window="last_min"
         )
         q = (
             per_row.writeStream.format("console")
@@ -74,8 +85,7 @@ def main() -> None:
             .trigger(processingTime="1 second")
             .start()
         )
-        q.processAllAvailable()
-        q.stop()
+        run_for_batches(q, 3)
     s.stop()
 
 

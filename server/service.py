@@ -856,7 +856,7 @@ class Registry:
 
 
 # Stream names also hold a key (``telemetry:host-07``, the Spark connector's per-key streams).
-STREAM_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.:~-]{0,199}$")
+STREAM_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.:~-]{0,254}$")
 
 
 def check_stream_spec(spec: StreamSpec) -> None:

@@ -221,6 +221,14 @@ def keyed_stream_name(stream: str, key: Any) -> str:
     return f"{stream}:~{digest}"
 
 
+# batch sliding_aggregate's per-task scratch streams end with this, then the run and task ids
+SCRATCH_MARK = "~scratch."
+
+
+def is_scratch(name: str) -> bool:
+    return SCRATCH_MARK in name
+
+
 def key_of_stream(stream: str, name: str) -> str | None:
     """The key part of a per-key stream name (the hash for hashed keys); None for others."""
     prefix = f"{stream}:"
@@ -368,12 +376,14 @@ def output_struct_type(outputs: Sequence[Any]) -> list[tuple[str, Any]]:
 
 
 __all__ = [
+    "SCRATCH_MARK",
     "ConnectorError",
     "ConnectorOptions",
     "KeyedStreams",
     "check_columns",
     "client_for",
     "explained",
+    "is_scratch",
     "key_of_stream",
     "keyed_stream_name",
     "output_struct_type",

@@ -58,6 +58,7 @@ from .common import (
     check_columns,
     client_for,
     explained,
+    is_scratch,
     key_of_stream,
     keyed_stream_name,
     output_struct_type,
@@ -344,7 +345,11 @@ def _streams_of(client: WindowClient, opts: ConnectorOptions) -> list[str]:
         return [opts.stream]
     client.get_stream(opts.stream)
     prefix = f"{opts.stream}:"
-    return sorted(s.spec.name for s in client.list_streams() if s.spec.name.startswith(prefix))
+    return sorted(
+        s.spec.name
+        for s in client.list_streams()
+        if s.spec.name.startswith(prefix) and not is_scratch(s.spec.name)
+    )
 
 
 def _windows_of(

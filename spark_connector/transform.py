@@ -26,6 +26,7 @@ from typing import Any
 from mtawindows.client import NotFoundError, OutputSpec, StreamSpec, WindowSpec
 
 from .common import (
+    SCRATCH_MARK,
     ConnectorError,
     ConnectorOptions,
     KeyedStreams,
@@ -251,7 +252,9 @@ class _Sliding:
         self.batch_id = int(batch) if batch else 0
         self.producer = f"spark:{query or self.run_id}:{partition}"
         # batch: fresh streams of this task attempt, deleted at the end
-        self.scratch = None if self.streaming else f"~{self.run_id}.{stage}.{partition}.{attempt}"
+        self.scratch = (
+            None if self.streaming else f"{SCRATCH_MARK}{self.run_id}.{stage}.{partition}.{attempt}"
+        )
         self.created: list[str] = []
         self.chunk_of: dict[str, int] = {}
         try:

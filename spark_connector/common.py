@@ -77,33 +77,19 @@ class ConnectorOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, need_stream: bool = True) -> ConnectorOptions:
-        opts = {str(k).lower(): str(v) for k, v in options.items()}
-        known = {
-            "endpoint",
-            "stream",
-            "timestamp_column",
-            "key_column",
-            "window",
-            "token",
-            "tls",
-            "batch_rows",
-            "sort",
-            "write_id",
-            "starting_offsets",
-            "max_results_per_trigger",
-            "timeout",
-            "path",  # DataFrameWriter.save(path) passes it; we take the stream from it
-            "checkpointlocation",
-        }
-        unknown = sorted(set(opts) - known)
-        if unknown:
-            msg = f"option {unknown[0]!r}: unknown option of format 'mtawindows'; the options are {sorted(known - {'path', 'checkpointlocation'})}"
-            raise ConnectorError(msg)
+        opts: dict[str, str] = {}
+        for k, v in options.items():
+            raw = str(k)
+            canon = _ALIASES.get(raw.lower().replace("_", "").replace("-", ""))
+            if canon is None:
+                msg = f"option {raw!r}: unknown option of format 'mtawindows'; the options are {sorted(set(_ALIASES.values()) - _SPARK_OWN)}"
+                raise ConnectorError(msg)
+            opts[canon] = str(v)
         endpoint = opts.get("endpoint", "").strip()
         if not endpoint:
             msg = "option 'endpoint': required, e.g. .option('endpoint', 'localhost:50051')"
             raise ConnectorError(msg)
-        stream = opts.get("stream", "") or opts.get("path", "")
+        stream = opts.get("stream", "")
         if need_stream and not stream:
             msg = "option 'stream': required, the name of an mtawindows stream"
             raise ConnectorError(msg)
@@ -134,6 +120,34 @@ class ConnectorOptions:
             max_results_per_trigger=_positive_int(opts, "max_results_per_trigger", 0, zero=True),
             timeout=float(_positive_int(opts, "timeout", 60)),
         )
+
+
+# canonical option names by their spelling without case, "_" or "-" (Spark lower-cases keys);
+# the camelCase and short forms users write for other sources are accepted too
+_ALIASES: dict[str, str] = {
+    "endpoint": "endpoint",
+    "target": "endpoint",
+    "stream": "stream",
+    "path": "stream",  # DataFrameWriter.save(name) / load(name)
+    "timestampcolumn": "timestamp_column",
+    "timestampcol": "timestamp_column",
+    "tscol": "timestamp_column",
+    "tscolumn": "timestamp_column",
+    "keycolumn": "key_column",
+    "keycol": "key_column",
+    "window": "window",
+    "token": "token",
+    "tls": "tls",
+    "batchrows": "batch_rows",
+    "batchsize": "batch_rows",
+    "sort": "sort",
+    "writeid": "write_id",
+    "startingoffsets": "starting_offsets",
+    "maxresultspertrigger": "max_results_per_trigger",
+    "timeout": "timeout",
+    "checkpointlocation": "checkpointlocation",  # Spark's own
+}
+_SPARK_OWN = {"checkpointlocation"}
 
 
 def _flag(opts: Mapping[str, str], name: str) -> bool:

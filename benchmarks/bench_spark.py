@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import sys
 import tempfile
 import time
@@ -51,22 +50,9 @@ WINDOWS = (10, 60, 600)
 
 
 def spark_session() -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    from mtawindows.spark_connector import local_session
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("mtawindows-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "4g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return local_session(app="mtawindows-bench", **{"spark.driver.memory": "4g"})
 
 
 def make_input(spark: Any, rows: int, keys: int, folder: Path) -> Any:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,32 +25,19 @@ def server(endpoint: str | None) -> Iterator[str]:
     if endpoint:
         yield endpoint
         return
-    from mtawindows.spark_connector.demo import start_server
+    from mtawindows.client.launch import start_server
 
     work = Path(tempfile.mkdtemp(prefix="mtawindows-example-"))
-    proc, target = start_server(work)
+    proc, port = start_server(work, "--log-level", "warning")
     try:
-        yield target
+        yield f"127.0.0.1:{port}"
     finally:
         proc.terminate()
         proc.wait(30)
 
 
 def spark() -> Any:
-    # Spark's Python workers must run this interpreter (the one with mtawindows installed)
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    """A local[2] session whose Python workers run this interpreter, format registered."""
+    from mtawindows.spark_connector import local_session
 
-    from mtawindows.spark_connector import register
-
-    s = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    s.sparkContext.setLogLevel("ERROR")
-    register(s)  # format "mtawindows"
-    return s
+    return local_session(app="mtawindows-example")

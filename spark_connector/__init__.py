@@ -22,6 +22,38 @@ def register(spark: Any) -> None:
     spark.dataSource.register(MtaWindowsDataSource)
 
 
+def local_session(
+    master: str = "local[2]", app: str = "mtawindows", *, partitions: int = 2, **conf: str
+) -> Any:
+    """A local SparkSession set up for mtawindows, format ``"mtawindows"`` registered.
+
+    Spark's Python workers run the ``python3`` on PATH unless told otherwise: this points
+    ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` at this interpreter (the one that has
+    mtawindows) before the session starts. No UI or progress bars, ``partitions`` shuffle
+    partitions, UTC session time; ``conf`` adds Spark settings (dots as in Spark's names)."""
+    import os
+    import sys
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(partitions))
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
 def __getattr__(name: str) -> Any:
     # pyspark is imported only when the Spark parts are used
     if name in ("MtaWindowsDataSource", "MtaCommitMessage"):
@@ -42,6 +74,7 @@ __all__ = [
     "MtaCommitMessage",
     "MtaWindowsDataSource",
     "keyed_stream_name",
+    "local_session",
     "register",
     "sliding_aggregate",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
@@ -76,7 +76,7 @@ class ConnectorOptions:
     timeout: float = 60.0
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], *, need_stream: bool = True) -> ConnectorOptions:
+    def parse(cls, options: Mapping[str, str]) -> ConnectorOptions:
         opts: dict[str, str] = {}
         for k, v in options.items():
             raw = str(k)
@@ -90,7 +90,7 @@ class ConnectorOptions:
             msg = "option 'endpoint': required, e.g. .option('endpoint', 'localhost:50051')"
             raise ConnectorError(msg)
         stream = opts.get("stream", "")
-        if need_stream and not stream:
+        if not stream:
             msg = "option 'stream': required, the name of an mtawindows stream"
             raise ConnectorError(msg)
         tls_raw = opts.get("tls", "")
@@ -285,9 +285,68 @@ class KeyedStreams:
             self._known.add(marker)
         return name
 
-    def forget(self, name: str) -> None:
-        with self._lock:
-            self._known.discard((self.client.target, name))
+
+# --------------------------------------------------------------------------- tasks and chunks
+
+CHUNKS_PER_BATCH = 1 << 20  # sequence = batch id * CHUNKS_PER_BATCH + chunk number + 1
+
+
+class TaskChunks:
+    """This Spark task and the idempotency key of every chunk it sends: producer
+    ``spark:<query id>:<partition>`` (``query_id`` stands in outside a streaming query) and,
+    per target stream, sequence ``batch id * 2**20 + chunk number + 1``. A retried task or a
+    replayed micro-batch sends the same keys, so the server applies each chunk once."""
+
+    def __init__(self, query_id: str) -> None:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        self.partition = ctx.partitionId() if ctx else 0
+        self.attempt = ctx.attemptNumber() if ctx else 0
+        self.stage = ctx.stageId() if ctx else 0
+        batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx else None
+        self.batch_id = int(batch) if batch else 0
+        query = ctx.getLocalProperty("sql.streaming.queryId") if ctx else None
+        self.producer = f"spark:{query or query_id}:{self.partition}"
+        self._chunks: dict[str, int] = {}
+
+    def next_sequence(self, stream: str) -> int:
+        n = self._chunks.get(stream, 0)
+        if n >= CHUNKS_PER_BATCH:
+            msg = f"batch_rows: a partition sent over {CHUNKS_PER_BATCH} chunks to {stream!r} in one batch; raise batch_rows"
+            raise ConnectorError(msg)
+        self._chunks[stream] = n + 1
+        return self.batch_id * CHUNKS_PER_BATCH + n + 1
+
+
+def rechunk(batches: Iterable[Any], rows: int) -> Iterator[Any]:
+    """Arrow tables of ``rows`` rows each (the last one shorter) from record batches."""
+    import pyarrow as pa
+
+    pending: list[Any] = []
+    n = 0
+    for b in batches:
+        if not b.num_rows:
+            continue
+        pending.append(b)
+        n += b.num_rows
+        while n >= rows:
+            table = pa.Table.from_batches(pending)
+            yield table.slice(0, rows)
+            rest = table.slice(rows)
+            pending, n = rest.to_batches(), rest.num_rows
+    if n:
+        yield pa.Table.from_batches(pending)
+
+
+def sorted_batches(batches: Iterable[Any], order: Sequence[str]) -> list[Any]:
+    """A whole partition's batches, sorted by ``order`` (for DataFrames Spark cannot sort)."""
+    import pyarrow as pa
+
+    got = [b for b in batches if b.num_rows]
+    if not got:
+        return []
+    return list(pa.Table.from_batches(got).sort_by([(c, "ascending") for c in order]).to_batches())
 
 
 # --------------------------------------------------------------------------- schemas
@@ -390,10 +449,12 @@ def output_struct_type(outputs: Sequence[Any]) -> list[tuple[str, Any]]:
 
 
 __all__ = [
+    "CHUNKS_PER_BATCH",
     "SCRATCH_MARK",
     "ConnectorError",
     "ConnectorOptions",
     "KeyedStreams",
+    "TaskChunks",
     "check_columns",
     "client_for",
     "explained",
@@ -401,5 +462,7 @@ __all__ = [
     "key_of_stream",
     "keyed_stream_name",
     "output_struct_type",
+    "rechunk",
+    "sorted_batches",
     "to_stream_table",
 ]

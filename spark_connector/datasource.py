@@ -55,6 +55,7 @@ from .common import (
     ConnectorError,
     ConnectorOptions,
     KeyedStreams,
+    TaskChunks,
     check_columns,
     client_for,
     explained,
@@ -62,12 +63,12 @@ from .common import (
     key_of_stream,
     keyed_stream_name,
     output_struct_type,
+    rechunk,
+    sorted_batches,
     to_stream_table,
 )
 
 log = logging.getLogger("mtawindows.spark_connector")
-
-CHUNKS_PER_BATCH = 1 << 20  # sequence = batch id * CHUNKS_PER_BATCH + chunk number + 1
 
 
 def _spark_value(dtype: Any, v: Any) -> Any:
@@ -161,44 +162,16 @@ class Pusher:
     def __init__(
         self, opts: ConnectorOptions, spec: StreamSpec, schema: StructType, query_id: str
     ) -> None:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        self.partition = ctx.partitionId() if ctx else 0
-        self.attempt = ctx.attemptNumber() if ctx else 0
-        batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx else None
-        self.batch_id = int(batch) if batch else 0
-        streaming_query = ctx.getLocalProperty("sql.streaming.queryId") if ctx else None
-        self.producer = f"spark:{streaming_query or query_id}:{self.partition}"
+        self.task = TaskChunks(query_id)
         self.opts = opts
         self.spec = spec
         self.mapping = check_columns(schema, spec, opts.timestamp_column)
         self.ts_column = next(iter(self.mapping))
         self.client = client_for(opts)
         self.keyed = KeyedStreams(self.client, opts.stream) if opts.key_column else None
-        self.chunk_of: dict[str, int] = {}
-        self.msg = MtaCommitMessage(self.partition, self.attempt)
-        self.pending: list[Any] = []
-        self.pending_rows = 0
+        self.msg = MtaCommitMessage(self.task.partition, self.task.attempt)
 
-    def add(self, batch: Any) -> None:
-        self.pending.append(batch)
-        self.pending_rows += batch.num_rows
-        while self.pending_rows >= self.opts.batch_rows:
-            self._send(self.opts.batch_rows)
-
-    def finish(self) -> MtaCommitMessage:
-        while self.pending_rows:
-            self._send(self.pending_rows)
-        return self.msg
-
-    def _send(self, rows: int) -> None:
-        import pyarrow as pa
-
-        table = pa.Table.from_batches(self.pending)
-        chunk, rest = table.slice(0, rows), table.slice(rows)
-        self.pending = rest.to_batches() if rest.num_rows else []
-        self.pending_rows = rest.num_rows
+    def send(self, chunk: Any) -> None:
         if self.keyed is None:
             self._append(self.opts.stream, chunk)
             return
@@ -209,15 +182,10 @@ class Pusher:
             self._append(name, part)
 
     def _append(self, stream: str, chunk: Any) -> None:
-        n = self.chunk_of.get(stream, 0)
-        if n >= CHUNKS_PER_BATCH:
-            msg = f"option 'batch_rows': a partition sent over {CHUNKS_PER_BATCH} chunks to {stream!r} in one batch; raise batch_rows"
-            raise ConnectorError(msg)
-        self.chunk_of[stream] = n + 1
-        seq = self.batch_id * CHUNKS_PER_BATCH + n + 1
+        seq = self.task.next_sequence(stream)
         rows = to_stream_table(chunk, self.mapping, self.spec)
         with explained(self.opts, f"appending {rows.num_rows} rows to stream {stream!r}"):
-            res = self.client.append(stream, rows, producer_id=self.producer, sequence=seq)
+            res = self.client.append(stream, rows, producer_id=self.task.producer, sequence=seq)
         m = self.msg
         m.chunks += 1
         m.rows_sent += rows.num_rows
@@ -260,21 +228,15 @@ def _summary(messages: Sequence[Any]) -> dict[str, int]:
 
 
 def push(pusher: Pusher, batches: Iterator[Any]) -> MtaCommitMessage:
-    """Send a partition's Arrow batches (sorted first with option ``sort``)."""
-    if pusher.opts.sort:
-        import pyarrow as pa
-
-        got = [b for b in batches if b.num_rows]
-        if got:
-            order = [pusher.opts.key_column] if pusher.opts.key_column else []
-            order.append(pusher.ts_column)
-            table = pa.Table.from_batches(got).sort_by([(c, "ascending") for c in order])
-            for b in table.to_batches():
-                pusher.add(b)
-        return pusher.finish()
-    for b in batches:
-        pusher.add(b)
-    return pusher.finish()
+    """Send a partition's Arrow batches in chunks of ``batch_rows`` (sorted first by (key,
+    timestamp) with option ``sort``)."""
+    opts = pusher.opts
+    if opts.sort:
+        order = [opts.key_column] if opts.key_column else []
+        batches = iter(sorted_batches(batches, [*order, pusher.ts_column]))
+    for chunk in rechunk(batches, opts.batch_rows):
+        pusher.send(chunk)
+    return pusher.msg
 
 
 class BatchWriter(DataSourceArrowWriter):

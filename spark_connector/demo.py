@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
@@ -32,58 +31,6 @@ from typing import Any
 T0 = 1_700_000_000  # 2023-11-14 22:13:20 UTC
 STREAM = "telemetry"
 WINDOW = "last_10m"
-
-
-def start_server(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """``mtawindows serve`` with the embedded Redis in ``data_dir``; returns (process, target)."""
-    port_file = data_dir / "port"
-    cmd = [
-        sys.executable,
-        "-m",
-        "mtawindows.client.cli",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--port-file",
-        str(port_file),
-        "--data-dir",
-        str(data_dir / "redis"),
-        "--log-level",
-        "warning",
-    ]
-    log = (data_dir / "server.log").open("ab")
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            msg = f"the server exited with {proc.returncode}; see {data_dir / 'server.log'}"
-            raise RuntimeError(msg)
-        if port_file.exists() and port_file.read_text().strip():
-            return proc, f"127.0.0.1:{int(port_file.read_text())}"
-        time.sleep(0.05)
-    proc.kill()
-    msg = "the server did not start within 60 s"
-    raise TimeoutError(msg)
-
-
-def spark_session(cores: int) -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers run this venv's interpreter
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master(f"local[{cores}]")
-        .appName("mtawindows-demo")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(cores))
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 def generate(spark: Any, hosts: int, hours: int, every: float, folder: Path) -> int:
@@ -135,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         WindowClient,
         WindowSpec,
     )
-    from mtawindows.spark_connector import register, sliding_aggregate
+    from mtawindows.client.launch import start_server
+    from mtawindows.spark_connector import local_session, sliding_aggregate
 
     console = Console()
     work = Path(tempfile.mkdtemp(prefix="mtawindows-demo-"))
@@ -146,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.endpoint:
             target = args.endpoint
         else:
-            proc, target = start_server(work)
+            proc, port = start_server(work, "--log-level", "warning")
+            target = f"127.0.0.1:{port}"
             console.print(
                 f"[bold]server[/] mtawindows serve on {target} (embedded Redis in {work})"
             )
@@ -165,8 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                     storage=Storage("redis"),
                 )
             )
-        spark = spark_session(args.cores)
-        register(spark)
+        spark = local_session(f"local[{args.cores}]", "mtawindows-demo", partitions=args.cores)
         files = work / "telemetry"
         started = time.perf_counter()
         n = generate(spark, args.hosts, args.hours, args.every, files)

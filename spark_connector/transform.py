@@ -30,14 +30,17 @@ from .common import (
     ConnectorError,
     ConnectorOptions,
     KeyedStreams,
+    TaskChunks,
     check_columns,
     client_for,
     explained,
     keyed_stream_name,
     output_struct_type,
+    rechunk,
+    sorted_batches,
     to_stream_table,
 )
-from .datasource import CHUNKS_PER_BATCH, split_by_key
+from .datasource import split_by_key
 
 APPLIED = "mtaw_applied"
 
@@ -236,58 +239,28 @@ class _Sliding:
         self.run_id = uuid.uuid4().hex[:12]
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        partition = ctx.partitionId() if ctx else 0
-        attempt = ctx.attemptNumber() if ctx else 0
-        stage = ctx.stageId() if ctx else 0
-        batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx else None
-        query = ctx.getLocalProperty("sql.streaming.queryId") if ctx else None
+        self.task = task = TaskChunks(self.run_id)
         self.mapping = check_columns(
             self.schema, self.spec, self.opts.timestamp_column, option="ts_col"
         )
         self.client = client_for(self.opts)
         self.keyed = KeyedStreams(self.client, self.opts.stream)
-        self.batch_id = int(batch) if batch else 0
-        self.producer = f"spark:{query or self.run_id}:{partition}"
         # batch: fresh streams of this task attempt, deleted at the end
         self.scratch = (
-            None if self.streaming else f"{SCRATCH_MARK}{self.run_id}.{stage}.{partition}.{attempt}"
+            None
+            if self.streaming
+            else f"{SCRATCH_MARK}{self.run_id}.{task.stage}.{task.partition}.{task.attempt}"
         )
         self.created: list[str] = []
-        self.chunk_of: dict[str, int] = {}
         try:
             yield from self._run(batches)
         finally:
             self._drop_scratch(list(self.created))
 
     def _chunks(self, batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-
-        if self.streaming:  # one micro-batch's partition: sort it here
-            got = [b for b in batches if b.num_rows]
-            if not got:
-                return
-            table = pa.Table.from_batches(got)
-            if table.num_rows == 0:
-                return
-            table = table.sort_by([(c, "ascending") for c in self.order])
-            for i in range(0, table.num_rows, self.opts.batch_rows):
-                yield table.slice(i, self.opts.batch_rows)
-            return
-        pending: list[Any] = []
-        rows = 0
-        for b in batches:
-            if b.num_rows == 0:
-                continue
-            pending.append(b)
-            rows += b.num_rows
-            if rows >= self.opts.batch_rows:
-                yield pa.Table.from_batches(pending)
-                pending, rows = [], 0
-        if pending:
-            yield pa.Table.from_batches(pending)
+        if self.streaming:  # one micro-batch's partition: Spark cannot sort it, we do
+            batches = iter(sorted_batches(batches, self.order))
+        return rechunk(batches, self.opts.batch_rows)
 
     def _run(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -337,12 +310,7 @@ class _Sliding:
         producer: str | None = None
         seq: int | None = None
         if self.scratch is None:
-            n = self.chunk_of.get(stream, 0)
-            if n >= CHUNKS_PER_BATCH:
-                msg = f"batch_rows: over {CHUNKS_PER_BATCH} chunks to {stream!r} in one batch; raise batch_rows"
-                raise ConnectorError(msg)
-            self.chunk_of[stream] = n + 1
-            producer, seq = self.producer, self.batch_id * CHUNKS_PER_BATCH + n + 1
+            producer, seq = self.task.producer, self.task.next_sequence(stream)
         with explained(self.opts, f"appending {rows.num_rows} rows to stream {stream!r}"):
             res = self.client.append(
                 stream,

@@ -6,11 +6,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from mtawindows.client.launch import start_server
 
 BIN = Path(sys.executable).parent / "mtawindows"
 
@@ -41,38 +42,15 @@ class ServerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 60.0) -> ServerProcess:
-        port_file = self.data_dir / "port"
-        port_file.unlink(missing_ok=True)
-        cmd = [
-            str(BIN),
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--port-file",
-            str(port_file),
-            "--data-dir",
-            str(self.data_dir / "data"),
-            "--flush-interval",
-            str(self.flush_interval),
+        self.proc, self.port = start_server(
+            self.data_dir,
             *self.args,
-        ]
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=self.log.open("ab"), env=self.env
+            program=(str(BIN),),
+            flush_interval=self.flush_interval,
+            env=self.env,
+            timeout=timeout,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                msg = f"server exited with {self.proc.returncode}: {self.log.read_text()[-3000:]}"
-                raise RuntimeError(msg)
-            if port_file.exists() and port_file.read_text().strip():
-                self.port = int(port_file.read_text())
-                return self
-            time.sleep(0.05)
-        self.stop()
-        msg = f"server did not start in {timeout}s: {self.log.read_text()[-3000:]}"
-        raise TimeoutError(msg)
+        return self
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         proc, self.proc = self.proc, None

@@ -4,36 +4,34 @@ variant of the data source whose stream writer fails in the middle of a partitio
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
+from mtawindows.spark_connector import local_session
 from mtawindows.spark_connector.datasource import MtaWindowsDataSource, Pusher, StreamWriter
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def spark_session() -> Any:
-    # workers must run this interpreter (the venv's), and import this module (flaky writer)
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
-    )
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2,4]")  # 2 cores, a task may run 4 times
-        .appName("mtawindows-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(MtaWindowsDataSource)
+    # the workers must import this module too (the flaky writer): Spark's JVM, started here,
+    # hands its environment to them; the test process's own PYTHONPATH is restored after
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), before) if p)
+    try:
+        spark = local_session(
+            "local[2,4]",  # 2 cores, a task may run 4 times
+            "mtawindows-tests",
+            **{
+                "spark.sql.execution.arrow.maxRecordsPerBatch": "50",
+                "spark.driver.memory": "1g",
+            },
+        )
+    finally:
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
     spark.dataSource.register(FlakyDataSource)
     return spark
 
@@ -43,12 +41,8 @@ class FlakyPusher(Pusher):
     attempt: the retry sends those chunks again."""
 
     def _append(self, stream: str, chunk: Any) -> None:
-        if (
-            self.attempt == 0
-            and self.partition == 0
-            and self.batch_id == 1
-            and self.msg.chunks == 2
-        ):
+        t = self.task
+        if t.attempt == 0 and t.partition == 0 and t.batch_id == 1 and self.msg.chunks == 2:
             msg = "injected failure in the middle of a partition"
             raise RuntimeError(msg)
         super()._append(stream, chunk)

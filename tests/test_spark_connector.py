@@ -187,13 +187,7 @@ def test_sliding_aggregate_streaming_carries_state(
     policy = Policy.time_range(timedelta(seconds=30))
     name = new_stream(client, policy)
     pdf = telemetry(seed=3, hosts=3, per_host=90)
-    files = tmp_path / "in"
-    _write_in_time_slices(pdf, files, slices=3)
-    src = (
-        spark.readStream.schema("host string, ts timestamp, mem double")
-        .option("maxFilesPerTrigger", 1)
-        .parquet(str(files))
-    )
+    src = file_stream(spark, pdf, tmp_path / "in", slices=3)
     out = sliding_aggregate(src, server.target, name, key_col="host", ts_col="ts", window="w")
     got: list[pd.DataFrame] = []
     q = (
@@ -210,14 +204,20 @@ def test_sliding_aggregate_streaming_carries_state(
     assert client.get_stream(keyed_stream_name(name, "host-0")).rows_appended == 90
 
 
-def _write_in_time_slices(pdf: pd.DataFrame, folder: Path, slices: int) -> None:
-    """``slices`` parquet files, each newer than the one before (one file per micro-batch)."""
+def file_stream(spark: Any, pdf: pd.DataFrame, folder: Path, slices: int) -> Any:
+    """A streaming DataFrame over ``slices`` parquet files of ``pdf``, each newer than the one
+    before, read one file per micro-batch."""
     folder.mkdir(parents=True)
     pdf = pdf.sort_values("ts").reset_index(drop=True)
     edges = [len(pdf) * i // slices for i in range(slices + 1)]
     for i in range(slices):
         part = pdf.iloc[edges[i] : edges[i + 1]].sample(frac=1, random_state=i)
         part.to_parquet(folder / f"part-{i:03d}.parquet", index=False, coerce_timestamps="us")
+    return (
+        spark.readStream.schema("host string, ts timestamp, mem double")
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(folder))
+    )
 
 
 # --------------------------------------------------------------------------- the sink
@@ -234,16 +234,10 @@ def test_streaming_sink_exactly_once_after_failure_and_replay(
     policy = Policy.time_range(timedelta(seconds=45))
     name = new_stream(client, policy)
     pdf = telemetry(seed=11, hosts=4, per_host=150)
-    files = tmp_path / "in"
-    _write_in_time_slices(pdf, files, slices=3)
+    src = file_stream(spark, pdf, tmp_path / "in", slices=3)
     ck = tmp_path / "ck"
 
     def run() -> None:
-        src = (
-            spark.readStream.schema("host string, ts timestamp, mem double")
-            .option("maxFilesPerTrigger", 1)
-            .parquet(str(files))
-        )
         q = (
             src.repartition(2, "host")  # each key in one task; option sort orders it
             .writeStream.format("mtawindows_flaky")

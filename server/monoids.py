@@ -629,6 +629,14 @@ class Record(MonoidBase):
     def _slow_lift(self, x: Any) -> tuple[Any, ...]:
         return tuple(m.lift(x) for m in self.monoids)
 
+    def field_lowers(self) -> dict[str, tuple[int, Callable[[Any], Any] | None]]:
+        """Per field: (its index in an aggregate, its monoid's ``lower``, or None when that
+        is the identity): to lower a column of aggregates one field at a time."""
+        return {
+            name: (i, None if type(m).lower is MonoidBase.lower else m.lower)
+            for i, (name, m) in enumerate(zip(self.names, self.monoids, strict=True))
+        }
+
     def _build_lower(self) -> Callable[[tuple[Any, ...]], dict[str, Any]]:
         env: dict[str, Any] = {f"w{i}": m.lower for i, m in enumerate(self.monoids)}
         env["names"] = self.names

@@ -123,6 +123,9 @@ class Window:
         ]
         self.type_tags = convert.output_types(self.output_specs)
         self.lift = built.monoid.lift
+        # output name -> (its index in the record's aggregate, its field monoid's lower or
+        # None when that is the identity function)
+        self._lowers = built.monoid.field_lowers()
         st = spec.storage
         self.inline_ok_static = st.kind == "memory" or not st.durable
         nan_fields = {f.name for f in stream.fields if f.allow_nan}
@@ -175,14 +178,16 @@ class Window:
             kept = [self.result()]
         return kept[:limit]
 
-    def columns(self, lowered: list[Mapping[str, Any]], sizes: list[int]) -> dict[str, Any]:
-        """Per-row results as typed columns (struct outputs split into ``name.part``)."""
+    def columns(self, totals: list[tuple[Any, ...]], sizes: list[int]) -> dict[str, Any]:
+        """Per-row results as typed columns (struct outputs split into ``name.part``), from
+        the window's lifted aggregate after each row, lowered one output at a time."""
         cols: dict[str, tuple[str, list[Any]]] = {}
+        empty = 0 in sizes
         for o in self.outputs:
-            vs = [
-                None if s == 0 and o.nullable_when_empty else d[o.name]
-                for d, s in zip(lowered, sizes, strict=True)
-            ]
+            i, lower = self._lowers[o.name]
+            vs = [t[i] for t in totals] if lower is None else [lower(t[i]) for t in totals]
+            if empty and o.nullable_when_empty:
+                vs = [None if s == 0 else v for v, s in zip(vs, sizes, strict=True)]
             if o.split is None:
                 cols[o.name] = (o.type, vs)
                 continue
@@ -416,7 +421,7 @@ class Stream:
         """Finish a :class:`Deferred` batch (may wait for Redis)."""
         with _gc_paused(batch.result.rows_applied):
             self._apply(batch, nonblocking=False)
-        return self._finish(batch)
+            return self._finish(batch)
 
     def inline_ok(self, n_rows: int, mode: str) -> bool:
         """Whether a batch may be tried on the event loop: small, no reorder buffer, no window
@@ -509,19 +514,12 @@ class Stream:
                 store.nonblocking = True
             try:
                 if batch.mode == PER_ROW and (not batch.which or name in batch.which):
-                    got: list[Any] = []
+                    totals: list[Any] = []
                     sizes: list[int] = []
-
-                    def each(
-                        d: Any, got: list[Any] = got, sizes: list[int] = sizes, e: Any = engine
-                    ) -> None:
-                        got.append(d)
-                        sizes.append(len(e))
-
                     batch.evicted[name] = engine.apply_lifted(
-                        batch.lifted[name], pid, seq, each=each
+                        batch.lifted[name], pid, seq, totals=totals, sizes=sizes
                     )
-                    batch.per_row[name] = (got, sizes)
+                    batch.per_row[name] = (totals, sizes)
                 else:
                     batch.evicted[name] = engine.apply_lifted(
                         batch.lifted[name], pid, seq, per_item=not win.built.batch_safe
@@ -566,10 +564,13 @@ class Stream:
             w.history.append(r)
         if batch.mode == FINAL:
             result.results = {n: finals[n] for n in batch.which or finals}
-        for name, (got, sizes) in batch.per_row.items():
-            result.row_results[name] = self.windows[name].columns(got, sizes) | {
+        for name, (totals, sizes) in batch.per_row.items():
+            result.row_results[name] = self.windows[name].columns(totals, sizes) | {
                 "__size": (FieldType.INT64.value, sizes)
             }
+        # the batch's temporaries go before the collector resumes (it would walk them all)
+        batch.per_row.clear()
+        batch.lifted.clear()
         if self.listeners:
             for listener in list(self.listeners):
                 listener(self.batches, finals)

@@ -41,7 +41,9 @@ _FALSE = {"false", "0", "no", "off", ""}
 class ConnectorOptions:
     """The options of format ``"mtawindows"`` (case-insensitive keys, as Spark passes them).
 
-    endpoint           host:port of ``mtawindows serve`` (required)
+    endpoint           host:port of ``mtawindows serve`` (required); or several, comma-separated:
+                       a shard of servers, each per-key stream on one of them (by a hash of
+                       its name), the stream definitions read from the first
     stream             the stream to write to / read from (required)
     timestamp_column   the DataFrame column holding each row's time (default: the stream's
                        timestamp field)
@@ -75,6 +77,11 @@ class ConnectorOptions:
     max_results_per_trigger: int = 0
     timeout: float = 60.0
 
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """The servers: ``endpoint`` split at commas; the first holds the template stream."""
+        return split_endpoints(self.endpoint)
+
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ConnectorOptions:
         opts: dict[str, str] = {}
@@ -89,6 +96,7 @@ class ConnectorOptions:
         if not endpoint:
             msg = "option 'endpoint': required, e.g. .option('endpoint', 'localhost:50051')"
             raise ConnectorError(msg)
+        split_endpoints(endpoint)  # names a bad list here, on the driver
         stream = opts.get("stream", "")
         if not stream:
             msg = "option 'stream': required, the name of an mtawindows stream"
@@ -180,16 +188,48 @@ _clients: dict[tuple[str, str | None, str], WindowClient] = {}
 _clients_lock = threading.Lock()
 
 
-def client_for(opts: ConnectorOptions) -> WindowClient:
-    """This process's client of ``opts.endpoint`` (one channel per endpoint, reused by tasks)."""
-    key = (opts.endpoint, opts.token, repr(opts.tls))
+def split_endpoints(raw: str) -> tuple[str, ...]:
+    """``"host:port"`` or ``"a:1,b:2"`` as a tuple of distinct, non-empty endpoints."""
+    parts = tuple(p.strip() for p in raw.split(","))
+    if not raw.strip() or not all(parts):
+        msg = (
+            f"option 'endpoint': expected host:port or a comma-separated list of them, got {raw!r}"
+        )
+        raise ConnectorError(msg)
+    if len(set(parts)) != len(parts):
+        msg = f"option 'endpoint': a server is listed twice in {raw!r}"
+        raise ConnectorError(msg)
+    return parts
+
+
+def owner(opts: ConnectorOptions, stream: str) -> str:
+    """The endpoint that holds ``stream``: the first one for the template stream (and with a
+    single server), else the one a hash of the stream's name picks (the same in every
+    process, so a key's stream always lands on the same server)."""
+    eps = opts.endpoints
+    if len(eps) == 1 or stream == opts.stream:
+        return eps[0]
+    h = int.from_bytes(hashlib.sha256(stream.encode()).digest()[:8], "big")
+    return eps[h % len(eps)]
+
+
+def client_for(opts: ConnectorOptions, endpoint: str | None = None) -> WindowClient:
+    """This process's client of ``endpoint`` (default: the first of ``opts.endpoint``), one
+    channel per server, reused by tasks."""
+    target = endpoint or opts.endpoints[0]
+    key = (target, opts.token, repr(opts.tls))
     with _clients_lock:
         c = _clients.get(key)
         if c is None:
             c = _clients[key] = WindowClient(
-                opts.endpoint, token=opts.token, tls=opts.tls, timeout=opts.timeout
+                target, token=opts.token, tls=opts.tls, timeout=opts.timeout
             )
         return c
+
+
+def client_of(opts: ConnectorOptions, stream: str) -> WindowClient:
+    """The client of the server that holds ``stream`` (see :func:`owner`)."""
+    return client_for(opts, owner(opts, stream))
 
 
 @contextmanager
@@ -250,40 +290,44 @@ def key_of_stream(stream: str, name: str) -> str | None:
 
 
 class KeyedStreams:
-    """Creates per-key streams from a template stream on first use, once per process."""
+    """Creates per-key streams from the template stream (on the first server) on first use,
+    once per process, each on the server that holds it (:func:`owner`)."""
 
     _known: ClassVar[set[tuple[str, str]]] = set()
     _lock = threading.Lock()
 
-    def __init__(self, client: WindowClient, template: str) -> None:
-        self.client = client
-        self.template = template
+    def __init__(self, opts: ConnectorOptions) -> None:
+        self.opts = opts
+        self.template = opts.stream
         self._spec: StreamSpec | None = None
         self._windows: list[WindowInfo] | None = None
 
     def _load(self) -> tuple[StreamSpec, list[WindowInfo]]:
         if self._spec is None or self._windows is None:
-            self._spec = self.client.get_stream(self.template).spec
-            self._windows = self.client.list_windows(self.template)
+            primary = client_for(self.opts)
+            self._spec = primary.get_stream(self.template).spec
+            self._windows = primary.list_windows(self.template)
         return self._spec, self._windows
 
-    def ensure(self, name: str, *, known: bool = True) -> str:
-        """Make sure stream ``name`` exists with every window of the template."""
-        marker = (self.client.target, name)
+    def ensure(self, name: str, *, known: bool = True) -> WindowClient:
+        """Make sure stream ``name`` exists with every window of the template; returns the
+        client of the server that holds it."""
+        client = client_of(self.opts, name)
+        marker = (client.target, name)
         if known and marker in self._known:
-            return name
+            return client
         spec, windows = self._load()
         with suppress(AlreadyExistsError):
-            self.client.create_stream(replace(spec, name=name))
-        have = set(self.client.get_stream(name).windows)
+            client.create_stream(replace(spec, name=name))
+        have = set(client.get_stream(name).windows)
         for w in windows:
             if w.spec.name in have:
                 continue
             with suppress(AlreadyExistsError):
-                self.client.create_window(replace(w.spec, stream=name))
+                client.create_window(replace(w.spec, stream=name))
         with self._lock:
             self._known.add(marker)
-        return name
+        return client
 
 
 # --------------------------------------------------------------------------- tasks and chunks
@@ -457,12 +501,15 @@ __all__ = [
     "TaskChunks",
     "check_columns",
     "client_for",
+    "client_of",
     "explained",
     "is_scratch",
     "key_of_stream",
     "keyed_stream_name",
     "output_struct_type",
+    "owner",
     "rechunk",
     "sorted_batches",
+    "split_endpoints",
     "to_stream_table",
 ]

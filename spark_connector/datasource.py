@@ -58,11 +58,13 @@ from .common import (
     TaskChunks,
     check_columns,
     client_for,
+    client_of,
     explained,
     is_scratch,
     key_of_stream,
     keyed_stream_name,
     output_struct_type,
+    owner,
     rechunk,
     sorted_batches,
     to_stream_table,
@@ -167,25 +169,24 @@ class Pusher:
         self.spec = spec
         self.mapping = check_columns(schema, spec, opts.timestamp_column)
         self.ts_column = next(iter(self.mapping))
-        self.client = client_for(opts)
-        self.keyed = KeyedStreams(self.client, opts.stream) if opts.key_column else None
+        self.keyed = KeyedStreams(opts) if opts.key_column else None
         self.msg = MtaCommitMessage(self.task.partition, self.task.attempt)
 
     def send(self, chunk: Any) -> None:
         if self.keyed is None:
-            self._append(self.opts.stream, chunk)
+            self._append(client_for(self.opts), self.opts.stream, chunk)
             return
         for key, part in split_by_key(chunk, self.opts.key_column):
             name = keyed_stream_name(self.opts.stream, key)
             with explained(self.opts, f"creating stream {name!r} for key {key!r}"):
-                self.keyed.ensure(name)
-            self._append(name, part)
+                client = self.keyed.ensure(name)
+            self._append(client, name, part)
 
-    def _append(self, stream: str, chunk: Any) -> None:
+    def _append(self, client: WindowClient, stream: str, chunk: Any) -> None:
         seq = self.task.next_sequence(stream)
         rows = to_stream_table(chunk, self.mapping, self.spec)
         with explained(self.opts, f"appending {rows.num_rows} rows to stream {stream!r}"):
-            res = self.client.append(stream, rows, producer_id=self.task.producer, sequence=seq)
+            res = client.append(stream, rows, producer_id=self.task.producer, sequence=seq)
         m = self.msg
         m.chunks += 1
         m.rows_sent += rows.num_rows
@@ -301,23 +302,26 @@ _BASE_COLUMNS = [
 
 
 def _streams_of(client: WindowClient, opts: ConnectorOptions) -> list[str]:
-    """The streams a read covers: the stream, or with key_column its per-key streams."""
+    """The streams a read covers: the stream, or with key_column its per-key streams (on
+    every server of ``endpoint``, each where :func:`owner` puts it)."""
+    client.get_stream(opts.stream)  # NOT_FOUND names the stream
     if not opts.key_column:
-        client.get_stream(opts.stream)  # NOT_FOUND names the stream
         return [opts.stream]
-    client.get_stream(opts.stream)
     prefix = f"{opts.stream}:"
-    return sorted(
-        s.spec.name
-        for s in client.list_streams()
-        if s.spec.name.startswith(prefix) and not is_scratch(s.spec.name)
-    )
+    found = set()
+    for ep in opts.endpoints:
+        for s in client_for(opts, ep).list_streams():
+            name = s.spec.name
+            if name.startswith(prefix) and not is_scratch(name) and owner(opts, name) == ep:
+                found.add(name)
+    return sorted(found)
 
 
 def _windows_of(
     client: WindowClient, opts: ConnectorOptions, streams: Sequence[str]
 ) -> list[WindowInfo]:
     template = streams[0] if streams else opts.stream
+    client = client_of(opts, template)
     windows: list[WindowInfo] = client.list_windows(template)
     if opts.window:
         windows = [w for w in windows if w.spec.name == opts.window]
@@ -385,10 +389,9 @@ class ResultsReader(DataSourceReader):
         return _slices(ranges) or [InputPartition([])]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        client = client_for(self.opts)
         for stream, window, _, _ in partition.value:
             with explained(self.opts, f"reading window {stream}/{window}"):
-                r = client.query(stream, window)
+                r = client_of(self.opts, stream).query(stream, window)
             yield _row(self.schema, stream, self.opts, r)
 
 
@@ -396,7 +399,7 @@ def _pairs(client: WindowClient, opts: ConnectorOptions) -> list[tuple[str, str]
     streams = _streams_of(client, opts)
     out = []
     for s in streams:
-        names = [w.spec.name for w in client.list_windows(s)]
+        names = [w.spec.name for w in client_of(opts, s).list_windows(s)]
         out += [(s, w) for w in names if not opts.window or w == opts.window]
     return out
 
@@ -414,7 +417,9 @@ class ResultsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         out = {}
         with explained(self.opts, f"reading the sequences of {self.opts.stream!r}"):
             for stream, window in _pairs(client, self.opts):
-                _, latest = client.read_results(stream, window, after_sequence=1 << 62, limit=1)
+                _, latest = client_of(self.opts, stream).read_results(
+                    stream, window, after_sequence=1 << 62, limit=1
+                )
                 out[f"{stream}/{window}"] = latest
         return out
 
@@ -458,8 +463,8 @@ class ResultsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _slices(ranges)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        client = client_for(self.opts)
         for stream, window, after, upto in partition.value:
+            client = client_of(self.opts, stream)
             cursor = after
             while cursor < upto:
                 with explained(self.opts, f"reading results of {stream}/{window}"):

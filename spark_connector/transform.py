@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mtawindows.client import NotFoundError, OutputSpec, StreamSpec, WindowSpec
+from mtawindows.client import NotFoundError, OutputSpec, StreamSpec, WindowClient, WindowSpec
 
 from .common import (
     SCRATCH_MARK,
@@ -33,6 +33,7 @@ from .common import (
     TaskChunks,
     check_columns,
     client_for,
+    client_of,
     explained,
     keyed_stream_name,
     output_struct_type,
@@ -71,6 +72,9 @@ def sliding_aggregate(
 ) -> Any:
     """Each row of ``df`` plus the result of ``window`` (of stream ``stream``) after that row.
 
+    ``endpoint`` is ``host:port``, or several comma-separated: the keys are spread over those
+    servers (each key's windows on one, by a hash of its stream name) and one server's core
+    is no longer the limit; the template lives on the first.
     ``stream`` is the template: it must exist on the server with its windows (a
     :class:`WindowSpec` as ``window`` is created on it when missing). ``key_col``: one window
     state per key value (None: one for all rows, in one partition); ``ts_col``: the time column
@@ -99,6 +103,7 @@ def sliding_aggregate(
     if batch_rows <= 0:
         msg = f"batch_rows: expected > 0, got {batch_rows}"
         raise ConnectorError(msg)
+    opts.endpoints  # noqa: B018 - a bad endpoint list fails here, on the driver
     client = client_for(opts)
     with explained(opts, f"looking up stream {stream!r}"):
         spec = client.get_stream(stream).spec
@@ -243,15 +248,14 @@ class _Sliding:
         self.mapping = check_columns(
             self.schema, self.spec, self.opts.timestamp_column, option="ts_col"
         )
-        self.client = client_for(self.opts)
-        self.keyed = KeyedStreams(self.client, self.opts.stream)
+        self.keyed = KeyedStreams(self.opts)
         # batch: fresh streams of this task attempt, deleted at the end
         self.scratch = (
             None
             if self.streaming
             else f"{SCRATCH_MARK}{self.run_id}.{task.stage}.{task.partition}.{task.attempt}"
         )
-        self.created: list[str] = []
+        self.created: dict[str, WindowClient] = {}  # scratch streams by name, and their server
         try:
             yield from self._run(batches)
         finally:
@@ -274,45 +278,50 @@ class _Sliding:
             outs = [self._one(key, part) for key, part in parts]
             if self.scratch is not None and len(self.created) > 1:
                 # rows come sorted by key: every key before the last one is done
-                self._drop_scratch(self.created[:-1])
+                self._drop_scratch(list(self.created)[:-1])
             table = pa.concat_tables(outs) if len(outs) > 1 else outs[0]
             yield from table.to_batches()
 
     def _drop_scratch(self, names: list[str]) -> None:
         for name in names:
             with contextlib.suppress(NotFoundError):
-                self.client.delete_stream(name)
-            self.created.remove(name)
+                self.created[name].delete_stream(name)
+            del self.created[name]
 
-    def _stream_for(self, key: Any) -> str:
+    def _stream_for(self, key: Any) -> tuple[WindowClient, str]:
+        """The stream for ``key``'s rows and the client of its server."""
         base = (
             keyed_stream_name(self.opts.stream, key) if self.opts.key_column else self.opts.stream
         )
         if self.scratch is None:
-            if self.opts.key_column:
-                with explained(self.opts, f"creating stream {base!r} for key {key!r}"):
-                    self.keyed.ensure(base)
-            return base
+            if not self.opts.key_column:
+                return client_for(self.opts), base
+            with explained(self.opts, f"creating stream {base!r} for key {key!r}"):
+                return self.keyed.ensure(base), base
         name = f"{base}{self.scratch}"
-        if name not in self.created:
+        client = self.created.get(name)
+        if client is None:
+            # a key's scratch windows go to the server its stream would live on: with several
+            # servers in ``endpoint``, the keys of a job are spread over all of them
+            client = client_of(self.opts, base if self.opts.key_column else name)
             with explained(self.opts, f"creating scratch stream {name!r}"):
-                self.client.create_stream(replace(self.spec, name=name))
-                self.created.append(name)
+                client.create_stream(replace(self.spec, name=name))
+                self.created[name] = client
                 for w in self.scratch_windows:
-                    self.client.create_window(replace(w, stream=name))
-        return name
+                    client.create_window(replace(w, stream=name))
+        return client, name
 
     def _one(self, key: Any, part: Any) -> Any:
         import pyarrow as pa
 
-        stream = self._stream_for(key)
+        client, stream = self._stream_for(key)
         rows = to_stream_table(part, self.mapping, self.spec)
         producer: str | None = None
         seq: int | None = None
         if self.scratch is None:
             producer, seq = self.task.producer, self.task.next_sequence(stream)
         with explained(self.opts, f"appending {rows.num_rows} rows to stream {stream!r}"):
-            res = self.client.append(
+            res = client.append(
                 stream,
                 rows,
                 producer_id=producer,

@@ -310,6 +310,70 @@ def test_batch_write_then_rerun_with_same_write_id(
     assert math.isclose(client.query(name, "w")["total"], pdf["mem"].sum())
 
 
+# --------------------------------------------------------------------------- several servers
+
+
+@pytest.fixture(scope="module")
+def server2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    srv = ServerProcess(tmp_path_factory.mktemp("spark-server-2")).start()
+    yield srv
+    srv.stop()
+
+
+def test_keys_spread_over_several_servers(
+    spark: Any, client: WindowClient, server: ServerProcess, server2: ServerProcess
+) -> None:
+    """endpoint "a,b": the template on a; each key's stream on the server a hash of its name
+    picks; per-row results, the sink and the source are the same as with one server."""
+    from mtawindows.spark_connector.common import ConnectorOptions, owner
+
+    policy = Policy.time_range(timedelta(seconds=20))
+    name = new_stream(client, policy)  # on the first server only
+    both = f"{server.target},{server2.target}"
+    pdf = telemetry(seed=29, hosts=8, per_host=60)
+    df = spark.createDataFrame(pdf, "host string, ts timestamp, mem double").repartition(3)
+    out = sliding_aggregate(df, both, name, key_col="host", ts_col="ts", window="w")
+    assert_matches(out.toPandas(), oracle(pdf, policy))
+
+    df.repartition(2, "host").write.format("mtawindows").option("endpoint", both).option(
+        "stream", name
+    ).option("key_column", "host").option("sort", "true").mode("append").save()
+    opts = ConnectorOptions.parse({"endpoint": both, "stream": name, "key_column": "host"})
+    hosts = sorted(pdf["host"].unique())
+    where = {h: owner(opts, keyed_stream_name(name, h)) for h in hosts}
+    assert set(where.values()) == {server.target, server2.target}  # both got keys
+    want = _final_per_host(pdf, policy)
+    with WindowClient(server2.target) as c2:
+        clients = {server.target: client, server2.target: c2}
+        for h in hosts:
+            mine, other = clients[where[h]], clients[({*clients} - {where[h]}).pop()]
+            stream = keyed_stream_name(name, h)
+            assert mine.get_stream(stream).rows_appended == 60
+            assert stream not in {s.spec.name for s in other.list_streams()}
+            assert math.isclose(mine.query(stream, "w")["total"], want[h]["total"])
+    rows = (
+        spark.read.format("mtawindows")
+        .option("endpoint", both)
+        .option("stream", name)
+        .option("key_column", "host")
+        .load()
+        .collect()
+    )
+    assert sorted(r["key"] for r in rows) == hosts
+    for r in rows:
+        assert math.isclose(r["total"], want[r["key"]]["total"])
+
+
+def test_endpoint_lists_are_checked() -> None:
+    from mtawindows.spark_connector.common import ConnectorOptions
+
+    for bad in ("a:1,,b:2", "a:1,a:1", " , "):
+        with pytest.raises(ConnectorError, match="option 'endpoint'"):
+            ConnectorOptions.parse({"endpoint": bad, "stream": "s"})
+    opts = ConnectorOptions.parse({"endpoint": "a:1, b:2", "stream": "s"})
+    assert opts.endpoints == ("a:1", "b:2")
+
+
 # --------------------------------------------------------------------------- the source
 
 

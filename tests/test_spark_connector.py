@@ -351,14 +351,8 @@ def test_keys_spread_over_several_servers(
             assert mine.get_stream(stream).rows_appended == 60
             assert stream not in {s.spec.name for s in other.list_streams()}
             assert math.isclose(mine.query(stream, "w")["total"], want[h]["total"])
-    rows = (
-        spark.read.format("mtawindows")
-        .option("endpoint", both)
-        .option("stream", name)
-        .option("key_column", "host")
-        .load()
-        .collect()
-    )
+    read_opts = {"endpoint": both, "stream": name, "key_column": "host"}
+    rows = spark.read.format("mtawindows").options(**read_opts).load().collect()
     assert sorted(r["key"] for r in rows) == hosts
     for r in rows:
         assert math.isclose(r["total"], want[r["key"]]["total"])

@@ -309,18 +309,16 @@ class _MTAWindow:
         sequence: int | None = None,
         *,
         per_item: bool = False,
-        each: Callable[[Any], None] | None = None,
         totals: list[Any] | None = None,
         sizes: list[int] | None = None,
     ) -> int:
         """Apply items already lifted (by ``monoid.lift``): the service lifts a whole batch for
         every window before it changes any. By default as :meth:`extend` (insert all, enforce
-        once); with ``per_item`` (or ``each``) as :meth:`push` per item, which is what policies
-        that are not time-monotone need for a batch to equal its rows one by one; ``each``
-        gets ``query()`` after every item; ``totals`` and ``sizes`` (lists, given together)
-        get the window's lifted aggregate and size after every item (the service lowers them
-        a column at a time). Returns the number of items evicted; a duplicate key applies
-        nothing.
+        once); with ``per_item`` (or ``totals``) as :meth:`push` per item, which is what
+        policies that are not time-monotone need for a batch to equal its rows one by one;
+        ``totals`` and ``sizes`` (lists, given together) get the window's lifted aggregate and
+        size after every item (the service lowers them a column at a time). Returns the number
+        of items evicted; a duplicate key applies nothing.
 
         With the store in ``nonblocking`` mode, anything that would wait for it (a journal
         append, a reload, a miss, a large eviction) raises ``WouldBlock`` with the window
@@ -335,7 +333,7 @@ class _MTAWindow:
                 return 0
         else:
             self._check_usable()
-        if each is None and totals is None and not per_item:
+        if totals is None and not per_item:
             k = self._extend_lifted(lifted)
             self._applied("x", lifted, producer_id, sequence)
         else:
@@ -346,23 +344,17 @@ class _MTAWindow:
                 if getattr(store, "nonblocking", False)
                 else type(self)._push_one
             )
-            if totals is not None:
-                if sizes is None:
-                    msg = "apply_lifted: totals and sizes go together"
-                    raise TypeError(msg)
-                keep, size = totals.append, sizes.append
-                for u in lifted:
-                    total, evicted = one(self, u)
-                    k += evicted
+            if (totals is None) != (sizes is None):
+                msg = "apply_lifted: totals and sizes go together"
+                raise TypeError(msg)
+            keep = None if totals is None else totals.append
+            size = None if sizes is None else sizes.append
+            for u in lifted:
+                total, evicted = one(self, u)
+                k += evicted
+                if keep is not None:
                     keep(self.aggregate() if total is _UNSET else total)
-                    size(self._next - self._first)
-            else:
-                lower = self._lower
-                for u in lifted:
-                    total, evicted = one(self, u)
-                    k += evicted
-                    if each is not None:
-                        each(self.query() if total is _UNSET else lower(total))
+                    size(self._next - self._first)  # type: ignore[misc]
             self._applied("p", lifted, producer_id, sequence)
         if self.debug:
             self.check_invariants()

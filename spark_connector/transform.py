@@ -39,6 +39,7 @@ from .common import (
     output_struct_type,
     rechunk,
     sorted_batches,
+    split_endpoints,
     to_stream_table,
 )
 from .datasource import split_by_key
@@ -103,7 +104,7 @@ def sliding_aggregate(
     if batch_rows <= 0:
         msg = f"batch_rows: expected > 0, got {batch_rows}"
         raise ConnectorError(msg)
-    opts.endpoints  # noqa: B018 - a bad endpoint list fails here, on the driver
+    split_endpoints(endpoint)  # a bad endpoint list fails here, on the driver
     client = client_for(opts)
     with explained(opts, f"looking up stream {stream!r}"):
         spec = client.get_stream(stream).spec

@@ -292,8 +292,8 @@ class MemoryLevel:
         self.index = index
         self.start = start
         self.end = start + 1
-        self._base = start - (start & _MASK)  # absolute position of _blocks[0][0]
-        self._blocks: list[list[Any]] = [[EMPTY] * (start & _MASK) + [first]]
+        self._base = start  # absolute position of _blocks[0][0] (blocks need no alignment)
+        self._blocks: list[list[Any]] = [[first]]
         self._b0 = 0  # blocks before this one hold evicted pairs only
         self._grave: deque[list[Any]] = graveyard if graveyard is not None else deque()
         self.head = first

@@ -1352,6 +1352,17 @@ class AmortizedMTA(_MTAWindow):
                     up.tail[1] = v
                     self._r1 = r1
                     self._next = i + 1
+                elif h > 3 and (up.end - 1) & 1:
+                    # one level more: level 1's tail pair is sealed too and its aggregate
+                    # fills the open slot of level 2 (not the top: no recomputation)
+                    t = up.tail
+                    a, b = t[0], t[1]
+                    v1 = a if b is EMPTY else (b if a is EMPTY else combine(a, b))
+                    lv0.append([u, EMPTY])
+                    up.append([v, EMPTY])
+                    levels[2].tail[1] = v1
+                    self._r1 = r1
+                    self._next = i + 1
                 else:
                     self._insert_or_undo(u, r1)
         else:
@@ -1398,6 +1409,25 @@ class AmortizedMTA(_MTAWindow):
                         h1[0] = EMPTY
                         if nh[0] is not EMPTY and nh[1] is not EMPTY:
                             stack.append(combine(nh[1], stack[-1]) if stack else nh[1])
+                        self._r0 = r0
+                        self._first = f + 1
+                    elif (
+                        stack
+                        and h > 2
+                        and (h2 := self._levels[2].head)[0] is not EMPTY
+                        and h2[1] is not EMPTY
+                        and lv0.end - lv0.start > 1
+                        and (lv1 := self._levels[1]).end - lv1.start > 1
+                    ):
+                        # Algorithm 6 + 7 one level higher: the leaf pair and its parent's
+                        # pair go, the grandparent's pair is full; new heads pushed top first
+                        r0 = stack.pop()
+                        lv0.drop_front(lv0.start + 1)
+                        lv1.drop_front(lv1.start + 1)
+                        h2[0] = EMPTY
+                        for nh in (lv1.head, lv0.head):
+                            if nh[0] is not EMPTY and nh[1] is not EMPTY:
+                                stack.append(combine(nh[1], stack[-1]) if stack else nh[1])
                         self._r0 = r0
                         self._first = f + 1
                     else:

@@ -284,7 +284,18 @@ class MemoryLevel:
     million items therefore costs O(log n), and memory returns at the pace of new inserts.
     """
 
-    __slots__ = ("_b0", "_base", "_blocks", "_grave", "end", "head", "index", "start", "tail")
+    __slots__ = (
+        "_b0",
+        "_base",
+        "_blocks",
+        "_grave",
+        "_last",
+        "end",
+        "head",
+        "index",
+        "start",
+        "tail",
+    )
 
     def __init__(
         self, index: int, start: int, first: Pair, graveyard: deque[list[Any]] | None = None
@@ -293,7 +304,8 @@ class MemoryLevel:
         self.start = start
         self.end = start + 1
         self._base = start  # absolute position of _blocks[0][0] (blocks need no alignment)
-        self._blocks: list[list[Any]] = [[first]]
+        self._last: list[Any] = [first]  # the block appends go to: the last one, never full
+        self._blocks: list[list[Any]] = [self._last]
         self._b0 = 0  # blocks before this one hold evicted pairs only
         self._grave: deque[list[Any]] = graveyard if graveyard is not None else deque()
         self.head = first
@@ -308,14 +320,13 @@ class MemoryLevel:
             self.append([p[0], p[1]])
 
     def append(self, pair: Pair) -> None:
-        off = self.end - self._base
-        blocks = self._blocks
-        if off & _MASK:
-            blocks[off >> _SHIFT].append(pair)
-        else:
-            blocks.append([pair])
+        last = self._last
+        last.append(pair)
         self.end += 1
         self.tail = pair
+        if len(last) > _MASK:  # full: the next pair starts a new block
+            self._last = last = []
+            self._blocks.append(last)
         grave = self._grave
         if grave:
             dead = grave[-1]
@@ -345,11 +356,9 @@ class MemoryLevel:
         off = new_end - self._base
         b, r = off >> _SHIFT, off & _MASK
         blocks = self._blocks
-        if r:
-            del blocks[b + 1 :]
-            del blocks[b][r:]
-        else:
-            del blocks[b:]
+        del blocks[b + 1 :]
+        del blocks[b][r:]  # r == 0 leaves block b empty, the one the next append fills
+        self._last = blocks[b]
         self.end = new_end
         self.tail = self.peek(new_end - 1)  # type: ignore[assignment]
         if new_end - 1 == self.start:
@@ -358,6 +367,7 @@ class MemoryLevel:
     def discard(self) -> None:
         self._grave.extend(self._blocks)
         self._blocks = []
+        self._last = []
 
     def local_pairs(self) -> int:
         return self.end - self.start

@@ -18,7 +18,8 @@ class Violation:
 
 class MtaWindowsError(Exception):
     """Base of the SDK's errors: the gRPC ``code`` name, the ``reason`` (ErrorInfo, UPPER_SNAKE),
-    the message, field ``violations`` (BadRequest) and ErrorInfo ``metadata``."""
+    the message, field ``violations`` (BadRequest), ErrorInfo ``metadata`` and the ``target``
+    (``host:port``) of the server the call went to, when the client knows it."""
 
     code = "UNKNOWN"
 
@@ -30,8 +31,10 @@ class MtaWindowsError(Exception):
         reason: str = "",
         violations: list[Violation] | None = None,
         metadata: dict[str, str] | None = None,
+        target: str | None = None,
     ) -> None:
         super().__init__(message)
+        self.target = target
         self.message = message
         if code is not None:
             self.code = code
@@ -127,8 +130,8 @@ def _details(status: Any) -> _Decoded:
     return out
 
 
-def from_rpc_error(err: grpc.RpcError) -> MtaWindowsError:
-    """The typed exception for a failed call (sync or aio)."""
+def from_rpc_error(err: grpc.RpcError, target: str | None = None) -> MtaWindowsError:
+    """The typed exception for a failed call (sync or aio) to the server at ``target``."""
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     message = (err.details() if hasattr(err, "details") else None) or str(err)
     try:
@@ -145,6 +148,7 @@ def from_rpc_error(err: grpc.RpcError) -> MtaWindowsError:
         reason=d.reason,
         violations=d.violations,
         metadata=d.metadata,
+        target=target,
     )
 
 

@@ -211,7 +211,7 @@ class WindowClient:
                     request, timeout=timeout or self.timeout, metadata=self.metadata
                 )
             except grpc.RpcError as err:
-                ex = from_rpc_error(err)
+                ex = from_rpc_error(err, self.target)
                 if isinstance(ex, _RETRYABLE) and attempt + 1 < attempts:
                     time.sleep(_backoff(attempt))
                     continue
@@ -328,8 +328,8 @@ class WindowClient:
         try:
             call.initial_metadata()
         except grpc.RpcError as err:  # pragma: no cover - errors come with the first read
-            raise from_rpc_error(err) from None
-        return _follow(call)
+            raise from_rpc_error(err, self.target) from None
+        return _follow(call, self.target)
 
     def writer(
         self,
@@ -346,14 +346,14 @@ class WindowClient:
         return BatchWriter(self, stream, batch_rows, producer_id, start_sequence, max_pending)
 
 
-def _follow(call: Any) -> Iterator[tuple[int, WindowResult]]:
+def _follow(call: Any, target: str) -> Iterator[tuple[int, WindowResult]]:
     try:
         for ev in call:
             yield ev.batch, convert.result_from_proto(ev.result)
     except grpc.RpcError as err:
         if err.code() == grpc.StatusCode.CANCELLED:
             return
-        raise from_rpc_error(err) from None
+        raise from_rpc_error(err, target) from None
     finally:
         call.cancel()
 
@@ -467,6 +467,7 @@ class AsyncWindowClient:
         timeout: float = 30.0,
         retries: int = 5,
     ) -> None:
+        self.target = target
         creds = credentials(tls)
         opts = channel_options()
         self.channel = (
@@ -497,7 +498,7 @@ class AsyncWindowClient:
                     request, timeout=timeout or self.timeout, metadata=self.metadata
                 )
             except grpc.RpcError as err:
-                ex = from_rpc_error(err)
+                ex = from_rpc_error(err, self.target)
                 if isinstance(ex, _RETRYABLE) and attempt + 1 < attempts:
                     await asyncio.sleep(_backoff(attempt))
                     continue
@@ -605,18 +606,18 @@ class AsyncWindowClient:
         try:
             await call.initial_metadata()
         except grpc.RpcError as err:  # pragma: no cover - errors come with the first read
-            raise from_rpc_error(err) from None
-        return _afollow(call)
+            raise from_rpc_error(err, self.target) from None
+        return _afollow(call, self.target)
 
 
-async def _afollow(call: Any) -> AsyncIterator[tuple[int, WindowResult]]:
+async def _afollow(call: Any, target: str) -> AsyncIterator[tuple[int, WindowResult]]:
     try:
         async for ev in call:
             yield ev.batch, convert.result_from_proto(ev.result)
     except grpc.RpcError as err:
         if err.code() == grpc.StatusCode.CANCELLED:
             return
-        raise from_rpc_error(err) from None
+        raise from_rpc_error(err, target) from None
     finally:
         call.cancel()
 

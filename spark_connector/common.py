@@ -240,8 +240,9 @@ def explained(opts: ConnectorOptions, what: str) -> Iterator[None]:
     except ConnectorError:
         raise
     except UnavailableError as ex:
+        where = ex.target or opts.endpoint  # the one server of several that failed
         msg = (
-            f"option 'endpoint': cannot reach mtawindows at {opts.endpoint!r} while {what}: "
+            f"option 'endpoint': cannot reach mtawindows at {where!r} while {what}: "
             f"{ex}. Is `mtawindows serve` running there?"
         )
         raise ConnectorError(msg) from ex

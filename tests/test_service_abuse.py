@@ -78,6 +78,33 @@ def test_unknown_stream_and_window(server: ServerProcess, client: WindowClient) 
     assert isinstance(e, NotFoundError)
 
 
+def test_errors_name_their_server(server: ServerProcess, client: WindowClient) -> None:
+    """Every SDK error carries the target of the server the call went to (with several
+    servers, the caller can tell which one failed)."""
+    import asyncio
+    import socket
+
+    from mtawindows.client import AsyncWindowClient, NotFoundError, UnavailableError
+
+    with pytest.raises(NotFoundError) as found:
+        client.query("no_such_stream", "w")
+    assert found.value.target == server.target
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    with WindowClient(dead, timeout=2, retries=1) as c, pytest.raises(UnavailableError) as info:
+        c.list_streams()
+    assert info.value.target == dead
+
+    async def go() -> None:
+        async with AsyncWindowClient(dead, timeout=2, retries=1) as ac:
+            await ac.list_streams()
+
+    with pytest.raises(UnavailableError) as ainfo:
+        asyncio.run(go())
+    assert ainfo.value.target == dead
+
+
 def test_duplicate_names(server: ServerProcess, client: WindowClient) -> None:
     e = unchanged(server, client, lambda: client.create_stream(StreamSpec("s", ())))
     assert isinstance(e, AlreadyExistsError) and e.reason == "STREAM_EXISTS"

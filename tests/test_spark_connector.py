@@ -457,6 +457,31 @@ def test_unreachable_endpoint_names_the_option(spark: Any) -> None:
         ).option("timeout", "3").mode("append").save()
 
 
+def test_unreachable_server_of_several_is_named(
+    spark: Any, client: WindowClient, server: ServerProcess
+) -> None:
+    """endpoint "live,dead": the error names the server that did not answer, not the list."""
+    from mtawindows.spark_connector.common import ConnectorOptions, owner
+
+    name = new_stream(client, Policy.count(5))
+    dead = f"127.0.0.1:{_free_port()}"
+    both = f"{server.target},{dead}"
+    opts = ConnectorOptions.parse({"endpoint": both, "stream": name, "key_column": "host"})
+    host = next(
+        f"h{i}" for i in range(100) if owner(opts, keyed_stream_name(name, f"h{i}")) == dead
+    )
+    df = spark.createDataFrame(
+        [(host, datetime.now(tz=UTC), 1.0)], "host string, ts timestamp, mem double"
+    )
+    with pytest.raises(Exception, match="option 'endpoint': cannot reach mtawindows at") as info:
+        df.write.format("mtawindows").options(**{"endpoint": both, "stream": name}).option(
+            "key_column", "host"
+        ).option("timeout", "3").mode("append").save()
+    text = str(info.value)
+    assert f"at {dead!r}" in text
+    assert f"at {both!r}" not in text
+
+
 def test_unknown_stream_names_the_option(spark: Any, server: ServerProcess) -> None:
     df = spark.createDataFrame([(datetime.now(tz=UTC), 1.0)], "ts timestamp, mem double")
     with pytest.raises(Exception, match=r"option 'stream'.*no_such_stream"):

@@ -1,6 +1,6 @@
 """Spark connector benchmark (issue 5): per-row sliding max + sum over time windows, local[2].
 
-    python benchmarks/bench_spark.py              # 1M rows, 100 keys, 1 row/s per key (~12 min)
+    python benchmarks/bench_spark.py              # 1M rows, 100 keys, 1 row/s per key (~3-12 min)
     python benchmarks/bench_spark.py --rate 1000  # the same, 1000 rows/s per key
     python benchmarks/bench_spark.py --quick      # 100k rows
 
@@ -21,7 +21,7 @@ fast. For W = 10 s, 60 s, 600 s:
 Each case runs its whole plan into Spark's ``noop`` sink; rows/s = input rows / seconds. The
 two slowest Spark cases run on a prefix of the input when the full run would pass
 ``--budget`` seconds (``rows`` in the table says how many). Writes
-benchmarks/results/spark.{csv,md,png}.
+benchmarks/results/spark-<rate>-per-key.{csv,md,png}.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import redis
 
-from mtawindows.server.codecs import MsgpackCodec, StructCodec, codec_for, stamp
+from mtawindows.server.codecs import MsgpackCodec, StructCodec, codec_for, stamp, stamps
 from mtawindows.server.embedded import EmbeddedRedis
 from mtawindows.server.laws import approx_equal as same
 from mtawindows.server.monoids import (
@@ -86,6 +86,19 @@ def test_struct_codec_refuses_foreign_and_shifted_records() -> None:
         c.decode_run(data[:-1], checks)
     with pytest.raises(CorruptDataError):  # zero padding (SETRANGE past the end)
         c.decode_run(bytes(len(data)), checks)
+
+
+def test_stamps_of_a_run_equal_each_stamp() -> None:
+    """The run form (one range, no multiply per position) gives the single-position stamps,
+    for small and huge positions, every level, and empty runs."""
+    rng = random.Random(5)
+    for _ in range(300):
+        salt, level = rng.getrandbits(32), rng.randrange(64)
+        start = rng.choice([0, 1, rng.randrange(1 << 20), rng.randrange(1 << 62)])
+        stop = start + rng.randrange(0, 600)
+        want = [stamp(salt, level, p) for p in range(start, stop)]
+        assert stamps(salt, level, start, stop) == want
+        assert all(0 <= c < 1 << 32 for c in want)
 
 
 def test_msgpack_codec_round_trips_the_engine_values() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from mtawindows.client.launch import start_server
 
 BIN = Path(sys.executable).parent / "mtawindows"
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on (free when this returns)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 class ServerProcess:

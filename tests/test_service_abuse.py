@@ -30,7 +30,7 @@ from mtawindows.client import (
 from mtawindows.client.errors import from_rpc_error
 from mtawindows.client.proto import windows_pb2 as pb
 
-from .service_support import ServerProcess
+from .service_support import ServerProcess, free_port
 
 AGGS = (Aggregation("n", "count"), Aggregation("s", "sum", "x"), Aggregation("m", "max", "x"))
 
@@ -82,16 +82,13 @@ def test_errors_name_their_server(server: ServerProcess, client: WindowClient) -
     """Every SDK error carries the target of the server the call went to (with several
     servers, the caller can tell which one failed)."""
     import asyncio
-    import socket
 
     from mtawindows.client import AsyncWindowClient, NotFoundError, UnavailableError
 
     with pytest.raises(NotFoundError) as found:
         client.query("no_such_stream", "w")
     assert found.value.target == server.target
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    dead = f"127.0.0.1:{free_port()}"
     with WindowClient(dead, timeout=2, retries=1) as c, pytest.raises(UnavailableError) as info:
         c.list_streams()
     assert info.value.target == dead
@@ -334,11 +331,7 @@ def test_tls(tmp_path: Path) -> None:
 
 
 def test_metrics_endpoint(tmp_path: Path) -> None:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     with ServerProcess(tmp_path, "--metrics-port", str(port)) as srv:
         with WindowClient(srv.target) as c:
             c.create_stream(StreamSpec("m", (Field("x"),)))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import random
 import shutil
-import socket
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,7 +30,7 @@ from mtawindows.client import (
 from mtawindows.spark_connector import ConnectorError, keyed_stream_name
 from mtawindows.spark_connector.transform import sliding_aggregate
 
-from .service_support import ServerProcess
+from .service_support import ServerProcess, free_port
 from .spark_support import spark_session
 
 T0 = 1_700_000_000
@@ -443,16 +442,10 @@ def test_stream_read_follows_new_results(
 # --------------------------------------------------------------------------- errors
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_unreachable_endpoint_names_the_option(spark: Any) -> None:
     df = spark.createDataFrame([(datetime.now(tz=UTC), 1.0)], "ts timestamp, mem double")
     with pytest.raises(Exception, match="option 'endpoint': cannot reach mtawindows"):
-        df.write.format("mtawindows").option("endpoint", f"127.0.0.1:{_free_port()}").option(
+        df.write.format("mtawindows").option("endpoint", f"127.0.0.1:{free_port()}").option(
             "stream", "x"
         ).option("timeout", "3").mode("append").save()
 
@@ -464,7 +457,7 @@ def test_unreachable_server_of_several_is_named(
     from mtawindows.spark_connector.common import ConnectorOptions, owner
 
     name = new_stream(client, Policy.count(5))
-    dead = f"127.0.0.1:{_free_port()}"
+    dead = f"127.0.0.1:{free_port()}"
     both = f"{server.target},{dead}"
     opts = ConnectorOptions.parse({"endpoint": both, "stream": name, "key_column": "host"})
     host = next(

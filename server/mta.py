@@ -191,16 +191,20 @@ class _MTAWindow:
         """The id of a store-backed window (reopen it with ``open``); ``None`` in memory."""
         return getattr(self.store, "window_id", None)
 
-    def flush(self, *, wait: bool = True) -> None:
+    def flush(self, *, wait: bool = True, meta: dict[str, Any] | None = None) -> Any:
         """Make everything applied so far durable (a checkpoint in the store). No-op in memory.
-        ``wait=False`` queues the checkpoint behind the pending writes and returns at once."""
+        ``wait=False`` queues the checkpoint behind the pending writes and returns at once.
+        ``meta`` (plain data, e.g. a journal position) is saved with the checkpoint and comes
+        back as ``store.checkpoint_meta`` when the window is reopened from it. Returns the
+        checkpoint's future (``None`` in memory)."""
         self._check_usable()
         if self._hook is not None:
             try:
-                self._hook.checkpoint(self, wait=wait)
+                return self._hook.checkpoint(self, wait=wait, meta=meta)
             except StoreError as ex:
                 self._store_failed(ex)
                 raise
+        return None
 
     def close(self) -> None:
         """Flush, then release the store's thread and connections."""

@@ -204,6 +204,13 @@ class RedisStore:
         self._replaying = False
         self._attached = False
         self._inflight: deque[Future[None]] = deque()  # queued block writes
+        # The log's order: every entry carries a log sequence number (lsn), the checkpoint the
+        # lsn of the last entry it covers. Entries are only removed by the checkpoint that
+        # covers them (LTRIM of exactly the entries pushed before its snapshot), so an entry
+        # pushed while a checkpoint waits in the writer's queue survives that checkpoint.
+        self._lsn = 0  # lsn of the last logged operation
+        self._untrimmed = 0  # entries pushed since the last snapshot (the next trim removes them)
+        self.checkpoint_meta: dict[str, Any] | None = None  # the caller's, of the loaded checkpoint
 
     def _new_executor(self) -> ThreadPoolExecutor:
         return ThreadPoolExecutor(1, thread_name_prefix=f"mtaw-store-{self.window_id[:8]}")
@@ -494,6 +501,8 @@ class RedisStore:
         self.stats.round_trips += 1
         self._drop_upto = {}
         self._deleted_upto = {}
+        self._lsn = 0
+        self.checkpoint_meta = None
         try:
             if ckpt is not None:
                 state = unpackb(ckpt)
@@ -503,6 +512,9 @@ class RedisStore:
                 values = self.codec.unpack_values(state["values"])
                 window._restore(state, values)
                 self._deleted_upto = {int(k): int(v) for k, v in state.get("deleted", {}).items()}
+                self._lsn = int(state.get("lsn", 0))
+                meta = state.get("meta")
+                self.checkpoint_meta = meta if isinstance(meta, dict) else None
             else:
                 window._restore(None, [])
         except CorruptDataError as ex:
@@ -515,17 +527,27 @@ class RedisStore:
         try:
             for n, raw in enumerate(log):
                 try:
-                    op, producer, seq, payload = unpackb(raw)
+                    entry = unpackb(raw)
+                    if len(entry) == 5:
+                        lsn, op, producer, seq, payload = entry
+                    else:  # written before entries carried an lsn: none is covered
+                        op, producer, seq, payload = entry
+                        lsn = self._lsn + 1
+                    lsn = int(lsn)
+                    if lsn <= self._lsn:
+                        continue  # covered by the checkpoint (pushed before its snapshot)
                     items = self.codec.unpack_values(payload)
                 except (CorruptDataError, ValueError, TypeError) as ex:
                     msg = f"window {self.window_id!r}: log entry {n} of {self.keys.log!r} is not valid ({ex})"
                     raise CorruptDataError(msg) from ex
                 window._replay(op, items, producer, seq)
+                self._lsn = lsn
         finally:
             self._replaying = False
         self._since_checkpoint = 0
+        self._untrimmed = len(log)
         if log:
-            self.checkpoint(window)  # compact the log
+            self.checkpoint(window, meta=self.checkpoint_meta)  # compact the log
 
     def record(
         self, window: Any, op: str, items: Sequence[Any], producer: str | None, seq: int | None
@@ -537,8 +559,11 @@ class RedisStore:
         if self._replaying:
             return
         if self.durable:
-            entry = packb((op, producer, seq, self.codec.pack_values(items)))
+            lsn = self._lsn + 1
+            entry = packb((lsn, op, producer, seq, self.codec.pack_values(items)))
             self._direct("append to the log", lambda: self._client.rpush(self.keys.log, entry))
+            self._lsn = lsn
+            self._untrimmed += 1
             st = self.stats
             st.log_appends += 1
             st.round_trips += 1
@@ -548,11 +573,16 @@ class RedisStore:
             with contextlib.suppress(StoreError):  # retried at the next operation
                 self.checkpoint(window)
 
-    def checkpoint(self, window: Any, *, wait: bool = True) -> None:
-        """Write every buffered pair, then the window's local state and an empty log, atomically.
-        Returns when Redis has it (everything applied so far is then acknowledged); with
-        ``wait=False`` as soon as it is queued behind the block writes (the writer thread is
-        FIFO; a failure is reported by the next operation, like a failed block write)."""
+    def checkpoint(
+        self, window: Any, *, wait: bool = True, meta: dict[str, Any] | None = None
+    ) -> Future[None]:
+        """Write every buffered pair, then the window's local state, and remove the log entries
+        it covers, atomically. Returns when Redis has it (everything applied so far is then
+        acknowledged); with ``wait=False`` as soon as it is queued behind the block writes (the
+        writer thread is FIFO; a failure is reported by the next operation, like a failed block
+        write). ``meta`` (plain data) is saved with the checkpoint and comes back as
+        :attr:`checkpoint_meta` when the window is loaded from it. Returns the commit's future
+        (done when ``wait``)."""
         for lv in window._levels:
             lv.flush()
         state, values = window._snapshot()
@@ -564,17 +594,27 @@ class RedisStore:
             if done is not None and safe > done:
                 deletions[level] = (done, safe)
         state["format"] = FORMAT
+        state["lsn"] = self._lsn
+        if meta is not None:
+            state["meta"] = meta
         state["values"] = self.codec.pack_values(values)
         state["deleted"] = {
             str(k): v
             for k, v in {**self._deleted_upto, **{lv: r[1] for lv, r in deletions.items()}}.items()
         }
         blob = packb(state)
+        # The entries pushed before this snapshot, and only those: later ones (pushed on the
+        # caller's thread while this commit waits behind the block writes) must survive it.
+        # Commits run in order on the writer thread, so when this one runs the log starts
+        # with exactly these entries.
+        trim = self._untrimmed
+        self._untrimmed = 0
 
         def commit() -> None:
             pipe = self._client.pipeline(transaction=True)
             pipe.set(self.keys.checkpoint, blob)
-            pipe.delete(self.keys.log)
+            if trim:
+                pipe.ltrim(self.keys.log, trim, -1)
             pipe.execute()
             self.stats.round_trips += 1
             self.stats.bytes_written += len(blob)
@@ -589,6 +629,7 @@ class RedisStore:
         for level, (lo, hi) in deletions.items():
             self._deleted_upto[level] = hi
             self._submit("delete evicted blocks", self._do_delete, level, lo, hi, write=True)
+        return queued
 
     def _do_delete(self, level: int, lo: int, hi: int) -> None:
         for b0 in range(lo, hi, 256):

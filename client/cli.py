@@ -13,8 +13,9 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TextIO
 
 from .errors import MtaWindowsError
@@ -23,6 +24,7 @@ EPILOG_SERVE = """examples:
   mtawindows serve                                  # loopback :50051, embedded Redis in ~/.local/share/mtawindows
   mtawindows serve --port 0 --port-file port.txt    # a free port, written to port.txt
   mtawindows serve --redis-url redis://redis:6379/0 --host 0.0.0.0 --metrics-port 9102
+  mtawindows serve --data-dir /var/lib/mtawindows   # one server per data dir (a lock file in it)
   MTAWINDOWS_TOKENS=s3cret mtawindows serve --tls-cert server.crt --tls-key server.key
 """
 EPILOG_STREAMS = """examples:
@@ -67,6 +69,10 @@ def parse_duration(text: str) -> timedelta:
 
 def _env(name: str, default: Any = None) -> Any:
     return os.environ.get(f"MTAWINDOWS_{name}", default)
+
+
+def _env_flag(name: str) -> bool:
+    return str(_env(name, "")).strip().lower() in ("1", "true", "yes", "on")
 
 
 # --------------------------------------------------------------------------- parsing specs
@@ -163,12 +169,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--port-file", default=_env("PORT_FILE"), help="write the bound port here")
     s.add_argument(
+        "--reuse-port",
+        action="store_true",
+        default=_env_flag("REUSE_PORT"),
+        help="SO_REUSEPORT: let several servers share the port (off: a taken port is an "
+        "error) ($MTAWINDOWS_REUSE_PORT)",
+    )
+    s.add_argument(
         "--redis-url",
         default=_env("REDIS_URL"),
         help="Redis URL; none = embedded ($MTAWINDOWS_REDIS_URL)",
     )
     s.add_argument(
-        "--data-dir", default=_env("DATA_DIR"), help="embedded Redis data ($MTAWINDOWS_DATA_DIR)"
+        "--data-dir",
+        default=_env("DATA_DIR"),
+        help="embedded Redis data; one server per directory ($MTAWINDOWS_DATA_DIR)",
+    )
+    s.add_argument(
+        "--redis-restarts",
+        type=int,
+        default=int(_env("REDIS_RESTARTS", "5")),
+        help="restarts of a dead embedded Redis within 5 minutes before the server gives up "
+        "and stays NOT_SERVING ($MTAWINDOWS_REDIS_RESTARTS)",
     )
     s.add_argument(
         "--tls-cert", default=_env("TLS_CERT"), help="PEM certificate ($MTAWINDOWS_TLS_CERT)"
@@ -179,7 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--tokens-file",
         default=_env("TOKENS_FILE"),
-        help="bearer tokens, one per line ($MTAWINDOWS_TOKENS_FILE)",
+        help="bearer tokens, one per line, # comments; given but holding no token is an "
+        "error ($MTAWINDOWS_TOKENS_FILE; also $MTAWINDOWS_TOKENS, comma-separated)",
     )
     s.add_argument(
         "--metrics-port",
@@ -205,6 +228,39 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-streams", type=int, default=int(_env("MAX_STREAMS", "1000")))
     s.add_argument(
         "--max-windows", type=int, default=int(_env("MAX_WINDOWS", "64")), help="per stream"
+    )
+    s.add_argument(
+        "--max-subscribers",
+        type=int,
+        default=int(_env("MAX_SUBSCRIBERS", "1000")),
+        help="Subscribe calls at once ($MTAWINDOWS_MAX_SUBSCRIBERS)",
+    )
+    s.add_argument(
+        "--subscriber-queue-mb",
+        type=float,
+        default=float(_env("SUBSCRIBER_QUEUE_MB", "8")),
+        help="serialized results queued for one subscriber before it is cut as too slow "
+        "($MTAWINDOWS_SUBSCRIBER_QUEUE_MB)",
+    )
+    s.add_argument(
+        "--subscribers-memory-mb",
+        type=float,
+        default=float(_env("SUBSCRIBERS_MEMORY_MB", "256")),
+        help="serialized results held for all subscribers, each once; past it the furthest "
+        "behind are cut ($MTAWINDOWS_SUBSCRIBERS_MEMORY_MB)",
+    )
+    s.add_argument(
+        "--max-cel-bytes",
+        type=int,
+        default=int(_env("MAX_CEL_BYTES", "4096")),
+        help="size of a new CEL policy, UTF-8 bytes ($MTAWINDOWS_MAX_CEL_BYTES)",
+    )
+    s.add_argument(
+        "--max-cel-depth",
+        type=int,
+        default=int(_env("MAX_CEL_DEPTH", "64")),
+        help="nesting of a new CEL policy: brackets plus stacked operators "
+        "($MTAWINDOWS_MAX_CEL_DEPTH)",
     )
     s.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
     s.add_argument("--log-format", choices=("json", "text"), default=_env("LOG_FORMAT", "json"))
@@ -444,18 +500,52 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def load_tokens(tokens_file: str | None, env: Mapping[str, str]) -> set[str] | None:
+    """The bearer tokens from ``--tokens-file`` (one per line; blank lines and lines starting
+    with ``#`` skipped) and ``$MTAWINDOWS_TOKENS`` (comma-separated); None when neither is
+    given (no authentication). Fails closed: a source that is given (the file named, even as
+    an empty string; the variable set, even empty) but holds no token, or a line that is not
+    a bearer token (printable ASCII without spaces), is a ValueError naming the source and the
+    line, never the token."""
+    from mtawindows.server.grpc_server import TOKEN, check_tokens
+
+    if tokens_file is None and "MTAWINDOWS_TOKENS" not in env:
+        return None
+    tokens: set[str] = set()
+    if tokens_file is not None:
+        source = f"--tokens-file {tokens_file!r}"
+        try:
+            text = Path(tokens_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as ex:
+            msg = f"{source}: expected a readable UTF-8 file of bearer tokens: {ex}"
+            raise ValueError(msg) from None
+        found = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            t = line.strip()
+            if not t or t.startswith("#"):
+                continue
+            if not TOKEN.fullmatch(t):
+                msg = (
+                    f"{source}, line {lineno}: expected one bearer token (printable ASCII "
+                    f"without spaces) or a # comment, got a line of {len(t)} characters"
+                )
+                raise ValueError(msg)
+            found.append(t)
+        tokens |= set(check_tokens(found, f"{source} (blank lines and # comments only)"))
+    if "MTAWINDOWS_TOKENS" in env:
+        listed = [t.strip() for t in env["MTAWINDOWS_TOKENS"].split(",") if t.strip()]
+        tokens |= set(check_tokens(listed, "$MTAWINDOWS_TOKENS (comma-separated)"))
+    return tokens
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    from mtawindows.server.embedded import EmbeddedRedisError
     from mtawindows.server.grpc_server import ServeConfig, serve
     from mtawindows.server.metrics import setup_logging
     from mtawindows.server.service import Limits
 
+    tokens = load_tokens(args.tokens_file, os.environ)  # first: a bad source starts nothing
     setup_logging(args.log_level, args.log_format)
-    tokens: set[str] = set()
-    if args.tokens_file:
-        with open(args.tokens_file) as f:
-            tokens |= {line.strip() for line in f if line.strip() and not line.startswith("#")}
-    env_tokens = os.environ.get("MTAWINDOWS_TOKENS", "")
-    tokens |= {t.strip() for t in env_tokens.split(",") if t.strip()}
     cfg = ServeConfig(
         host=args.host,
         port=args.port,
@@ -463,7 +553,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
-        tokens=tokens,
+        tokens=tokens or set(),
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
         flush_interval=args.flush_interval,
@@ -473,10 +563,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_batch_rows=args.max_batch_rows,
             max_message_bytes=args.max_message_mb * 1024 * 1024,
             result_history=args.result_history,
+            max_subscribers=args.max_subscribers,
+            subscriber_queue_bytes=int(args.subscriber_queue_mb * 1024 * 1024),
+            subscribers_total_bytes=int(args.subscribers_memory_mb * 1024 * 1024),
+            max_cel_bytes=args.max_cel_bytes,
+            max_cel_depth=args.max_cel_depth,
         ),
         port_file=args.port_file,
+        reuse_port=args.reuse_port,
+        redis_restarts=args.redis_restarts,
     )
-    serve(cfg)
+    try:
+        serve(cfg)
+    except EmbeddedRedisError as ex:  # OSError (a taken port or data dir) is printed by main
+        print(f"error: {ex}", file=sys.stderr)
+        return 1
     return 0
 
 

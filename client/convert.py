@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,12 +18,14 @@ from .types import (
     FieldType,
     OutputSpec,
     Policy,
+    SpecError,
     Storage,
     StreamInfo,
     StreamSpec,
     WindowInfo,
     WindowResult,
     WindowSpec,
+    show,
 )
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -50,15 +53,78 @@ def duration_to_proto(td: timedelta) -> Duration:
     return d
 
 
-def duration_from_proto(d: Duration) -> timedelta:
+# the longest Duration a timedelta holds (999,999,999 days); the server's creation checks
+# bound new definitions far lower (MAX_DURATION), stored ones must keep loading
+_DURATION_SECONDS = timedelta.max.days * 86_400
+
+
+def duration_from_proto(d: Duration, field: str = "duration") -> timedelta:
+    """A Duration as a timedelta; SpecError (naming ``field``) for one that is not a valid
+    Duration (seconds and nanos of different signs, nanos out of range), one no timedelta
+    holds (beyond 999,999,999 days), or one finer than a microsecond (a timedelta would
+    silently drop the rest)."""
+    s, n = d.seconds, d.nanos
+    if abs(s) > _DURATION_SECONDS or abs(n) >= 1_000_000_000 or (s < 0 < n) or (n < 0 < s):
+        msg = f"expected a valid Duration (seconds and nanos of one sign), got {s}s {n}ns"
+        raise SpecError(field, msg)
+    if n % 1000:
+        msg = f"expected a whole number of microseconds, got {s}s {n}ns"
+        raise SpecError(field, msg)
     return d.ToTimedelta()  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def _at(prefix: str) -> Iterator[None]:
+    """SpecErrors raised inside get ``prefix`` in front of their field path."""
+    try:
+        yield
+    except SpecError as ex:
+        raise ex.under(prefix) from None
+
+
+def _enum_from_proto(field: str, value: int, names: Mapping[int, str], enum: str) -> str:
+    """A wire enum number as its name in the SDK; an unknown number is a SpecError."""
+    name = names.get(value)
+    if name is None:
+        allowed = [f"{k} ({v})" for k, v in names.items()]
+        msg = f"expected one of {allowed} for {enum}, got {show(value)}"
+        raise SpecError(field, msg, reason="UNKNOWN_ENUM_VALUE")
+    return name
 
 
 # --------------------------------------------------------------------------- specs
 
+# Every enum both ways. UNSPECIFIED (0) reads as the default the proto documents where it has
+# one (late policy REJECT, algorithm AMTA, storage REDIS); any other number is refused (proto3
+# enums are open: an unknown number arrives as it was sent).
 _FIELD_TYPES = {t.value: pb.FieldType.Value(t.value) for t in FieldType}
+_FIELD_TYPE_NAMES: dict[int, str] = {v: k for k, v in _FIELD_TYPES.items()}
 _LATE = {"REJECT": pb.REJECT, "DROP": pb.DROP}
+_LATE_NAMES: dict[int, str] = {
+    pb.LATE_POLICY_UNSPECIFIED: "REJECT",
+    pb.REJECT: "REJECT",
+    pb.DROP: "DROP",
+}
+_ALGORITHMS = {"AMTA": pb.AMTA, "LMTA": pb.LMTA}
+_ALGORITHM_NAMES: dict[int, str] = {
+    pb.ALGORITHM_UNSPECIFIED: "AMTA",
+    pb.AMTA: "AMTA",
+    pb.LMTA: "LMTA",
+}
 _STORAGE = {"memory": pb.MEMORY, "redis": pb.REDIS}
+_STORAGE_NAMES: dict[int, str] = {
+    pb.STORAGE_KIND_UNSPECIFIED: "redis",
+    pb.MEMORY: "memory",
+    pb.REDIS: "redis",
+}
+
+
+def _to_wire(field: str, name: str, table: Mapping[str, Any]) -> Any:
+    value = table.get(str(name))
+    if value is None:  # the dataclasses refuse these first; never sent as UNSPECIFIED
+        msg = f"expected one of {list(table)}, got {show(name)}"
+        raise SpecError(field, msg, reason="UNKNOWN_ENUM_VALUE")
+    return value
 
 
 def stream_spec_to_proto(s: StreamSpec) -> pb.StreamSpec:
@@ -66,25 +132,39 @@ def stream_spec_to_proto(s: StreamSpec) -> pb.StreamSpec:
         name=s.name,
         timestamp_field=s.timestamp_field,
         fields=[
-            pb.FieldSpec(name=f.name, type=_FIELD_TYPES.get(str(f.type), 0), allow_nan=f.allow_nan)
-            for f in s.fields
+            pb.FieldSpec(
+                name=f.name,
+                type=_to_wire(f"fields[{i}].type", str(f.type), _FIELD_TYPES),
+                allow_nan=f.allow_nan,
+            )
+            for i, f in enumerate(s.fields)
         ],
-        late_policy=_LATE.get(s.late_policy.upper(), 0),
+        late_policy=_to_wire("late_policy", s.late_policy.upper(), _LATE),
         allowed_lateness=duration_to_proto(s.allowed_lateness),
     )
 
 
 def field_type_name(value: int) -> str:
+    """A FieldType number as its name (responses: ``str(value)`` for a number unknown here)."""
     return pb.FieldType.Name(value) if value in pb.FieldType.values() else str(value)
 
 
 def stream_spec_from_proto(m: pb.StreamSpec) -> StreamSpec:
+    """Raises SpecError (field path inside the spec) for an unknown enum number, an unset
+    field type or an invalid duration, and for whatever the dataclasses refuse."""
+    fields = []
+    for i, f in enumerate(m.fields):
+        type_name = _enum_from_proto(f"fields[{i}].type", f.type, _FIELD_TYPE_NAMES, "FieldType")
+        with _at(f"fields[{i}]"):
+            fields.append(Field(f.name, type_name, f.allow_nan))
+    late = _enum_from_proto("late_policy", m.late_policy, _LATE_NAMES, "LatePolicy")
+    lateness = duration_from_proto(m.allowed_lateness, "allowed_lateness")
     return StreamSpec(
         name=m.name,
-        fields=tuple(Field(f.name, field_type_name(f.type), f.allow_nan) for f in m.fields),
+        fields=tuple(fields),
         timestamp_field=m.timestamp_field,
-        late_policy="DROP" if m.late_policy == pb.DROP else "REJECT",
-        allowed_lateness=duration_from_proto(m.allowed_lateness),
+        late_policy=late,
+        allowed_lateness=lateness,
     )
 
 
@@ -106,32 +186,39 @@ def policy_to_proto(p: Policy) -> pb.SlidePolicy:
 
 
 def policy_from_proto(m: pb.SlidePolicy) -> Policy:
+    """The policy as the constructor takes it (not the class methods: a definition stored by
+    an older server, such as a count of 0 rows, must keep loading; the server checks new
+    definitions itself). SpecError with the path under ``policy``."""
     kind = m.WhichOneof("kind") or ""
-    if kind == "count":
-        return Policy.count(m.count.size)
-    if kind == "time_range":
-        return Policy.time_range(duration_from_proto(m.time_range.range))
-    if kind == "bounded_sum":
-        return Policy.bounded_sum(m.bounded_sum.field, m.bounded_sum.bound)
-    if kind == "max_sub_window":
-        return Policy.max_sub_window(m.max_sub_window.field, m.max_sub_window.max_size)
-    if kind == "expression":
-        return Policy.expression(m.expression.cel)
-    return Policy("")
+    with _at(f"policy.{kind}" if kind else "policy"):
+        if kind == "count":
+            return Policy("count", size=m.count.size)
+        if kind == "time_range":
+            return Policy("time_range", range=duration_from_proto(m.time_range.range, "range"))
+        if kind == "bounded_sum":
+            return Policy("bounded_sum", field=m.bounded_sum.field, bound=m.bounded_sum.bound)
+        if kind == "max_sub_window":
+            p = m.max_sub_window
+            return Policy("max_sub_window", field=p.field, max_size=p.max_size)
+        if kind == "expression":
+            return Policy("expression", cel=m.expression.cel)
+    msg = "expected one of count, time_range, bounded_sum, max_sub_window, expression; got none"
+    field = "policy"
+    raise SpecError(field, msg)
 
 
 def window_spec_to_proto(w: WindowSpec) -> pb.WindowSpec:
     return pb.WindowSpec(
         stream=w.stream,
         name=w.name,
-        algorithm=pb.LMTA if w.algorithm.upper() == "LMTA" else pb.AMTA,
+        algorithm=_to_wire("algorithm", w.algorithm.upper(), _ALGORITHMS),
         aggregations=[
             pb.Aggregation(name=a.name, monoid=a.monoid, field=a.field, params=dict(a.params))
             for a in w.aggregations
         ],
         policy=policy_to_proto(w.policy),
         storage=pb.Storage(
-            kind=_STORAGE.get(w.storage.kind.lower(), 0),
+            kind=_to_wire("storage.kind", w.storage.kind.lower(), _STORAGE),
             durable=w.storage.durable,
             block_size=w.storage.block_size,
             cache_size=w.storage.cache_size,
@@ -140,21 +227,25 @@ def window_spec_to_proto(w: WindowSpec) -> pb.WindowSpec:
 
 
 def window_spec_from_proto(m: pb.WindowSpec) -> WindowSpec:
-    algorithm = {pb.ALGORITHM_UNSPECIFIED: "AMTA", pb.AMTA: "AMTA", pb.LMTA: "LMTA"}.get(
-        m.algorithm, f"unknown algorithm {m.algorithm}"
-    )
-    kind = {pb.MEMORY: "memory", pb.STORAGE_KIND_UNSPECIFIED: "redis", pb.REDIS: "redis"}.get(
-        m.storage.kind, f"unknown storage {m.storage.kind}"
-    )
+    """Raises SpecError (field path inside the spec) for an unknown algorithm or storage kind,
+    a missing policy, an invalid duration, and whatever the dataclasses refuse."""
+    algorithm = _enum_from_proto("algorithm", m.algorithm, _ALGORITHM_NAMES, "Algorithm")
+    kind = _enum_from_proto("storage.kind", m.storage.kind, _STORAGE_NAMES, "StorageKind")
+    aggregations = []
+    for i, a in enumerate(m.aggregations):
+        with _at(f"aggregations[{i}]"):
+            aggregations.append(Aggregation(a.name, a.monoid, a.field, dict(a.params)))
+    policy = policy_from_proto(m.policy)
+    st = m.storage
+    with _at("storage"):
+        storage = Storage(kind, st.durable, st.block_size, st.cache_size)
     return WindowSpec(
         stream=m.stream,
         name=m.name,
-        aggregations=tuple(
-            Aggregation(a.name, a.monoid, a.field, dict(a.params)) for a in m.aggregations
-        ),
-        policy=policy_from_proto(m.policy),
+        aggregations=tuple(aggregations),
+        policy=policy,
         algorithm=algorithm,
-        storage=Storage(kind, m.storage.durable, m.storage.block_size, m.storage.cache_size),
+        storage=storage,
     )
 
 
@@ -205,11 +296,23 @@ def window_info_to_proto(i: WindowInfo) -> pb.WindowInfo:
     )
 
 
+_OUTPUT_TYPE_NAMES: dict[int, str] = {pb.FIELD_TYPE_UNSPECIFIED: "ANY", **_FIELD_TYPE_NAMES}
+
+
 def window_info_from_proto(m: pb.WindowInfo) -> WindowInfo:
     outputs = []
-    for o in m.outputs:
-        parts = tuple(Field(p.name, field_type_name(p.type)) for p in o.parts)
-        outputs.append(OutputSpec(o.name, "STRUCT" if parts else field_type_name(o.type), parts))
+    for i, o in enumerate(m.outputs):
+        parts = tuple(
+            Field(p.name, _enum_from_proto(f"outputs[{i}].parts[{j}].type", p.type,
+                                           _FIELD_TYPE_NAMES, "FieldType"))
+            for j, p in enumerate(o.parts)
+        )  # fmt: skip
+        type_name = (
+            "STRUCT"
+            if parts
+            else _enum_from_proto(f"outputs[{i}].type", o.type, _OUTPUT_TYPE_NAMES, "FieldType")
+        )
+        outputs.append(OutputSpec(o.name, type_name, parts))
     return WindowInfo(
         spec=window_spec_from_proto(m.spec),
         stats={k: getattr(m.stats, k) for k in _STAT_FIELDS},

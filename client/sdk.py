@@ -154,6 +154,19 @@ def _schema_of(info: StreamInfo) -> dict[str, str]:
     return s
 
 
+def _auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
+    """The ``authorization`` header for ``token``; ValueError for a token the server could
+    never accept (printable ASCII without spaces, RFC 6750), before any call."""
+    if token is None or token == "":
+        return ()
+    if not isinstance(token, str) or not all(0x21 <= ord(c) <= 0x7E for c in token):
+        msg = "token: expected a bearer token (printable ASCII without spaces), got " + (
+            f"{len(token)} characters" if isinstance(token, str) else type(token).__name__
+        )
+        raise ValueError(msg)
+    return (("authorization", f"Bearer {token}"),)
+
+
 def _backoff(attempt: int) -> float:
     return float(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
 
@@ -179,6 +192,7 @@ class WindowClient:
         channel: grpc.Channel | None = None,
     ) -> None:
         self.target = target
+        self.metadata = _auth_metadata(token)  # first: a bad token opens no channel
         creds = credentials(tls)
         if channel is None:
             opts = channel_options()
@@ -189,7 +203,6 @@ class WindowClient:
             )
         self.channel = channel
         self.stub = pb_grpc.WindowServiceStub(channel)
-        self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self.timeout = timeout
         self.retries = retries
         self._schemas: dict[str, dict[str, str]] = {}
@@ -468,6 +481,7 @@ class AsyncWindowClient:
         retries: int = 5,
     ) -> None:
         self.target = target
+        self.metadata = _auth_metadata(token)
         creds = credentials(tls)
         opts = channel_options()
         self.channel = (
@@ -476,7 +490,6 @@ class AsyncWindowClient:
             else grpc.aio.insecure_channel(target, opts)
         )
         self.stub = pb_grpc.WindowServiceStub(self.channel)
-        self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self.timeout = timeout
         self.retries = retries
         self._schemas: dict[str, dict[str, str]] = {}

@@ -17,7 +17,16 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
-from mtawindows.client.types import Aggregation, FieldType, Policy, StreamSpec, WindowSpec
+from mtawindows.client.types import (
+    Aggregation,
+    FieldType,
+    Policy,
+    StreamSpec,
+    WindowSpec,
+    clip,
+    show,
+    show_names,
+)
 
 from .cel import CelError, CelField, CelPolicy
 from .codecs import StructCodec
@@ -136,19 +145,19 @@ def _need_field(
     where: str, agg: Aggregation, types: Mapping[str, FieldType], allowed: tuple[FieldType, ...]
 ) -> FieldType:
     if not agg.field:
-        raise DefinitionError(f"{where}.field", f"{agg.monoid} needs a field, got none")
+        raise DefinitionError(f"{where}.field", f"{show(agg.monoid)} needs a field, got none")
     t = types.get(agg.field)
     if t is None:
         raise DefinitionError(
             f"{where}.field",
-            f"the stream has no field {agg.field!r}; its fields are {sorted(types)}",
+            f"the stream has no field {show(agg.field)}; its fields are {show_names(sorted(types))}",
             reason="UNKNOWN_FIELD",
         )
     if t not in allowed:
         names = "/".join(a.value for a in allowed)
         raise DefinitionError(
             f"{where}.field",
-            f"{agg.monoid} needs a {names} field, {agg.field!r} is {t.value}",
+            f"{show(agg.monoid)} needs a {names} field, {show(agg.field)} is {t.value}",
         )
     return t
 
@@ -158,7 +167,8 @@ def _params(where: str, agg: Aggregation, allowed: tuple[str, ...]) -> None:
     if extra:
         expected = f"only {list(allowed)}" if allowed else "none"
         raise DefinitionError(
-            f"{where}.params", f"{agg.monoid} takes {expected} as params, got {extra}"
+            f"{where}.params",
+            f"{show(agg.monoid)} takes {expected} as params, got {show_names(extra)}",
         )
 
 
@@ -191,7 +201,7 @@ def build_aggregation(
         _need_field(where, agg, types, NUMERIC)
         ddof_text = agg.params.get("ddof", "0")
         if ddof_text not in ("0", "1"):
-            raise DefinitionError(f"{where}.params.ddof", f"expected 0 or 1, got {ddof_text!r}")
+            raise DefinitionError(f"{where}.params.ddof", f"expected 0 or 1, got {show(ddof_text)}")
         cls = Variance if kind == "variance" else StdDev
         return cls(agg.field, ddof=int(ddof_text)), Output(name, FieldType.DOUBLE)
     if kind in ("first", "last"):
@@ -206,7 +216,7 @@ def build_aggregation(
             raise DefinitionError(
                 f"{where}.params.key",
                 f"{kind} needs params key = the field whose value to report, one of "
-                f"{sorted(types)}; got {key!r}",
+                f"{show_names(sorted(types))}; got {show(key)}",
             )
         arg: Monoid = (ArgMax if kind == "argmax" else ArgMin)(value=agg.field, key=key)
         parts = (("value", t.value), ("key", types[key].value))
@@ -220,19 +230,24 @@ def build_aggregation(
     if factory is None:
         raise DefinitionError(
             f"{where}.monoid",
-            f"unknown monoid {agg.monoid!r}; built-in: {list(BUILTINS)}, plugins: {plugin_names()}",
+            f"unknown monoid {show(agg.monoid)}; built-in: {list(BUILTINS)}, plugins: "
+            f"{show_names(plugin_names())}",
             reason="UNKNOWN_MONOID",
         )
     if agg.field and agg.field not in types:
         raise DefinitionError(
-            f"{where}.field", f"the stream has no field {agg.field!r}", reason="UNKNOWN_FIELD"
+            f"{where}.field", f"the stream has no field {show(agg.field)}", reason="UNKNOWN_FIELD"
         )
     try:
         plugin: Monoid = factory(agg.field or None, dict(agg.params))
     except (TypeError, ValueError) as ex:
-        raise DefinitionError(f"{where}", f"plugin {agg.monoid!r} refused: {ex}") from None
-    out_type = getattr(plugin, "output_type", None) or "ANY"
-    return plugin, Output(name, str(out_type))
+        raise DefinitionError(
+            f"{where}", f"plugin {show(agg.monoid)} refused: {clip(str(ex))}"
+        ) from None
+    # a declared FieldType (any case) types the result column; anything else stays untyped
+    declared = str(getattr(plugin, "output_type", None) or "").upper()
+    out_type = declared if declared in FieldType.__members__ else "ANY"
+    return plugin, Output(name, out_type)
 
 
 def columnar_lifter(
@@ -311,10 +326,14 @@ def build_window(stream: StreamSpec, spec: WindowSpec) -> Built:
     """Check ``spec`` against ``stream`` and compile it; raises DefinitionError."""
     if not NAME.match(spec.name or ""):
         raise DefinitionError(
-            "spec.name", f"expected a name matching {NAME.pattern}, got {spec.name!r}"
+            "spec.name", f"expected a name matching {NAME.pattern}, got {show(spec.name)}"
         )
     if spec.algorithm not in ("AMTA", "LMTA"):
-        raise DefinitionError("spec.algorithm", f"expected AMTA or LMTA, got {spec.algorithm!r}")
+        raise DefinitionError(
+            "spec.algorithm",
+            f"expected AMTA or LMTA, got {show(spec.algorithm)}",
+            reason="UNKNOWN_ENUM_VALUE",
+        )
     if not spec.aggregations:
         raise DefinitionError("spec.aggregations", "expected at least one aggregation, got none")
     types = field_types(stream)
@@ -325,10 +344,10 @@ def build_window(stream: StreamSpec, spec: WindowSpec) -> Built:
         if not NAME.match(agg.name or ""):
             raise DefinitionError(
                 f"{where}.name",
-                f"expected an output name matching {NAME.pattern}, got {agg.name!r}",
+                f"expected an output name matching {NAME.pattern}, got {show(agg.name)}",
             )
         if agg.name in fields:
-            raise DefinitionError(f"{where}.name", f"output {agg.name!r} is defined twice")
+            raise DefinitionError(f"{where}.name", f"output {show(agg.name)} is defined twice")
         m, out = build_aggregation(where, agg, types)
         fields[agg.name] = m
         outputs.append(out)
@@ -345,7 +364,7 @@ def build_window(stream: StreamSpec, spec: WindowSpec) -> Built:
         except CelError as ex:
             at: dict[str, str] = {"line": str(ex.line), "column": str(ex.column)} if ex.line else {}
             raise DefinitionError(
-                "spec.policy.expression.cel", str(ex), reason="INVALID_EXPRESSION", metadata=at
+                "spec.policy.expression.cel", str(ex), reason=ex.code, metadata=ex.metadata | at
             ) from None
     batch_safe = spec.policy.kind in ("count", "time_range")
     layout = struct_layout(record, types)
@@ -409,8 +428,12 @@ def _build_policy(
     if p.kind == "bounded_sum":
         agg = Aggregation("__sum", "sum", p.field)
         _need_field(f"{where}.bounded_sum", agg, types, NUMERIC)
-        if p.bound != p.bound:
-            raise DefinitionError(f"{where}.bounded_sum.bound", "expected a number, got NaN")
+        # NaN and negative bounds never built (+inf did: new windows are refused it by the
+        # service's creation checks, a stored one keeps loading)
+        if p.bound != p.bound or p.bound < 0:
+            raise DefinitionError(
+                f"{where}.bounded_sum.bound", f"expected a finite number >= 0, got {p.bound!r}"
+            )
         fields["__sum"] = Sum(p.field)
         fields["__last"] = Last(p.field)
         return BoundedSumPolicy(p.bound, sum_field="__sum", last_field="__last")

@@ -21,6 +21,15 @@ over a list literal, and the functions ``duration("1h30m")``, ``timestamp("2024-
 
 At run time an evaluation error (division by zero, a null operand) makes the expression
 false: that prefix stays. Such errors are counted (:attr:`CelPolicy.errors`).
+
+Limits (:class:`CelLimits`, checked by :func:`check_limits` before anything is parsed): the
+expression's UTF-8 size, and how deep it nests, measured on its tokens as an upper bound of its
+syntax tree's depth: each bracket (parentheses, list, call, index) counts one, and inside a
+bracket level the operators that can stack on one operand count one each (a chain of 30 ``||``
+is 30 deep, ``!!x`` 2, ``total.a.b`` 2, ``int(x)`` 1). Parsing (an LALR parser, no recursion)
+and the compiler's walk stay within those bounds; a ``RecursionError`` anywhere in them still
+becomes a :class:`CelError` (``CEL_TOO_DEEP``). Integer literals must fit in 64 bits (int64, or
+uint64 with the ``u`` suffix).
 """
 
 from __future__ import annotations
@@ -39,14 +48,225 @@ _ORDERED = ("int", "double", "string", "timestamp", "duration", "bool")
 
 
 class CelError(ValueError):
-    """A policy expression that does not parse or type-check; says where (line, column)."""
+    """A policy expression that does not parse or type-check; says where (line, column).
+    ``code`` is the ErrorInfo reason it maps to, ``metadata`` what was measured."""
 
-    def __init__(self, message: str, line: int | None = None, column: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        line: int | None = None,
+        column: int | None = None,
+        *,
+        code: str = "INVALID_EXPRESSION",
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
         where = f" at line {line}, column {column}" if line is not None else ""
         super().__init__(f"{message}{where}")
         self.reason = message
         self.line = line
         self.column = column
+        self.code = code
+        self.metadata = dict(metadata or {})
+
+
+@dataclass(frozen=True)
+class CelLimits:
+    """How large a new policy expression may be: UTF-8 bytes, and nesting (see the module
+    docstring)."""
+
+    max_bytes: int = 4096
+    max_depth: int = 64
+
+    def __post_init__(self) -> None:
+        if self.max_bytes < 1 or self.max_depth < 1:
+            msg = (
+                f"CEL limits must be >= 1, got max_bytes={self.max_bytes}, "
+                f"max_depth={self.max_depth}"
+            )
+            raise ValueError(msg)
+
+
+INT64_MIN, INT64_MAX, UINT64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
+
+# Operator tiers, loosest first: a ternary `?`, ||, &&, relations, + -, * / %, prefix ! -,
+# member `.`. An operator of a tier ends the operands of the tighter tiers before it.
+_TIER_TERNARY, _TIER_UNARY, _TIER_MEMBER = 0, 6, 7
+_TIERS = 8
+_BINARY = {
+    "?": 0,
+    "||": 1,
+    "&&": 2,
+    "==": 3,
+    "!=": 3,
+    "<": 3,
+    "<=": 3,
+    ">": 3,
+    ">=": 3,
+    "in": 3,
+    "+": 4,
+    "-": 4,
+    "*": 5,
+    "/": 5,
+    "%": 5,
+    ".": 7,
+}
+_OPEN, _CLOSE = "([{", ")]}"
+_WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789")
+
+
+class _Level:
+    """One bracket level of :func:`measure`: per tier, the operators of the operand being
+    read (``count``) and the deepest operand of the next tier finished so far (``best``)."""
+
+    __slots__ = ("best", "count", "items", "postfix")
+
+    def __init__(self, postfix: bool = False) -> None:
+        self.postfix = postfix  # a call's arguments or an index, applied to an operand
+        self.count = [0] * _TIERS
+        self.best = [0] * _TIERS
+        self.items = 0  # the deepest comma-separated item finished so far
+
+    def fold(self, tier: int) -> None:
+        """Operands of tiers >= ``tier`` end: their depth moves to tier - 1."""
+        count, best = self.count, self.best
+        for t in range(_TIERS - 1, tier - 1, -1):
+            if count[t] or best[t]:
+                value = count[t] + best[t]
+                if t:
+                    best[t - 1] = max(best[t - 1], value)
+                else:
+                    self.items = max(self.items, value)
+                count[t] = best[t] = 0
+
+    def leaf(self, depth: int) -> None:
+        if depth > self.best[_TIERS - 1]:
+            self.best[_TIERS - 1] = depth
+
+    def op(self, tier: int) -> None:
+        self.fold(tier + 1)
+        self.count[tier] += 1
+
+    def close(self) -> int:
+        self.fold(0)
+        return self.items
+
+
+def measure(text: str) -> tuple[int, int]:
+    """(bracket depth, nesting) of an expression, from its characters alone: nesting is an
+    upper bound of its syntax tree's depth (brackets plus the operators stacked in each).
+    Linear in the text; strings and comments are skipped, unbalanced text is measured as far
+    as it goes (the parser reports it)."""
+    levels = [_Level()]
+    brackets = 0
+    operand = False  # the previous token ended an operand: a `-` next is binary
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in " \t\r\n\f":
+            i += 1
+        elif c == "/" and text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif c in "\"'":
+            q = c * 3 if text.startswith(c * 3, i) else c
+            j = i + len(q)
+            while j < n and not text.startswith(q, j):
+                j += 2 if text[j] == "\\" else 1
+            i = j + len(q)
+            levels[-1].leaf(0)
+            operand = True
+        elif c in _WORD or (c == "." and i + 1 < n and text[i + 1].isdigit() and not operand):
+            j = i + 1
+            number = c.isdigit() or c == "."
+            exponent = number and not text.startswith(("0x", "0X"), i)  # 1e-5 is one token
+            while j < n:
+                d = text[j]
+                if not (
+                    d in _WORD
+                    or (number and d == ".")
+                    or (exponent and d in "+-" and text[j - 1] in "eE")
+                ):
+                    break
+                j += 1
+            if text[i:j] == "in":
+                levels[-1].op(_BINARY["in"])
+                operand = False
+            else:
+                levels[-1].leaf(0)
+                operand = True
+            i = j
+        elif c in _OPEN:
+            levels.append(_Level(postfix=operand))
+            brackets = max(brackets, len(levels) - 1)
+            operand = False
+            i += 1
+        elif c in _CLOSE:
+            if len(levels) > 1:
+                _close(levels)
+            operand = True
+            i += 1
+        elif c == ",":
+            levels[-1].fold(0)
+            operand = False
+            i += 1
+        elif c == ":":
+            levels[-1].fold(_TIER_TERNARY + 1)
+            operand = False
+            i += 1
+        else:
+            two = text[i : i + 2]
+            tok = two if two in _BINARY else c
+            if tok == "!" or (tok == "-" and not operand):
+                levels[-1].op(_TIER_UNARY)
+            elif tok in _BINARY:
+                levels[-1].op(_BINARY[tok])
+            operand = False
+            i += len(tok)
+    while len(levels) > 1:
+        _close(levels)
+    return brackets, levels[0].close()
+
+
+def _close(levels: list[_Level]) -> None:
+    """The innermost bracket level ends: a call or an index stacks one more operator on the
+    operand before it, parentheses or a list are one level around what they hold."""
+    level = levels.pop()
+    inner = level.close()
+    if level.postfix:
+        levels[-1].count[_TIER_MEMBER] += 1
+        levels[-1].leaf(inner)
+    else:
+        levels[-1].leaf(inner + 1)
+
+
+def check_limits(text: str, limits: CelLimits) -> None:
+    """Refuse an expression over ``limits`` before it is parsed: :class:`CelError` with code
+    ``CEL_TOO_LARGE`` (UTF-8 size) or ``CEL_TOO_DEEP`` (nesting), naming limit and measure."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > limits.max_bytes:
+        msg = (
+            f"the expression is {size} bytes (UTF-8), over the limit of {limits.max_bytes} "
+            "bytes for a slide policy"
+        )
+        raise CelError(
+            msg, code="CEL_TOO_LARGE", metadata={"limit": str(limits.max_bytes), "bytes": str(size)}
+        )
+    brackets, depth = measure(text)
+    if depth > limits.max_depth:
+        msg = (
+            f"the expression nests {depth} levels deep ({brackets} of them brackets; the rest "
+            f"operators stacked on one operand, such as a chain of ||), over the limit of "
+            f"{limits.max_depth}"
+        )
+        raise CelError(
+            msg,
+            code="CEL_TOO_DEEP",
+            metadata={
+                "limit": str(limits.max_depth),
+                "depth": str(depth),
+                "brackets": str(brackets),
+            },
+        )
 
 
 @dataclass(frozen=True)
@@ -129,7 +349,53 @@ def _to_int(v: Any) -> int:
     return int(v)
 
 
-_HELPERS: dict[str, Any] = {"_div": _cel_div, "_mod": _cel_mod, "_int": _to_int, "_dbl": float}
+def _cel_or(a: Callable[[], bool], b: Callable[[], bool]) -> bool:
+    try:
+        if a():
+            return True
+    except Exception:
+        if b() is True:  # the error is absorbed: the other side decides
+            return True
+        raise
+    return b()
+
+
+def _cel_and(a: Callable[[], bool], b: Callable[[], bool]) -> bool:
+    try:
+        if not a():
+            return False
+    except Exception:
+        if b() is False:
+            return False
+        raise
+    return b()
+
+
+# generated operands that cannot raise: a name, a field read, a literal
+_SAFE = re.compile(r"\(?[A-Za-z_][A-Za-z0-9_]*(\[[0-9]+\])*\)?|True|False")
+
+_HELPERS: dict[str, Any] = {
+    "_div": _cel_div,
+    "_mod": _cel_mod,
+    "_int": _to_int,
+    "_dbl": float,
+    "_or": _cel_or,
+    "_and": _cel_and,
+}
+_PASS_THROUGH = frozenset(
+    {
+        "expr",
+        "conditionalor",
+        "conditionaland",
+        "relation",
+        "addition",
+        "multiplication",
+        "unary",
+        "member",
+        "primary",
+        "paren_expr",
+    }
+)
 
 
 class _Compiler:
@@ -170,6 +436,11 @@ class _Compiler:
 
     # -- the walk: returns (python source, CEL type)
     def expr(self, node: Any) -> tuple[str, CelType]:
+        # the grammar wraps every operand in one node per precedence level (expr,
+        # conditionalor, ..., member, primary, paren_expr): step through those here, so the
+        # recursion is as deep as the expression's operators, not ten times that
+        while node.data in _PASS_THROUGH and len(node.children) == 1:
+            node = node.children[0]
         kind = node.data
         method = getattr(self, f"n_{kind}", None)
         if method is None:
@@ -201,7 +472,13 @@ class _Compiler:
         for t, side in ((at, node.children[0]), (bt, node.children[1])):
             if t != "bool":
                 raise self.fail(side, f"operands of {cel} must be bool, got {self.tname(t)}")
-        return f"({a} {op} {b})", "bool"
+        # CEL's logic is commutative over errors: `err || true` is true, `err && false` false.
+        # Python's `or`/`and` short-circuit left to right, which is CEL's answer whenever the
+        # left operand does not raise; a left operand that may raise goes through a helper
+        # that still asks the right one. Only names, field reads and literals cannot raise.
+        if _SAFE.fullmatch(a):
+            return f"({a} {op} {b})", "bool"
+        return f"_{op}(lambda: {a}, lambda: {b})", "bool"
 
     def n_conditionalor(self, node: Any) -> tuple[str, CelType]:
         return self._logic(node, "or", "||")
@@ -319,10 +596,8 @@ class _Compiler:
         tok = node.children[0]
         text = tok.value
         try:
-            if tok.type == "INT_LIT":
-                return self.const(int(text, 0)), "int"
-            if tok.type == "UINT_LIT":
-                return self.const(int(text[:-1], 0)), "int"
+            if tok.type in ("INT_LIT", "UINT_LIT"):
+                return self._integer(tok), "int"
             if tok.type == "FLOAT_LIT":
                 return self.const(float(text)), "double"
             if tok.type == "BOOL_LIT":
@@ -334,9 +609,24 @@ class _Compiler:
                 if not isinstance(value, str):  # pragma: no cover - grammar guarantees it
                     raise ValueError(text)
                 return self.const(value), "string"
+        except CelError:
+            raise
         except (ValueError, SyntaxError) as ex:
             raise self.fail(tok, f"bad literal {text}: {ex}") from None
         raise self.fail(tok, f"{tok.type.lower().replace('_lit', '')} literals are not supported")
+
+    def _integer(self, tok: Any) -> str:
+        """An int64 literal, or a uint64 one with the ``u`` suffix; anything wider is refused
+        (CEL's integers are 64 bits)."""
+        text = tok.value
+        unsigned = tok.type == "UINT_LIT"
+        value = int(text[:-1] if unsigned else text, 0)
+        low, high = (0, UINT64_MAX) if unsigned else (INT64_MIN, INT64_MAX)
+        if low <= value <= high:
+            return self.const(value)
+        kind = "a uint64" if unsigned else "an int64"
+        msg = f"integer literal {text} does not fit in {kind} ({low}..{high})"
+        raise CelError(msg, *self.where(tok))
 
     def n_ident(self, node: Any) -> tuple[str, CelType]:
         tok = node.children[0]
@@ -439,27 +729,51 @@ class CelPolicy:
 
 
 def compile_expression(
-    text: str, record: Mapping[str, CelField], errors: list[int]
+    text: str,
+    record: Mapping[str, CelField],
+    errors: list[int],
+    limits: CelLimits | None = None,
 ) -> tuple[Callable[[Any, Any], bool], str]:
-    """Parse, check and compile ``text``; returns the function and its generated source."""
-    from celpy.celparser import CELParseError, CELParser
+    """Parse, check and compile ``text``; returns the function and its generated source.
+    With ``limits``, an expression over them is refused before it is parsed."""
+    from celpy.celparser import CELParseError
 
     if not isinstance(text, str) or not text.strip():
         msg = "expected a CEL expression over total and old, got an empty one"
         raise CelError(msg)
+    if limits is not None:
+        check_limits(text, limits)
+    # a RecursionError (or the Python compiler's nesting limit) becomes a CelError outside the
+    # except clause, and the tree lives in _compile's frame only: nothing of a refused
+    # expression stays reachable from the error
+    too_deep = ""
     try:
-        tree = CELParser().parse(text)
+        return _compile(text, record, errors)
     except CELParseError as ex:
         first = str(ex.args[0]).splitlines()[0] if ex.args else "syntax error"
         line = getattr(ex, "line", None)
         col = getattr(ex, "column", None)
-        msg_0 = f"syntax error: {first.strip()}"
-        raise CelError(msg_0, line, col) from None
+        msg = f"syntax error: {first.strip()}"
+        raise CelError(msg, line, col) from None
+    except (RecursionError, MemoryError) as ex:
+        too_deep = type(ex).__name__
+    except SyntaxError as ex:  # the generated source past Python's own nesting limits
+        too_deep = f"SyntaxError: {ex.msg}"
+    msg = f"the expression nests too deeply to compile ({too_deep}); split it or lower its nesting"
+    raise CelError(msg, code="CEL_TOO_DEEP", metadata={"error": too_deep})
+
+
+def _compile(
+    text: str, record: Mapping[str, CelField], errors: list[int]
+) -> tuple[Callable[[Any, Any], bool], str]:
+    from celpy.celparser import CELParser
+
+    tree = CELParser().parse(text)
     comp = _Compiler(text, record)
     src, t = comp.expr(tree)
     if t != "bool":
-        msg_0 = f"a slide policy must be a bool expression, this one is {comp.tname(t)}"
-        raise CelError(msg_0)
+        msg = f"a slide policy must be a bool expression, this one is {comp.tname(t)}"
+        raise CelError(msg)
     comp.env["errors"] = errors
     code = (
         "def policy(total, old):\n"

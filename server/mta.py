@@ -213,6 +213,19 @@ class _MTAWindow:
                 self.flush()
             self._hook.close()
 
+    @property
+    def stale(self) -> bool:
+        """A store failure left the local state unsure: the next call reloads the window's
+        last durable state (or the owner calls :meth:`reload` first)."""
+        return self._stale
+
+    def reload(self) -> None:
+        """Rebuild the window from its store's durable state (its last checkpoint and log)."""
+        if self._hook is None:
+            msg = f"{type(self).__name__}: a window in memory has no durable state to reload"
+            raise TypeError(msg)
+        self._reload()
+
     def last_sequence(self, producer_id: str) -> int | None:
         """The last ``sequence`` applied for ``producer_id`` (idempotency), or ``None``."""
         return self._producers.get(producer_id)
@@ -452,6 +465,12 @@ class _MTAWindow:
         """The store failed: the local state may be ahead of what Redis holds durably."""
         self._broken = ex
         self._stale = True
+
+    def invalidate(self, ex: BaseException) -> None:
+        """The store lost or may have lost state (a restarted Redis): reload the last durable
+        state on the next call, as after a store failure. No-op without a store."""
+        if self._hook is not None:
+            self._store_failed(ex)
 
     def _insert_or_undo(self, u: Any, r1: Any = _UNSET) -> None:
         """Insert a lifted item; if the monoid raises half-way, take the insert back."""

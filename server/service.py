@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import gc
 import heapq
 import itertools
@@ -25,11 +26,13 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from mtawindows.client import convert
 from mtawindows.client.proto import windows_pb2 as pb
 from mtawindows.client.types import (
+    MAX_DURATION,
     AppendResult,
     Field,
     FieldType,
@@ -39,10 +42,14 @@ from mtawindows.client.types import (
     WindowInfo,
     WindowResult,
     WindowSpec,
+    clip,
+    show,
+    show_names,
 )
 
 from .catalog import NAME, Built, DefinitionError, Output, build_window, columnar_lifter
 from .cel import CelPolicy
+from .journal import JournalEntry, StreamJournal
 from .mta import AmortizedMTA, LogMTA
 from .store import StoreError, WouldBlock
 
@@ -80,6 +87,27 @@ def batch_too_large(rows: int, limit: int) -> ServiceError:
     )
 
 
+def store_unavailable(stream: str, ex: BaseException, window: str | None = None) -> ServiceError:
+    where = f"stream {stream!r}" + (f", window {window!r}" if window else "")
+    # the store's error text (hosts, ports, paths) stays in the log, under an id the caller gets
+    error_id = uuid.uuid4().hex[:16]
+    log.warning(
+        "store failed, error id %s: %s: %s",
+        error_id,
+        where,
+        clip(f"{type(ex).__name__}: {ex}", 1000),
+        extra={"error_id": error_id, "stream": stream},
+    )
+    return ServiceError(
+        "UNAVAILABLE",
+        "STORE_UNAVAILABLE",
+        f"{where}: the store failed ({type(ex).__name__}, error id {error_id}); retry the "
+        "batch with the same producer_id and sequence (a batch that was applied is then a "
+        "duplicate)",
+        metadata={"stream": stream, "error_id": error_id},
+    )
+
+
 def invalid(field_path: str, message: str, reason: str = "INVALID_ARGUMENT") -> ServiceError:
     return ServiceError(
         "INVALID_ARGUMENT", reason, f"{field_path}: {message}", [(field_path, message)]
@@ -94,6 +122,15 @@ class Limits:
     max_message_bytes: int = 64 * 1024 * 1024
     max_subscribers: int = 1000
     result_history: int = 1000  # results kept per window for ReadResults
+    # serialized results queued for one subscriber that does not keep up, and held for all
+    # of them (each result once); past either the furthest behind is cut
+    # (RESOURCE_EXHAUSTED, SUBSCRIBER_TOO_SLOW)
+    subscriber_queue_bytes: int = 8 * 1024 * 1024
+    subscribers_total_bytes: int = 256 * 1024 * 1024
+    # a new CEL policy: its UTF-8 size and how deep it may nest (brackets plus operators),
+    # checked before it is parsed (INVALID_ARGUMENT, CEL_TOO_LARGE / CEL_TOO_DEEP)
+    max_cel_bytes: int = 4096
+    max_cel_depth: int = 64
 
 
 # --------------------------------------------------------------------------- windows
@@ -135,6 +172,8 @@ class Window:
         self.sequence = sequence
         self.timestamp = 0
         self.history: collections.deque[WindowResult] = collections.deque(maxlen=max(1, history))
+        # lsn of the last journal entry (append) this window holds; saved with its checkpoints
+        self.lsn = 0
 
     @property
     def inline_ok(self) -> bool:
@@ -157,10 +196,13 @@ class Window:
         return out
 
     def result(self, evicted: int = 0) -> WindowResult:
+        lowered = (
+            self.engine.query()
+        )  # first: a window reloading after a store failure does it here
         size = len(self.engine)
         return WindowResult(
             self.spec.name,
-            self.values(self.engine.query(), size),
+            self.values(lowered, size),
             size,
             evicted,
             self.sequence,
@@ -240,6 +282,7 @@ class StreamState:
     producers: dict[str, int] = field(default_factory=dict)
     buffer: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)  # heap
     arrivals: int = 0  # tie-breaker of the heap: arrival order
+    lsn: int = 0  # appends applied: the journal's sequence number of the last one
 
 
 @contextlib.contextmanager
@@ -257,14 +300,26 @@ def _gc_paused(rows: int) -> Iterator[None]:
         gc.enable()
 
 
-def _first_nan(values: list[Any]) -> int | None:
-    """Index of the first NaN; a sum that is a number proves there is none (one C loop)."""
+def _first_nonfinite(values: list[Any]) -> int | None:
+    """Index of the first NaN, +inf or -inf; a finite sum proves there is none (one C loop:
+    any non-finite value makes ``fsum`` non-finite or raise)."""
     try:
-        if not math.isnan(math.fsum(values)):
+        if math.isfinite(math.fsum(values)):
             return None
-    except (TypeError, ValueError, OverflowError):  # inf - inf, or not numbers
+    except (TypeError, ValueError, OverflowError):  # inf - inf, an overflow, not numbers
         pass
-    return next((i for i, v in enumerate(values) if v != v), None)
+    return next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
+
+
+def _first_negative(values: list[Any]) -> int | None:
+    """Index of the first value that is not a finite number >= 0 (the values of a bounded-sum
+    window's field); ``min`` and ``fsum`` prove there is none in two C loops."""
+    try:
+        if min(values, default=0) >= 0 and math.isfinite(math.fsum(values)):
+            return None
+    except (TypeError, ValueError, OverflowError):
+        pass
+    return next((i for i, v in enumerate(values) if not (v >= 0 and math.isfinite(v))), None)
 
 
 @dataclass
@@ -282,6 +337,9 @@ class Batch:
     late: int
     applied: set[str] = field(default_factory=set)
     evicted: dict[str, int] = field(default_factory=dict)
+    lsn: int = 0  # set when the batch is journaled (or applied, without a journal)
+    noop: bool = False  # no rows: acknowledged, changes nothing (no batch, no sequence)
+    replay: bool = False  # re-applied from the journal at recovery: no listeners
     per_row: dict[str, tuple[list[Any], list[int]]] = field(default_factory=dict)
 
 
@@ -307,6 +365,15 @@ class Stream:
         self.batches = 0
         self.listeners: list[Callable[[int, Mapping[str, WindowResult]], None]] = []
         self.lock = threading.Lock()
+        # Durability (see journal.py): the journal when a window is durable; ``stale`` after a
+        # store failure left the windows or the journal unsure: ``recover`` (set by the
+        # registry) rebuilds the stream from Redis before its next call.
+        self.journal: StreamJournal | None = None
+        self.state_store: StreamJournal  # the stream's keys in Redis (set by the registry)
+        self.stale = False
+        self.recover: Callable[[], None] = lambda: None
+        # the checkpoints queued by the last flush: (lsn, state JSON, futures)
+        self.pending_state: tuple[int, str, list[Any]] | None = None
 
     def info(self) -> StreamInfo:
         st = self.state
@@ -324,18 +391,21 @@ class Stream:
     # -- decoding
     def decode(self, columns: Mapping[str, tuple[str, list[Any]]]) -> tuple[int, list[list[Any]]]:
         """Check a batch's columns against the schema; the columns in schema order."""
-        violations: list[tuple[str, str]] = []
+        violations: list[tuple[str, str]] = []  # schema first, then values
         missing = [n for n in self.order if n not in columns]
         unknown = sorted(set(columns) - set(self.types))
         violations += [
             (
                 f"columns[{n}]",
-                f"missing column {n!r} ({self.types[n]}) of stream {self.spec.name!r}",
+                f"missing column {n!r} ({self.types[n]}) of stream {show(self.spec.name)}",
             )
             for n in missing
         ]
         violations += [
-            (f"columns[{n}]", f"unknown column {n!r}; the stream's columns are {self.order}")
+            (
+                f"columns[{n}]",
+                f"unknown column {show(n)}; the stream's columns are {show_names(self.order)}",
+            )
             for n in unknown
         ]
         lengths = {n: len(columns[n][1]) for n in self.order if n in columns}
@@ -349,6 +419,7 @@ class Stream:
                     )
                 )
         out: list[list[Any]] = []
+        values_bad: list[tuple[str, str]] = []
         for name in self.order:
             if name not in columns:
                 continue
@@ -363,27 +434,52 @@ class Stream:
                 if expected == FieldType.DOUBLE.value:
                     values = [float(v) for v in values]
             if expected == FieldType.DOUBLE.value and name not in self.nan_ok:
-                bad = _first_nan(values)
+                bad = _first_nonfinite(values)
                 if bad is not None:
-                    violations.append(
+                    values_bad.append(
                         (
                             f"columns[{name}][{bad}]",
-                            "NaN is not allowed in this field (allow_nan is off)",
+                            f"expected a finite number, got {values[bad]!r} (the field does "
+                            "not allow non-finite values: allow_nan is off)",
                         )
                     )
             out.append(values)
-        if violations:
+        if violations or values_bad:
+            schema = bool(violations)
+            violations += values_bad
             first = violations[0]
             extra = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
             raise ServiceError(
                 "INVALID_ARGUMENT",
-                "SCHEMA_MISMATCH"
-                if (missing or unknown or any("expected" in v for _, v in violations))
-                else "BAD_VALUES",
+                "SCHEMA_MISMATCH" if schema else "BAD_VALUES",
                 f"{first[0]}: {first[1]}{extra}",
                 violations,
             )
         return n_rows, out
+
+    def _check_bounded_sums(self, cols: list[list[Any]]) -> None:
+        """A bounded-sum window is prefix-monotone only over values >= 0 (a negative value
+        would let an evicted prefix's rows belong in the window again), and a non-finite one
+        poisons its sum: refuse the batch, naming the first such row, before anything."""
+        for wname, w in self.windows.items():
+            p = w.spec.policy
+            if p.kind != "bounded_sum" or p.field not in self.order:
+                continue
+            values = cols[self.order.index(p.field)]
+            bad = _first_negative(values)
+            if bad is not None:
+                path = f"columns[{p.field}][{bad}]"
+                what = (
+                    f"expected a finite number >= 0 (window {wname!r} sums {p.field!r} up to a "
+                    f"bound), got {values[bad]!r}"
+                )
+                raise ServiceError(
+                    "INVALID_ARGUMENT",
+                    "BAD_VALUES",
+                    f"{path}: {what}",
+                    [(path, what)],
+                    {"row": str(bad), "window": wname},
+                )
 
     # -- ingestion
     def append(
@@ -402,20 +498,77 @@ class Stream:
         With ``nonblocking`` (the event loop calling), a window that would wait for Redis
         raises :class:`Deferred` instead, carrying the batch: :meth:`resume` finishes it where
         waiting is fine. Windows before that one are applied, it and the rest are not."""
+        self.ensure_current()
         rows = max((len(v) for _, v in columns.values()), default=0)
         with _gc_paused(rows):
-            batch = self.prepare(
-                columns,
-                producer_id=producer_id,
-                sequence=sequence,
-                mode=mode,
-                which=which,
-                max_rows=max_rows,
-            )
-            if batch.result.duplicate:
+            saved = self._save_buffer()
+            try:
+                batch = self.prepare(
+                    columns,
+                    producer_id=producer_id,
+                    sequence=sequence,
+                    mode=mode,
+                    which=which,
+                    max_rows=max_rows,
+                )
+            except BaseException:
+                self._restore_buffer(saved)  # a refused batch changes nothing
+                raise
+            if batch.result.duplicate or batch.noop:
                 return batch.result
+            batch.lsn = self.state.lsn + 1
+            if self.journal is not None:
+                try:
+                    self.journal.append(batch.lsn, producer_id, sequence, mode, which, columns)
+                except StoreError as ex:
+                    self._restore_buffer(saved)
+                    self.stale = True  # the entry may have landed: reload before the next append
+                    raise store_unavailable(self.spec.name, ex) from None
             self._apply(batch, nonblocking=nonblocking)
             return self._finish(batch)
+
+    def ensure_current(self) -> None:
+        """Before a call that reads or changes the windows: a journaled stream whose journal or
+        windows failed is rebuilt from Redis first (a window must not reload its checkpoint
+        alone: it would lose the journal's entries after it)."""
+        if self.journal is None:
+            return
+        if self.stale or any(w.engine.stale for w in self.windows.values()):
+            self.stale = True
+            self.recover()
+
+    def _save_buffer(self) -> tuple[list[Any], int, int | None] | None:
+        """What ``prepare`` may change before it can still refuse the batch (the reorder
+        buffer), to put back if it does."""
+        if not self.lateness:
+            return None
+        st = self.state
+        return list(st.buffer), st.arrivals, st.seen
+
+    def _restore_buffer(self, saved: tuple[list[Any], int, int | None] | None) -> None:
+        if saved is not None:
+            st = self.state
+            st.buffer, st.arrivals, st.seen = saved
+
+    def replay(self, entry: JournalEntry) -> None:
+        """Apply a journaled append again (recovery): the same checks against the same state
+        give the same batch; windows that hold the entry already are skipped."""
+        batch = self.prepare(
+            entry.columns,
+            producer_id=entry.producer_id,
+            sequence=entry.sequence,
+            mode=entry.mode,
+            which=[w for w in entry.which if w in self.windows],
+            max_rows=1 << 62,
+        )
+        if batch.result.duplicate:  # pragma: no cover - a journal written by another state
+            msg = f"stream {self.spec.name!r}: journal entry {entry.lsn} replays as a duplicate"
+            raise StoreError(msg)
+        batch.lsn = entry.lsn
+        batch.replay = True
+        batch.applied = {n for n, w in self.windows.items() if w.lsn >= entry.lsn}
+        self._apply(batch, nonblocking=False)
+        self._finish(batch)
 
     def resume(self, batch: Batch) -> AppendResult:
         """Finish a :class:`Deferred` batch (may wait for Redis)."""
@@ -428,6 +581,8 @@ class Stream:
         that journals (a Redis round trip per batch) or is reloading, and either one row or
         only windows that take a batch in one step (a window cannot stop halfway)."""
         if n_rows > 256 or self.lateness:
+            return False
+        if self.journal is not None or self.stale:
             return False
         one_step = n_rows == 1 or (
             mode != PER_ROW and all(w.built.batch_safe for w in self.windows.values())
@@ -455,13 +610,27 @@ class Stream:
         n_rows, cols = self.decode(columns)
         if n_rows > max_rows:
             raise batch_too_large(n_rows, max_rows)
+        self._check_bounded_sums(cols)
         st = self.state
-        if producer_id or sequence:
-            if not producer_id or sequence <= 0:
-                raise invalid(
-                    "producer_id" if not producer_id else "sequence",
-                    f"idempotency needs both a producer_id and a sequence > 0, got producer_id={producer_id!r}, sequence={sequence}",
-                )
+        if (producer_id or sequence) and (not producer_id or sequence <= 0):
+            raise invalid(
+                "producer_id" if not producer_id else "sequence",
+                "idempotency needs both a producer_id and a sequence > 0, got "
+                f"producer_id={show(producer_id)}, sequence={sequence}",
+            )
+        if n_rows == 0:
+            # nothing to apply: acknowledged without a trace (no batch counted, no sequence,
+            # the producer's sequence not taken, no result); FINAL answers the current results
+            res = AppendResult()
+            if mode == FINAL:
+                res.results = self._results(which, {})
+            elif mode == PER_ROW:
+                res.row_results = {
+                    n: self.windows[n].columns([], []) | {"__size": (FieldType.INT64.value, [])}
+                    for n in (which or list(self.windows))
+                }
+            return Batch(res, mode, which, producer_id, sequence, [], {}, [], 0, noop=True)
+        if producer_id:
             last = st.producers.get(producer_id)
             if last is not None and sequence <= last:
                 st.batches_duplicate += 1
@@ -496,7 +665,7 @@ class Stream:
                 lifted[name] = [lift(r) for r in rows]
             except (TypeError, ValueError) as ex:
                 raise invalid(
-                    "columns", f"window {name!r} refused a row: {ex}", "BAD_VALUES"
+                    "columns", f"window {name!r} refused a row: {clip(str(ex))}", "BAD_VALUES"
                 ) from None
         result = AppendResult(rows_applied=n_released, rows_late=late, rows_buffered=buffered)
         released_ts = columns_of[self.spec.timestamp_field]
@@ -527,16 +696,18 @@ class Stream:
             except WouldBlock:
                 raise Deferred(batch) from None
             except StoreError as ex:
-                raise ServiceError(
-                    "UNAVAILABLE",
-                    "STORE_UNAVAILABLE",
-                    f"window {name!r}: the store failed ({ex}); retry the batch with the same producer_id and sequence",
-                ) from None
+                if self.journal is not None:
+                    # journaled: recovery replays the batch into every window that lacks it
+                    self.stale = True
+                if batch.replay:
+                    raise
+                raise store_unavailable(self.spec.name, ex, window=name) from None
             finally:
                 if store is not None and store.nonblocking:
                     store.nonblocking = False
                     engine.flush_full_blocks()
             batch.applied.add(name)
+            win.lsn = batch.lsn
 
     def _finish(self, batch: Batch) -> AppendResult:
         """Commit the stream's state and build the answer."""
@@ -553,6 +724,7 @@ class Stream:
         st.rows_late += batch.late
         st.batches_appended += 1
         st.sequence += 1
+        st.lsn = batch.lsn
         if batch.producer_id:
             st.producers[batch.producer_id] = batch.sequence
         self.batches += 1
@@ -571,7 +743,7 @@ class Stream:
         # the batch's temporaries go before the collector resumes (it would walk them all)
         batch.per_row.clear()
         batch.lifted.clear()
-        if self.listeners:
+        if self.listeners and not batch.replay:
             for listener in list(self.listeners):
                 listener(self.batches, finals)
         return result
@@ -688,6 +860,18 @@ class Registry:
             )
         return w
 
+    def result(self, stream: str, name: str) -> WindowResult:
+        """A window's current result (under the stream's lock)."""
+        w = self.window(stream, name)
+        s = self.stream(stream)
+        s.ensure_current()
+        try:
+            return w.result()
+        except StoreError as ex:
+            if s.journal is not None:
+                s.stale = True
+            raise store_unavailable(stream, ex, window=name) from None
+
     # -- streams
     def create_stream(self, spec: StreamSpec) -> StreamInfo:
         check_stream_spec(spec)
@@ -706,10 +890,17 @@ class Registry:
                     f"the server holds its limit of {self.limits.max_streams} streams; delete one first",
                 )
             blob = convert.stream_spec_to_proto(spec).SerializeToString()
+            s = self._new_stream(spec)
+            s.state_store.delete()  # leftovers of an earlier stream of that name
             self.redis.hset(self._streams_key, spec.name, blob)
-            s = Stream(spec)
             self.streams[spec.name] = s
             return s.info()
+
+    def _new_stream(self, spec: StreamSpec) -> Stream:
+        s = Stream(spec)
+        s.state_store = StreamJournal(self.redis, self.prefix, spec.name)
+        s.recover = functools.partial(self._recover_stream, s)
+        return s
 
     def delete_stream(self, name: str) -> None:
         with self.guard:
@@ -718,6 +909,7 @@ class Registry:
                 self._drop_window(s, wname)
             self.redis.hdel(self._streams_key, name)
             self.redis.hdel(self._state_key, name)
+            s.state_store.delete()
             del self.streams[name]
 
     # -- windows
@@ -759,12 +951,18 @@ class Registry:
                 sequence=s.state.sequence,
             )
             w.timestamp = s.state.newest or 0
-            # a window created on a stream with rows joins from now on; its replay keys follow
+            # a window created on a stream with rows joins from now on (at the stream's lsn)
+            w.lsn = s.state.lsn
+            if s.stale:
+                s.recover()
+            if engine.store is not None:  # its first checkpoint says where it joined
+                engine.flush(meta=self._window_meta(s, w))
             record = pb.WindowInfo(spec=convert.window_spec_to_proto(spec))
             self.redis.hset(
                 self._windows_key, f"{spec.stream}/{spec.name}", _window_blob(record, window_id)
             )
             s.windows[spec.name] = w
+            self._journal_if_durable(s)
             return w.info(s.state.rows_late)
 
     def delete_window(self, stream: str, name: str) -> None:
@@ -772,6 +970,7 @@ class Registry:
             s = self.stream(stream)
             self.window(stream, name)
             self._drop_window(s, name)
+            self._journal_if_durable(s)
 
     def _drop_window(self, s: Stream, name: str) -> None:
         w = s.windows.pop(name)
@@ -790,7 +989,13 @@ class Registry:
             return cls(built.monoid, built.policy)
         from .redis_store import RedisStore
 
-        opts: dict[str, Any] = {"durable": spec.storage.durable, "prefix": self.prefix}
+        # No log per window and no checkpoint of its own: the stream's journal makes durable
+        # windows durable, and the stream's flush checkpoints every window with its lsn.
+        opts: dict[str, Any] = {
+            "durable": False,
+            "checkpoint_every": 1 << 62,
+            "prefix": self.prefix,
+        }
         if spec.storage.block_size:
             opts["block_size"] = spec.storage.block_size
         if spec.storage.cache_size:
@@ -799,23 +1004,124 @@ class Registry:
         store = RedisStore(self.url, window_id=window_id, **opts)
         return cls(built.monoid, built.policy, store=store)
 
-    # -- durability
+    # -- durability (the order of writes is in journal.py)
+    def _journal_if_durable(self, s: Stream) -> None:
+        """Start or stop journaling when the stream gains its first durable window or loses
+        its last. Either way every window is checkpointed with its lsn and the state saved at
+        the same lsn first, so the journal starts (or ends) exactly there."""
+        durable = any(w.spec.storage.durable for w in s.windows.values())
+        if durable == (s.journal is not None):
+            return
+        self.flush(s, wait=True)
+        if durable:
+            s.journal = s.state_store
+            s.journal.first = s.state.lsn + 1
+        else:
+            s.journal = None
+            s.state_store.drop_journal()
+
+    def _window_meta(self, s: Stream, w: Window) -> dict[str, Any]:
+        meta: dict[str, Any] = {"lsn": w.lsn}
+        if s.journal is None:  # no journal to replay: recovery takes the newest state saved
+            meta["state"] = _state_json(s.state)
+        return meta
+
     def flush(self, stream: Stream, *, wait: bool = True, final: bool = False) -> None:
         """Checkpoint every Redis window of ``stream`` and save the stream's state.
         ``wait=False`` (the periodic flush) only queues the windows' checkpoints behind their
-        pending writes, so appends to the stream are not held up by the round trips."""
-        for w in stream.windows.values():
-            if w.engine.store is not None:
-                w.engine.flush(wait=wait)
-        st = stream.state
-        self.redis.hset(self._state_key, stream.spec.name, _state_json(st, clean=final))
+        pending writes, so appends to the stream are not held up by the round trips; with a
+        journal, the state they reach is saved (and the journal trimmed) by the next flush,
+        once they committed."""
+        s = stream
+        s.ensure_current()
+        pending = s.pending_state
+        if pending is not None and s.journal is not None:
+            lsn, blob, futures = pending
+            if all(f.done() for f in futures):
+                s.pending_state = None
+                if not any(f.cancelled() or f.exception() is not None for f in futures):
+                    try:
+                        s.journal.commit_state(blob, lsn)
+                    except StoreError:
+                        s.stale = True
+                        raise
+        futures = []
+        try:
+            for w in s.windows.values():
+                if w.engine.store is not None:
+                    futures.append(w.engine.flush(wait=wait, meta=self._window_meta(s, w)))
+            blob = _state_json(s.state, clean=final)
+            if s.journal is None:
+                s.state_store.save_state(blob)
+            elif wait:
+                s.pending_state = None
+                s.journal.commit_state(blob, s.state.lsn)
+            else:
+                s.pending_state = (s.state.lsn, blob, futures)
+        except StoreError:
+            if s.journal is not None:
+                s.stale = True
+            raise
+
+    def _recover_stream(self, s: Stream, *, reload: bool = True) -> None:
+        """Rebuild ``s`` from Redis: each Redis window from its checkpoint, the stream's state,
+        then the journal's entries after that state (see journal.py). ``reload=False``: the
+        windows were just opened (start-up)."""
+        try:
+            if reload:
+                for w in s.windows.values():
+                    if w.engine.store is not None:
+                        w.engine.reload()
+            blob = s.state_store.load_state()
+            if blob is None:  # saved by an earlier release
+                blob = self.redis.hget(self._state_key, s.spec.name)
+            journaled = s.journal is not None
+            state = _state_from_json(blob, journaled=journaled) if blob else StreamState()
+            metas = {
+                n: (w.engine.store.checkpoint_meta or {})
+                for n, w in s.windows.items()
+                if w.engine.store is not None
+            }
+            if not journaled:  # the newest state that reached Redis (never go back)
+                for meta in metas.values():
+                    if "state" in meta:
+                        other = _state_from_json(meta["state"])
+                        if other.lsn > state.lsn:
+                            state = other
+            live = s.state.lsn
+            s.state = state
+            s.pending_state = None
+            for n, w in s.windows.items():
+                if n in metas:
+                    w.lsn = int(metas[n].get("lsn", state.lsn))
+                elif not reload:
+                    w.lsn = 1 << 62  # in memory: empty after a restart, joins from now on
+            if journaled:
+                assert s.journal is not None
+                entries = s.journal.entries()
+                s.journal.first = entries[0].lsn if entries else state.lsn + 1
+                for e in entries:
+                    if e.lsn > state.lsn:
+                        s.replay(e)
+            for n, w in s.windows.items():
+                if n not in metas and not reload:
+                    w.lsn = s.state.lsn
+                w.sequence = s.state.sequence
+                w.timestamp = s.state.newest or 0
+            if reload and s.state.lsn < live:  # pragma: no cover - a journal shorter than acked
+                log.error("stream %s recovered at lsn %d < %d", s.spec.name, s.state.lsn, live)
+        except StoreError as ex:
+            s.stale = True
+            raise store_unavailable(s.spec.name, ex) from None
+        s.stale = False
 
     def restore(self) -> int:
-        """Load every stream and window definition and reopen the windows; returns windows."""
+        """Load every stream and window definition, reopen the windows and recover each
+        stream's state (replaying its journal); returns windows."""
         count = 0
         for name, blob in self.redis.hgetall(self._streams_key).items():
             spec = convert.stream_spec_from_proto(pb.StreamSpec.FromString(blob))
-            self.streams[name.decode()] = Stream(spec)
+            self.streams[name.decode()] = self._new_stream(spec)
         for key, blob in self.redis.hgetall(self._windows_key).items():
             sname, _, wname = key.decode().partition("/")
             s = self.streams.get(sname)
@@ -829,15 +1135,13 @@ class Registry:
                 s.spec, spec, built, engine, history=self.limits.result_history
             )
             count += 1
-        for name, blob in self.redis.hgetall(self._state_key).items():
-            s = self.streams.get(name.decode())
-            if s is not None:
-                s.state = _state_from_json(blob)
-                for w in s.windows.values():
-                    w.sequence = s.state.sequence
-                    w.timestamp = s.state.newest or 0
+        for s in self.streams.values():
+            if any(w.spec.storage.durable for w in s.windows.values()):
+                s.journal = s.state_store
+            self._recover_stream(s, reload=False)
+            if s.journal is None:
                 # from now on a stop without a final flush is unclean
-                self.redis.hset(self._state_key, name, _state_json(s.state))
+                s.state_store.save_state(_state_json(s.state))
         return count
 
     def close(self) -> None:
@@ -864,19 +1168,19 @@ def check_stream_spec(spec: StreamSpec) -> None:
     if not STREAM_NAME.match(spec.name or ""):
         raise invalid(
             "spec.name",
-            f"expected a stream name matching {STREAM_NAME.pattern}, got {spec.name!r}",
+            f"expected a stream name matching {STREAM_NAME.pattern}, got {show(spec.name)}",
         )
     if not NAME.match(spec.timestamp_field or ""):
         raise invalid(
             "spec.timestamp_field",
-            f"expected a field name matching {NAME.pattern}, got {spec.timestamp_field!r}",
+            f"expected a field name matching {NAME.pattern}, got {show(spec.timestamp_field)}",
         )
     seen = {spec.timestamp_field}
     for i, f in enumerate(spec.fields):
         if not NAME.match(f.name or ""):
             raise invalid(
                 f"spec.fields[{i}].name",
-                f"expected a field name matching {NAME.pattern}, got {f.name!r}",
+                f"expected a field name matching {NAME.pattern}, got {show(f.name)}",
             )
         if f.name in seen:
             raise invalid(
@@ -890,26 +1194,67 @@ def check_stream_spec(spec: StreamSpec) -> None:
                 f"expected one of {[t.value for t in FieldType]}, got {f.type!r}",
             )
         if f.allow_nan and str(f.type) != FieldType.DOUBLE.value:
-            raise invalid(f"spec.fields[{i}].allow_nan", "only DOUBLE fields can hold NaN")
+            raise invalid(
+                f"spec.fields[{i}].allow_nan",
+                "only DOUBLE fields can hold non-finite values (NaN, +inf, -inf)",
+            )
     if spec.late_policy not in ("REJECT", "DROP"):
-        raise invalid("spec.late_policy", f"expected REJECT or DROP, got {spec.late_policy!r}")
+        raise invalid(
+            "spec.late_policy",
+            f"expected REJECT or DROP, got {show(spec.late_policy)}",
+            "UNKNOWN_ENUM_VALUE",
+        )
     lateness = spec.allowed_lateness.total_seconds()
-    if lateness < 0:
-        raise invalid("spec.allowed_lateness", f"expected >= 0, got {spec.allowed_lateness}")
+    if lateness < 0 or spec.allowed_lateness > MAX_DURATION:
+        raise invalid(
+            "spec.allowed_lateness",
+            f"expected a duration >= 0 and <= {MAX_DURATION.days} days, got "
+            f"{spec.allowed_lateness}",
+        )
     if lateness > 0 and spec.late_policy != "DROP":
         raise invalid("spec.allowed_lateness", "a reorder buffer needs late_policy DROP")
 
 
 def check_storage(spec: WindowSpec) -> None:
+    """The checks a window definition passes when it is created, beyond those of
+    ``build_window`` (which also reopens stored windows, so it keeps accepting what an
+    earlier release stored): the storage, and the policy's numbers (a count of at least one
+    row, a time range in (0, MAX_DURATION], a finite bound >= 0)."""
+    check_policy_numbers(spec)
     st = spec.storage
     if st.kind not in ("memory", "redis"):
-        raise invalid("spec.storage.kind", f"expected MEMORY or REDIS, got {st.kind!r}")
+        raise invalid(
+            "spec.storage.kind",
+            f"expected MEMORY or REDIS, got {show(st.kind)}",
+            "UNKNOWN_ENUM_VALUE",
+        )
     for name in ("block_size", "cache_size"):
         v = getattr(st, name)
         if v < 0 or v > 1 << 20:
             raise invalid(f"spec.storage.{name}", f"expected 0 (default) to {1 << 20}, got {v}")
     if st.kind == "memory" and st.durable:
         raise invalid("spec.storage.durable", "a MEMORY window cannot be durable; use REDIS")
+
+
+def check_policy_numbers(spec: WindowSpec) -> None:
+    p = spec.policy
+    where = f"spec.policy.{p.kind}"
+    if p.kind == "count" and p.size < 1:
+        raise invalid(
+            f"{where}.size", f"expected a row count >= 1, got {p.size}", "INVALID_DEFINITION"
+        )
+    if p.kind == "time_range" and not timedelta(0) < p.range <= MAX_DURATION:
+        raise invalid(
+            f"{where}.range",
+            f"expected a duration > 0 and <= {MAX_DURATION.days} days, got {p.range}",
+            "INVALID_DEFINITION",
+        )
+    if p.kind == "bounded_sum" and not (math.isfinite(p.bound) and p.bound >= 0):
+        raise invalid(
+            f"{where}.bound",
+            f"expected a finite number >= 0, got {p.bound!r}",
+            "INVALID_DEFINITION",
+        )
 
 
 def _window_blob(info: pb.WindowInfo, window_id: str) -> bytes:
@@ -942,12 +1287,15 @@ def _state_json(st: StreamState, *, clean: bool = False) -> str:
             "producers": st.producers,
             "buffer": [[t, a, r] for t, a, r in st.buffer],
             "arrivals": st.arrivals,
+            "lsn": st.lsn,
             "clean": clean,
         }
     )
 
 
-def _state_from_json(blob: bytes) -> StreamState:
+def _state_from_json(blob: bytes | str, *, journaled: bool = False) -> StreamState:
+    """A saved state. After an unclean stop of a stream without a journal, result sequences
+    jump ahead (the state may be behind what readers saw); a journal replays it exactly."""
     import json
 
     d = json.loads(blob)
@@ -955,7 +1303,7 @@ def _state_from_json(blob: bytes) -> StreamState:
     st = StreamState(**{k: v for k, v in d.items() if k != "buffer"})
     if "sequence" not in d:
         st.sequence = st.batches_appended
-    if not clean:
+    if not clean and not journaled:
         st.sequence += SEQUENCE_GAP_AFTER_CRASH
     st.buffer = [(t, a, r) for t, a, r in d.get("buffer", [])]
     heapq.heapify(st.buffer)

@@ -195,3 +195,23 @@ def test_division_follows_cel_semantics() -> None:
     assert run("total.b / 0.0 == total.b / 0.0", 0, 0.0) == (False, 0)  # NaN != NaN
     assert run("total.a / 0 == 0", 1, 0.0) == (False, 1)  # int division by zero: an error
     assert run("-7 / 2 == -3 && -7 % 2 == -1", 0, 0.0) == (True, 0)  # truncation, as in CEL
+
+
+def test_errors_are_absorbed_by_the_other_side_of_a_logical_operator() -> None:
+    """CEL's `||` and `&&` are commutative over errors (the parity test found `err || true`
+    answered false): an error on either side is absorbed when the other side decides."""
+    rec = {"a": CelField("int", 0), "b": CelField("double", 1)}
+
+    def run(expr: str, a: int = 0, b: float = 0.0) -> tuple[bool, int]:
+        p = CelPolicy(expr, rec)
+        return p((a, b), (a, b)), p.error_count
+
+    err = "total.a / total.a == 1"  # a = 0: division by zero, an error
+    assert run(f"{err} || true") == (True, 0)
+    assert run(f"true || {err}") == (True, 0)
+    assert run(f"{err} || false") == (False, 1)  # the error stands: the prefix stays
+    assert run(f"{err} && false") == (False, 0)
+    assert run(f"false && {err}") == (False, 0)
+    assert run(f"{err} && true") == (False, 1)
+    assert run(f"({err} || {err}) || total.b == 0.0") == (True, 0)
+    assert run(f"{err} || true", a=1) == (True, 0)  # no error: plain short-circuit

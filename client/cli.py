@@ -217,6 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=float(_env("FLUSH_INTERVAL", "1.0")),
         help="seconds between checkpoints",
     )
+    s.add_argument(
+        "--grace",
+        type=float,
+        default=float(_env("GRACE", "10")),
+        help="seconds in-flight calls get to finish at a graceful stop ($MTAWINDOWS_GRACE)",
+    )
     s.add_argument("--max-batch-rows", type=int, default=int(_env("MAX_BATCH_ROWS", "500000")))
     s.add_argument(
         "--result-history",
@@ -557,6 +563,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
         flush_interval=args.flush_interval,
+        grace=args.grace,
         limits=Limits(
             max_streams=args.max_streams,
             max_windows_per_stream=args.max_windows,

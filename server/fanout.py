@@ -235,6 +235,20 @@ class Fanout:
         for sub in list(subs or ()):
             self._end(sub, _gone(stream, window))
 
+    def shutdown(self) -> None:
+        """The server is stopping: end every subscription (UNAVAILABLE, ``SERVER_STOPPING``)
+        so that a graceful stop does not wait its whole grace period for calls that never end
+        by themselves. Subscribers reconnect elsewhere or later, and catch up by sequence."""
+        ending = Ending(
+            "UNAVAILABLE",
+            "SERVER_STOPPING",
+            "the server is stopping; subscribe again and catch up with ReadResults",
+        )
+        for feed in list(self.feeds.values()):
+            for subs in list(feed.windows.values()):
+                for sub in list(subs):
+                    self._end(sub, ending)
+
     def deliver(self, feed: Feed, batch: int, events: Mapping[str, bytes | None] | None) -> None:
         """Queue one batch's events (None: the stream was deleted). O(subscribers of the
         batch's stream), never awaits; cuts whoever goes over a limit."""

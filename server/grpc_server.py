@@ -1220,6 +1220,8 @@ class Server:
         self._stopping = True
         await self.health.enter_graceful_shutdown()
         await self._cancel_tasks()
+        if self.servicer is not None:
+            self.servicer.fanout.shutdown()  # Subscribe calls never end by themselves
         if self.server is not None:
             await self.server.stop(self.config.grace)
         if self.registry is not None:

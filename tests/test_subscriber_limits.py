@@ -25,6 +25,7 @@ from mtawindows.client import (
     Policy,
     ResourceExhaustedError,
     StreamSpec,
+    UnavailableError,
     WindowClient,
     WindowSpec,
 )
@@ -347,3 +348,23 @@ def test_queue_accounting_holds_under_random_traffic() -> None:
         assert (fan.queued, fan.held, fan.count, fan.feeds, stream.listeners) == (0, 0, 0, {}, [])
 
     asyncio.run(run())
+
+
+def test_a_graceful_stop_ends_subscriptions_instead_of_waiting_for_them(tmp_path: Path) -> None:
+    """Subscribe never ends by itself: a SIGTERM used to wait the whole grace period for it.
+    Now every subscriber gets UNAVAILABLE (SERVER_STOPPING) and the server exits promptly."""
+    srv = ServerProcess(tmp_path / "stop", "--grace", "120").start()
+    try:
+        with WindowClient(srv.target, timeout=60) as c:
+            make(c, "g")
+            c.append("g", row(8))
+            sub = c.subscribe("g", "w", timeout=300)
+            t0 = time.monotonic()
+            assert srv.stop(timeout=100) == 0
+            stopped_in = time.monotonic() - t0
+            with pytest.raises(UnavailableError) as info:
+                next(sub)
+            assert info.value.reason == "SERVER_STOPPING"
+            assert stopped_in < 100  # far under the grace period (not a timing claim)
+    finally:
+        srv.stop()

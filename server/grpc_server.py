@@ -503,8 +503,19 @@ class WindowServicer(pb_grpc.WindowServiceServicer):  # type: ignore[misc]
         return lk
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a worker thread. A cancelled caller (a client's deadline or
+        cancel, a shutdown) cannot stop the thread, so it waits for it before it goes: the
+        stream's lock it holds must not let another call run beside a thread still changing
+        the stream (that corrupted windows when appends timed out while Redis restarted)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.pool, fn, *args)
+        fut = loop.run_in_executor(self.pool, fn, *args)
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            while not fut.done():
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await asyncio.shield(fut)  # its outcome went with the caller
+            raise
 
     async def _call(
         self,

@@ -12,6 +12,7 @@ entries its snapshot covers.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 from typing import Any
@@ -221,3 +222,52 @@ def test_a_stream_without_journal_comes_back_at_its_last_flush_consistently(
         s2.append({"ts": ("TIMESTAMP", [info.newest_timestamp - 1]), "v": ("DOUBLE", [1.0])})
     assert late.value.reason == "OUT_OF_ORDER"
     again.close()
+
+
+def test_appends_whose_deadline_expires_mid_apply_never_run_beside_the_next(
+    tmp_path: Any,
+) -> None:
+    """A client's deadline cancels the call, not the worker thread applying its batch: the next
+    call on the stream used to run beside that thread (two appends inside one window at once:
+    wrong sums, broken levels). Big batches with a tiny deadline, each followed at once by the
+    next sequence: at the end the windows equal the model of every batch the server took."""
+    from mtawindows.client import (
+        Aggregation,
+        DeadlineExceededError,
+        Field,
+        Policy,
+        Storage,
+        StreamSpec,
+        WindowClient,
+        WindowSpec,
+    )
+
+    from .service_support import ServerProcess
+
+    aggs = (Aggregation("n", "count"), Aggregation("s", "sum", "v"), Aggregation("f", "first", "v"))
+    with ServerProcess(tmp_path / "deadline") as srv, WindowClient(srv.target, timeout=60) as c:
+        c.create_stream(StreamSpec("d", (Field("v", "DOUBLE"),)))
+        c.create_window(WindowSpec("d", "w", aggs, Policy.count(50_000), "LMTA",
+                                   Storage(durable=True, block_size=16)))  # fmt: skip
+        c.create_window(WindowSpec("d", "m", aggs, Policy.count(50_000), storage=Storage("memory")))
+        batches = {}
+        t = 0
+        for seq in range(1, 13):
+            n = 40_000 if seq % 2 else 50
+            rnd = random.Random(seq)
+            batches[seq] = {
+                "ts": list(range(t, t + n)),
+                "v": [float(rnd.randint(-5, 5)) for _ in range(n)],
+            }
+            t += n
+            # cancelled by the client: applied or not, the retries below settle it
+            with contextlib.suppress(DeadlineExceededError):
+                c.append("d", batches[seq], producer_id="p", sequence=seq,
+                         timeout=0.02 if n > 50 else 60)  # fmt: skip
+        for seq, b in batches.items():  # settle every batch (duplicates where applied)
+            c.append("d", b, producer_id="p", sequence=seq, timeout=60)
+        vs = [v for seq in sorted(batches) for v in batches[seq]["v"]][-50_000:]
+        want = {"n": len(vs), "s": float(sum(vs)), "f": vs[0]}
+        for name in ("w", "m"):
+            got = c.query("d", name)
+            assert {k: got.values[k] for k in want} == want, name

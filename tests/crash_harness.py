@@ -189,15 +189,19 @@ def _produce(
     """Append batches until ``stop`` or the server dies under us (the batch then stays in
     flight: the model does not know whether it was applied)."""
     try:
-        with WindowClient(target, timeout=10) as cl:
+        with WindowClient(target, timeout=2, retries=1) as cl:
             while not stop.is_set():
                 batch = make_batch(rnd, model)
                 seq = model.sequence + 1
                 model.in_flight = (seq, batch)
-                try:
-                    cl.append(STREAM, batch, producer_id=PRODUCER, sequence=seq)
-                except MtaWindowsError:
-                    return
+                while True:  # short deadlines, retried as a producer would (same sequence)
+                    try:
+                        cl.append(STREAM, batch, producer_id=PRODUCER, sequence=seq)
+                        break
+                    except MtaWindowsError:
+                        if stop.is_set():
+                            return
+                        time.sleep(0.05)
                 model.acknowledge(seq, batch)
                 model.in_flight = None
                 camp.acknowledged_batches += 1
@@ -287,6 +291,8 @@ def run_campaign(
             t.start()
             time.sleep(run_for)
             _kill(srv, mode)
+            if mode == "redis":  # the producer goes on retrying while the server recovers
+                time.sleep(rnd.uniform(0.0, 2.0))
             stop.set()
             t.join(60)
             assert not t.is_alive(), "producer did not stop"

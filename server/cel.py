@@ -47,6 +47,9 @@ NUMERIC = ("int", "double")
 _ORDERED = ("int", "double", "string", "timestamp", "duration", "bool")
 
 
+_LONG_TOKEN = re.compile(r"\S{65,}")
+
+
 class CelError(ValueError):
     """A policy expression that does not parse or type-check; says where (line, column).
     ``code`` is the ErrorInfo reason it maps to, ``metadata`` what was measured."""
@@ -61,7 +64,9 @@ class CelError(ValueError):
         metadata: Mapping[str, str] | None = None,
     ) -> None:
         where = f" at line {line}, column {column}" if line is not None else ""
-        super().__init__(f"{message}{where}")
+        # the parser quotes the offending token: echo at most 64 characters of any of them
+        message = _LONG_TOKEN.sub(lambda m: f"{m[0][:61]}... ({len(m[0])} chars)", message)
+        super().__init__(f"{message[:1000]}{where}")
         self.reason = message
         self.line = line
         self.column = column

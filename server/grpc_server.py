@@ -1043,7 +1043,8 @@ class Server:
 
     async def _start(self) -> int:
         cfg = self.config
-        data = Path(cfg.data_dir) if cfg.data_dir else default_data_dir()
+        # absolute: valkey runs with its own working directory (a relative path failed there)
+        data = (Path(cfg.data_dir) if cfg.data_dir else default_data_dir()).absolute()
         if not cfg.redis_url:
             self.lock = DataDirLock(data, owner="mtawindows server").acquire()
         interceptors = [TokenAuth(cfg.tokens)] if cfg.tokens else []

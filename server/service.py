@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from mtawindows.client import convert
 from mtawindows.client.proto import windows_pb2 as pb
@@ -285,6 +285,31 @@ class StreamState:
     lsn: int = 0  # appends applied: the journal's sequence number of the last one
 
 
+T = TypeVar("T")
+
+
+def _locked(method: Callable[..., T]) -> Callable[..., T]:
+    """Run a Stream method under the stream's lock."""
+
+    @functools.wraps(method)
+    def run(self: Stream, *args: Any, **kwargs: Any) -> T:
+        with self.lock:
+            return method(self, *args, **kwargs)
+
+    return run
+
+
+def _stream_locked(method: Callable[..., T]) -> Callable[..., T]:
+    """Run a Registry method whose first argument is a Stream under that stream's lock."""
+
+    @functools.wraps(method)
+    def run(self: Registry, stream: Stream, *args: Any, **kwargs: Any) -> T:
+        with stream.lock:
+            return method(self, stream, *args, **kwargs)
+
+    return run
+
+
 @contextlib.contextmanager
 def _gc_paused(rows: int) -> Iterator[None]:
     """No cyclic garbage collection while a large batch goes into the windows: it allocates
@@ -364,7 +389,10 @@ class Stream:
         self.lateness = int(spec.allowed_lateness.total_seconds() * 1e9)
         self.batches = 0
         self.listeners: list[Callable[[int, Mapping[str, WindowResult]], None]] = []
-        self.lock = threading.Lock()
+        # Held by every operation on the stream's windows and state, on whatever thread runs
+        # it (the gRPC layer's asyncio lock orders the calls; this one makes sure that no two
+        # ever overlap, whatever the callers do). Re-entrant: an append may recover first.
+        self.lock = threading.RLock()
         # Durability (see journal.py): the journal when a window is durable; ``stale`` after a
         # store failure left the windows or the journal unsure: ``recover`` (set by the
         # registry) rebuilds the stream from Redis before its next call.
@@ -482,6 +510,7 @@ class Stream:
                 )
 
     # -- ingestion
+    @_locked
     def append(
         self,
         columns: Mapping[str, tuple[str, list[Any]]],
@@ -570,6 +599,7 @@ class Stream:
         self._apply(batch, nonblocking=False)
         self._finish(batch)
 
+    @_locked
     def resume(self, batch: Batch) -> AppendResult:
         """Finish a :class:`Deferred` batch (may wait for Redis)."""
         with _gc_paused(batch.result.rows_applied):
@@ -864,6 +894,10 @@ class Registry:
         """A window's current result (under the stream's lock)."""
         w = self.window(stream, name)
         s = self.stream(stream)
+        with s.lock:
+            return self._result(s, w, stream, name)
+
+    def _result(self, s: Stream, w: Window, stream: str, name: str) -> WindowResult:
         s.ensure_current()
         try:
             return w.result()
@@ -1026,6 +1060,7 @@ class Registry:
             meta["state"] = _state_json(s.state)
         return meta
 
+    @_stream_locked
     def flush(self, stream: Stream, *, wait: bool = True, final: bool = False) -> None:
         """Checkpoint every Redis window of ``stream`` and save the stream's state.
         ``wait=False`` (the periodic flush) only queues the windows' checkpoints behind their
@@ -1063,6 +1098,7 @@ class Registry:
                 s.stale = True
             raise
 
+    @_stream_locked
     def _recover_stream(self, s: Stream, *, reload: bool = True) -> None:
         """Rebuild ``s`` from Redis: each Redis window from its checkpoint, the stream's state,
         then the journal's entries after that state (see journal.py). ``reload=False``: the

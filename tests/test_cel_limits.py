@@ -340,3 +340,18 @@ def test_policies_compiled_within_limits_still_evaluate() -> None:
     assert p(rec, rec) is True
     deep = CelPolicy("!" * 62 + "(total.a > 5)", {"a": CelField("int", 0)})
     assert deep((10,), (10,)) is True
+
+
+@pytest.mark.parametrize(
+    "expr",
+    ["total.n > " + "9" * 4000, "total." + "a" * 4000 + " > 1", "a" * 4000 + " > 1"],
+    ids=["literal", "member", "identifier"],
+)
+def test_cel_errors_echo_at_most_64_characters_of_a_token(expr: str) -> None:
+    from mtawindows.server.cel import CelError, CelField, CelPolicy
+
+    with pytest.raises(CelError) as info:
+        CelPolicy(expr, {"n": CelField("int", 0)})
+    msg = str(info.value)
+    assert len(msg) < 400, msg
+    assert "a" * 65 not in msg and "9" * 65 not in msg

@@ -502,3 +502,28 @@ def test_reuse_port_is_opt_in_for_both_servers(tmp_path: Path) -> None:
     finally:
         second.stop()
         first.stop()
+
+
+def test_a_relative_data_dir_works(tmp_path: Path) -> None:
+    """`serve --data-dir reldata` from another working directory: valkey used to fail to open
+    its files (it resolved the relative path against its own directory)."""
+    from mtawindows.client.launch import start_server
+
+    from .service_support import BIN
+
+    work = tmp_path / "cwd"
+    work.mkdir()
+    old = os.getcwd()
+    os.chdir(work)
+    try:
+        proc, port = start_server(Path("rel"), program=(str(BIN),))
+    finally:
+        os.chdir(old)
+    try:
+        with WindowClient(f"127.0.0.1:{port}", timeout=30) as c:
+            c.create_stream(StreamSpec("r", (Field("v", "DOUBLE"),)))
+            assert [s.spec.name for s in c.list_streams()] == ["r"]
+        assert (work / "rel" / "data" / "redis").is_dir()
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0

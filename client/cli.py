@@ -71,6 +71,21 @@ def _env(name: str, default: Any = None) -> Any:
     return os.environ.get(f"MTAWINDOWS_{name}", default)
 
 
+def _number_flag(
+    parser: argparse.ArgumentParser, flag: str, kind: type, default: float, help: str = ""
+) -> None:
+    """``--flag N``, defaulting to ``$MTAWINDOWS_FLAG`` (dashes as underscores), else
+    ``default``; the help says which variable."""
+    env = flag[2:].upper().replace("-", "_")
+    text = f"{help} " if help else ""
+    parser.add_argument(
+        flag,
+        type=kind,
+        default=kind(_env(env, default)),
+        help=f"{text}(default {default}; $MTAWINDOWS_{env})",
+    )
+
+
 def _env_flag(name: str) -> bool:
     return str(_env(name, "")).strip().lower() in ("1", "true", "yes", "on")
 
@@ -161,12 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--host", default=_env("HOST", "127.0.0.1"), help="bind address ($MTAWINDOWS_HOST)"
     )
-    s.add_argument(
-        "--port",
-        type=int,
-        default=int(_env("PORT", "50051")),
-        help="port, 0 = any ($MTAWINDOWS_PORT)",
-    )
+    _number_flag(s, "--port", int, 50051, "port, 0 = any")
     s.add_argument("--port-file", default=_env("PORT_FILE"), help="write the bound port here")
     s.add_argument(
         "--reuse-port",
@@ -185,12 +195,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=_env("DATA_DIR"),
         help="embedded Redis data; one server per directory ($MTAWINDOWS_DATA_DIR)",
     )
-    s.add_argument(
+    _number_flag(
+        s,
         "--redis-restarts",
-        type=int,
-        default=int(_env("REDIS_RESTARTS", "5")),
-        help="restarts of a dead embedded Redis within 5 minutes before the server gives up "
-        "and stays NOT_SERVING ($MTAWINDOWS_REDIS_RESTARTS)",
+        int,
+        5,
+        "restarts of a dead embedded Redis within 5 minutes before the server gives up and stays NOT_SERVING",
     )
     s.add_argument(
         "--tls-cert", default=_env("TLS_CERT"), help="PEM certificate ($MTAWINDOWS_TLS_CERT)"
@@ -204,69 +214,45 @@ def build_parser() -> argparse.ArgumentParser:
         help="bearer tokens, one per line, # comments; given but holding no token is an "
         "error ($MTAWINDOWS_TOKENS_FILE; also $MTAWINDOWS_TOKENS, comma-separated)",
     )
-    s.add_argument(
-        "--metrics-port",
-        type=int,
-        default=int(_env("METRICS_PORT", "0")),
-        help="Prometheus /metrics port, 0 = off",
-    )
+    _number_flag(s, "--metrics-port", int, 0, "Prometheus /metrics port, 0 = off")
     s.add_argument("--metrics-host", default=_env("METRICS_HOST", "127.0.0.1"))
-    s.add_argument(
-        "--flush-interval",
-        type=float,
-        default=float(_env("FLUSH_INTERVAL", "1.0")),
-        help="seconds between checkpoints",
+    _number_flag(s, "--flush-interval", float, 1.0, "seconds between checkpoints")
+    _number_flag(
+        s, "--grace", float, 10.0, "seconds in-flight calls get to finish at a graceful stop"
     )
-    s.add_argument(
-        "--grace",
-        type=float,
-        default=float(_env("GRACE", "10")),
-        help="seconds in-flight calls get to finish at a graceful stop ($MTAWINDOWS_GRACE)",
-    )
-    s.add_argument("--max-batch-rows", type=int, default=int(_env("MAX_BATCH_ROWS", "500000")))
-    s.add_argument(
+    _number_flag(s, "--max-batch-rows", int, 500000)
+    _number_flag(
+        s,
         "--result-history",
-        type=int,
-        default=int(_env("RESULT_HISTORY", "1000")),
-        help="results kept per window for ReadResults (the Spark source follows them)",
+        int,
+        1000,
+        "results kept per window for ReadResults (the Spark source follows them)",
     )
-    s.add_argument("--max-message-mb", type=int, default=int(_env("MAX_MESSAGE_MB", "64")))
-    s.add_argument("--max-streams", type=int, default=int(_env("MAX_STREAMS", "1000")))
-    s.add_argument(
-        "--max-windows", type=int, default=int(_env("MAX_WINDOWS", "64")), help="per stream"
-    )
-    s.add_argument(
-        "--max-subscribers",
-        type=int,
-        default=int(_env("MAX_SUBSCRIBERS", "1000")),
-        help="Subscribe calls at once ($MTAWINDOWS_MAX_SUBSCRIBERS)",
-    )
-    s.add_argument(
+    _number_flag(s, "--max-message-mb", int, 64)
+    _number_flag(s, "--max-streams", int, 1000)
+    _number_flag(s, "--max-windows", int, 64, "per stream")
+    _number_flag(s, "--max-subscribers", int, 1000, "Subscribe calls at once")
+    _number_flag(
+        s,
         "--subscriber-queue-mb",
-        type=float,
-        default=float(_env("SUBSCRIBER_QUEUE_MB", "8")),
-        help="serialized results queued for one subscriber before it is cut as too slow "
-        "($MTAWINDOWS_SUBSCRIBER_QUEUE_MB)",
+        float,
+        8.0,
+        "serialized results queued for one subscriber before it is cut as too slow",
     )
-    s.add_argument(
+    _number_flag(
+        s,
         "--subscribers-memory-mb",
-        type=float,
-        default=float(_env("SUBSCRIBERS_MEMORY_MB", "256")),
-        help="serialized results held for all subscribers, each once; past it the furthest "
-        "behind are cut ($MTAWINDOWS_SUBSCRIBERS_MEMORY_MB)",
+        float,
+        256.0,
+        "serialized results held for all subscribers, each once; past it the furthest behind are cut",
     )
-    s.add_argument(
-        "--max-cel-bytes",
-        type=int,
-        default=int(_env("MAX_CEL_BYTES", "4096")),
-        help="size of a new CEL policy, UTF-8 bytes ($MTAWINDOWS_MAX_CEL_BYTES)",
-    )
-    s.add_argument(
+    _number_flag(s, "--max-cel-bytes", int, 4096, "size of a new CEL policy, UTF-8 bytes")
+    _number_flag(
+        s,
         "--max-cel-depth",
-        type=int,
-        default=int(_env("MAX_CEL_DEPTH", "64")),
-        help="nesting of a new CEL policy: brackets plus stacked operators "
-        "($MTAWINDOWS_MAX_CEL_DEPTH)",
+        int,
+        64,
+        "nesting of a new CEL policy: brackets plus stacked operators",
     )
     s.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
     s.add_argument("--log-format", choices=("json", "text"), default=_env("LOG_FORMAT", "json"))

@@ -18,7 +18,6 @@ import os
 import re
 import signal
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -55,6 +54,8 @@ from .service import (
     Stream,
     batch_too_large,
     invalid,
+    new_error_id,
+    store_failed,
 )
 from .store import StoreError, StoreUnavailableError
 
@@ -327,11 +328,6 @@ def _spec(decode: Callable[[Any], T], message: Any, reason: str) -> T:
         raise invalid(f"spec.{ex.field}", ex.description, ex.reason or reason) from None
 
 
-def new_error_id() -> str:
-    """A fresh id for an error the log explains and the caller only names."""
-    return uuid.uuid4().hex[:16]
-
-
 def _rows_hint(request: pb.AppendRequest) -> int:
     """Rows in a columnar request, from its first column (the decode checks them all)."""
     if not request.columns:
@@ -533,16 +529,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):  # type: ignore[misc]
             try:
                 return await body()
             except (StoreError, redis.RedisError) as ex:  # the store failing is never INTERNAL
-                # its text (hosts, ports, paths) goes to the log under an id, not to the caller
-                error_id = new_error_id()
-                log.warning(
-                    "store failed, error id %s",
-                    error_id,
-                    exc_info=loggable(ex),
-                    extra={"method": method, "error_id": error_id},
-                )
-                why = f"the store failed ({type(ex).__name__}, error id {error_id})"
-                raise store_unavailable_refusal(method, why) from None
+                raise store_failed(method, ex) from None
         except ServiceError as ex:
             await self.refuse(method, context, ex)
             raise  # pragma: no cover - abort raises

@@ -85,7 +85,7 @@ class StreamJournal:
     ) -> None:
         """Journal one batch (one round trip). Raises ``StoreError``: the entry may or may not
         be there, so the caller reloads the stream before its next append."""
-        cols = {name: [kind, list(values)] for name, (kind, values) in columns.items()}
+        cols = {name: [kind, values] for name, (kind, values) in columns.items()}  # no copy
         blob = packb([lsn, producer_id, sequence, mode, list(which), cols])
         try:
             self._client.rpush(self.journal_key, blob)

@@ -87,25 +87,37 @@ def batch_too_large(rows: int, limit: int) -> ServiceError:
     )
 
 
-def store_unavailable(stream: str, ex: BaseException, window: str | None = None) -> ServiceError:
-    where = f"stream {stream!r}" + (f", window {window!r}" if window else "")
-    # the store's error text (hosts, ports, paths) stays in the log, under an id the caller gets
-    error_id = uuid.uuid4().hex[:16]
+def new_error_id() -> str:
+    """A fresh id for an error the log explains and the caller only names."""
+    return uuid.uuid4().hex[:16]
+
+
+def store_failed(
+    where: str, ex: BaseException, metadata: Mapping[str, str] | None = None
+) -> ServiceError:
+    """UNAVAILABLE, ``STORE_UNAVAILABLE``: the store's error text (hosts, ports, paths) stays
+    in the log under an id, which is all the caller gets of it."""
+    error_id = new_error_id()
     log.warning(
         "store failed, error id %s: %s: %s",
         error_id,
         where,
         clip(f"{type(ex).__name__}: {ex}", 1000),
-        extra={"error_id": error_id, "stream": stream},
+        extra={"error_id": error_id, **(metadata or {})},
     )
     return ServiceError(
         "UNAVAILABLE",
         "STORE_UNAVAILABLE",
         f"{where}: the store failed ({type(ex).__name__}, error id {error_id}); retry the "
-        "batch with the same producer_id and sequence (a batch that was applied is then a "
-        "duplicate)",
-        metadata={"stream": stream, "error_id": error_id},
+        "call (an append with the same producer_id and sequence: one that was applied is "
+        "then a duplicate)",
+        metadata={**(metadata or {}), "error_id": error_id},
     )
+
+
+def store_unavailable(stream: str, ex: BaseException, window: str | None = None) -> ServiceError:
+    where = f"stream {stream!r}" + (f", window {window!r}" if window else "")
+    return store_failed(where, ex, {"stream": stream})
 
 
 def invalid(field_path: str, message: str, reason: str = "INVALID_ARGUMENT") -> ServiceError:
@@ -163,8 +175,6 @@ class Window:
         # output name -> (its index in the record's aggregate, its field monoid's lower or
         # None when that is the identity function)
         self._lowers = built.monoid.field_lowers()
-        st = spec.storage
-        self.inline_ok_static = st.kind == "memory" or not st.durable
         nan_fields = {f.name for f in stream.fields if f.allow_nan}
         self.lift_columns = columnar_lifter(built.monoid, nan_fields)
         # the stream's batch count when the window last changed, and the newest timestamp then:
@@ -177,8 +187,9 @@ class Window:
 
     @property
     def inline_ok(self) -> bool:
-        """May a small batch be tried on the event loop (no journal, not reloading)?"""
-        return self.inline_ok_static and not getattr(self.engine, "_stale", False)
+        """May a small batch be tried on the event loop (not reloading)? A stream with a
+        journal never tries (:meth:`Stream.inline_ok`)."""
+        return not self.engine.stale
 
     @property
     def window_id(self) -> str | None:
@@ -196,9 +207,8 @@ class Window:
         return out
 
     def result(self, evicted: int = 0) -> WindowResult:
-        lowered = (
-            self.engine.query()
-        )  # first: a window reloading after a store failure does it here
+        # first: a window reloading after a store failure does it here, before its size
+        lowered = self.engine.query()
         size = len(self.engine)
         return WindowResult(
             self.spec.name,
@@ -895,16 +905,13 @@ class Registry:
         w = self.window(stream, name)
         s = self.stream(stream)
         with s.lock:
-            return self._result(s, w, stream, name)
-
-    def _result(self, s: Stream, w: Window, stream: str, name: str) -> WindowResult:
-        s.ensure_current()
-        try:
-            return w.result()
-        except StoreError as ex:
-            if s.journal is not None:
-                s.stale = True
-            raise store_unavailable(stream, ex, window=name) from None
+            s.ensure_current()
+            try:
+                return w.result()
+            except StoreError as ex:
+                if s.journal is not None:
+                    s.stale = True
+                raise store_unavailable(stream, ex, window=name) from None
 
     # -- streams
     def create_stream(self, spec: StreamSpec) -> StreamInfo:
@@ -974,6 +981,7 @@ class Registry:
                     [(ex.field, ex.description)],
                     ex.metadata,
                 ) from None
+            s.ensure_current()  # the new window joins at the stream's state: the current one
             window_id = uuid.uuid4().hex if spec.storage.kind == "redis" else ""
             engine = self._engine(spec, built, window_id, new=True)
             w = Window(
@@ -987,10 +995,8 @@ class Registry:
             w.timestamp = s.state.newest or 0
             # a window created on a stream with rows joins from now on (at the stream's lsn)
             w.lsn = s.state.lsn
-            if s.stale:
-                s.recover()
             if engine.store is not None:  # its first checkpoint says where it joined
-                engine.flush(meta=self._window_meta(s, w))
+                engine.flush(meta=self._window_meta(s, w, _state_json(s.state)))
             record = pb.WindowInfo(spec=convert.window_spec_to_proto(spec))
             self.redis.hset(
                 self._windows_key, f"{spec.stream}/{spec.name}", _window_blob(record, window_id)
@@ -1054,10 +1060,12 @@ class Registry:
             s.journal = None
             s.state_store.drop_journal()
 
-    def _window_meta(self, s: Stream, w: Window) -> dict[str, Any]:
+    def _window_meta(self, s: Stream, w: Window, state: str) -> dict[str, Any]:
+        """What a window's checkpoint carries: its lsn, and without a journal to replay the
+        stream's state (``state``, its JSON), since recovery then takes the newest saved."""
         meta: dict[str, Any] = {"lsn": w.lsn}
-        if s.journal is None:  # no journal to replay: recovery takes the newest state saved
-            meta["state"] = _state_json(s.state)
+        if s.journal is None:
+            meta["state"] = state
         return meta
 
     @_stream_locked
@@ -1081,11 +1089,11 @@ class Registry:
                         s.stale = True
                         raise
         futures = []
+        blob = _state_json(s.state, clean=final)
         try:
             for w in s.windows.values():
                 if w.engine.store is not None:
-                    futures.append(w.engine.flush(wait=wait, meta=self._window_meta(s, w)))
-            blob = _state_json(s.state, clean=final)
+                    futures.append(w.engine.flush(wait=wait, meta=self._window_meta(s, w, blob)))
             if s.journal is None:
                 s.state_store.save_state(blob)
             elif wait:
@@ -1127,21 +1135,19 @@ class Registry:
             live = s.state.lsn
             s.state = state
             s.pending_state = None
+            entries = s.journal.entries() if s.journal is not None else []
+            if s.journal is not None:
+                s.journal.first = entries[0].lsn if entries else state.lsn + 1
+            end = max(state.lsn, entries[-1].lsn) if entries else state.lsn
             for n, w in s.windows.items():
                 if n in metas:
                     w.lsn = int(metas[n].get("lsn", state.lsn))
                 elif not reload:
-                    w.lsn = 1 << 62  # in memory: empty after a restart, joins from now on
-            if journaled:
-                assert s.journal is not None
-                entries = s.journal.entries()
-                s.journal.first = entries[0].lsn if entries else state.lsn + 1
-                for e in entries:
-                    if e.lsn > state.lsn:
-                        s.replay(e)
-            for n, w in s.windows.items():
-                if n not in metas and not reload:
-                    w.lsn = s.state.lsn
+                    w.lsn = end  # in memory: empty after a restart, joins after the journal
+            for e in entries:
+                if e.lsn > state.lsn:
+                    s.replay(e)
+            for w in s.windows.values():
                 w.sequence = s.state.sequence
                 w.timestamp = s.state.newest or 0
             if reload and s.state.lsn < live:  # pragma: no cover - a journal shorter than acked

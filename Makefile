@@ -22,8 +22,13 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 
+# mypy sees the packages under their import names through a tree of links (see pyproject)
+TYPETREE := build/typecheck/mtawindows
 typecheck: $(STAMP)
-	$(BIN)/mypy server spark_connector
+	@mkdir -p $(TYPETREE)
+	@ln -sfn ../../../proto/mtawindows/v1 $(TYPETREE)/v1
+	@for p in server client spark_connector cli; do ln -sfn ../../../$$p $(TYPETREE)/$$p; done
+	$(BIN)/mypy
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest

@@ -53,8 +53,8 @@ from mtawindows.client import (  # noqa: E402
     WindowClient,
     WindowSpec,
 )
-from mtawindows.client.proto import windows_pb2 as pb  # noqa: E402
 from mtawindows.client.sdk import append_request  # noqa: E402
+from mtawindows.v1 import windows_pb2 as pb  # noqa: E402
 from tests.service_support import ServerProcess  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results"

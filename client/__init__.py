@@ -5,6 +5,23 @@ the dataclasses of :mod:`mtawindows.client.types`; errors are the typed exceptio
 :mod:`mtawindows.client.errors`.
 """
 
+from mtawindows.v1 import convert as convert  # former homes, kept importable from here
+from mtawindows.v1 import types as types
+from mtawindows.v1.types import (
+    Aggregation,
+    AppendResult,
+    Field,
+    FieldType,
+    OutputSpec,
+    Policy,
+    Storage,
+    StreamInfo,
+    StreamSpec,
+    WindowInfo,
+    WindowResult,
+    WindowSpec,
+)
+
 from .errors import (
     AlreadyExistsError,
     DeadlineExceededError,
@@ -20,20 +37,6 @@ from .errors import (
     Violation,
 )
 from .sdk import AsyncWindowClient, BatchWriter, WindowClient
-from .types import (
-    Aggregation,
-    AppendResult,
-    Field,
-    FieldType,
-    OutputSpec,
-    Policy,
-    Storage,
-    StreamInfo,
-    StreamSpec,
-    WindowInfo,
-    WindowResult,
-    WindowSpec,
-)
 
 __all__ = [
     "Aggregation",

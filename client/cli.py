@@ -1,4 +1,5 @@
-"""The ``mtawindows`` command line: serve, streams, windows, append, query, watch.
+"""The client commands of ``mtawindows``: streams, windows, append, query, watch (``serve``
+is the server's: :mod:`mtawindows.server.cli`; :mod:`mtawindows.cli` joins both).
 
 Every client subcommand takes ``--target`` ($MTAWINDOWS_TARGET, default localhost:50051),
 ``--token`` ($MTAWINDOWS_TOKEN) and ``--tls-ca`` ($MTAWINDOWS_TLS_CA). Errors print as
@@ -13,20 +14,12 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, TextIO
 
 from .errors import MtaWindowsError
 
-EPILOG_SERVE = """examples:
-  mtawindows serve                                  # loopback :50051, embedded Redis in ~/.local/share/mtawindows
-  mtawindows serve --port 0 --port-file port.txt    # a free port, written to port.txt
-  mtawindows serve --redis-url redis://redis:6379/0 --host 0.0.0.0 --metrics-port 9102
-  mtawindows serve --data-dir /var/lib/mtawindows   # one server per data dir (a lock file in it)
-  MTAWINDOWS_TOKENS=s3cret mtawindows serve --tls-cert server.crt --tls-key server.key
-"""
 EPILOG_STREAMS = """examples:
   mtawindows streams list
   mtawindows streams create cpu --field load:DOUBLE --field host:STRING --timestamp ts
@@ -71,31 +64,12 @@ def _env(name: str, default: Any = None) -> Any:
     return os.environ.get(f"MTAWINDOWS_{name}", default)
 
 
-def _number_flag(
-    parser: argparse.ArgumentParser, flag: str, kind: type, default: float, help: str = ""
-) -> None:
-    """``--flag N``, defaulting to ``$MTAWINDOWS_FLAG`` (dashes as underscores), else
-    ``default``; the help says which variable."""
-    env = flag[2:].upper().replace("-", "_")
-    text = f"{help} " if help else ""
-    parser.add_argument(
-        flag,
-        type=kind,
-        default=kind(_env(env, default)),
-        help=f"{text}(default {default}; $MTAWINDOWS_{env})",
-    )
-
-
-def _env_flag(name: str) -> bool:
-    return str(_env(name, "")).strip().lower() in ("1", "true", "yes", "on")
-
-
 # --------------------------------------------------------------------------- parsing specs
 
 
 def parse_agg(text: str) -> Any:
     """``name=monoid[:field][:param=value...]``."""
-    from .types import Aggregation
+    from mtawindows.v1.types import Aggregation
 
     name, eq, rest = text.partition("=")
     if not eq or not name or not rest:
@@ -116,7 +90,7 @@ def parse_agg(text: str) -> Any:
 
 
 def parse_policy(text: str) -> Any:
-    from .types import Policy
+    from mtawindows.v1.types import Policy
 
     kind, _, rest = text.partition(":")
     try:
@@ -140,7 +114,7 @@ def parse_policy(text: str) -> Any:
 
 
 def parse_field(text: str) -> Any:
-    from .types import Field
+    from mtawindows.v1.types import Field
 
     name, _, rest = text.partition(":")
     type_name, _, flag = (rest or "DOUBLE").partition(":")
@@ -155,7 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mtawindows",
         description="Exact sliding-window aggregates over streams (Monoid Tree Aggregator).",
     )
-    sub = p.add_subparsers(dest="command", required=True)
+    add_commands(p.add_subparsers(dest="command", required=True))
+    return p
+
+
+def add_commands(sub: Any) -> None:
+    """The client subcommands, added to ``sub`` (an argparse subparsers action)."""
 
     def client_flags(sp: argparse.ArgumentParser) -> None:
         sp.add_argument(
@@ -170,93 +149,6 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--timeout", type=float, default=30.0, help="deadline per call, seconds")
 
     fmt = argparse.RawDescriptionHelpFormatter
-    s = sub.add_parser(
-        "serve", help="run the gRPC server", epilog=EPILOG_SERVE, formatter_class=fmt
-    )
-    s.add_argument(
-        "--host", default=_env("HOST", "127.0.0.1"), help="bind address ($MTAWINDOWS_HOST)"
-    )
-    _number_flag(s, "--port", int, 50051, "port, 0 = any")
-    s.add_argument("--port-file", default=_env("PORT_FILE"), help="write the bound port here")
-    s.add_argument(
-        "--reuse-port",
-        action="store_true",
-        default=_env_flag("REUSE_PORT"),
-        help="SO_REUSEPORT: let several servers share the port (off: a taken port is an "
-        "error) ($MTAWINDOWS_REUSE_PORT)",
-    )
-    s.add_argument(
-        "--redis-url",
-        default=_env("REDIS_URL"),
-        help="Redis URL; none = embedded ($MTAWINDOWS_REDIS_URL)",
-    )
-    s.add_argument(
-        "--data-dir",
-        default=_env("DATA_DIR"),
-        help="embedded Redis data; one server per directory ($MTAWINDOWS_DATA_DIR)",
-    )
-    _number_flag(
-        s,
-        "--redis-restarts",
-        int,
-        5,
-        "restarts of a dead embedded Redis within 5 minutes before the server gives up and stays NOT_SERVING",
-    )
-    s.add_argument(
-        "--tls-cert", default=_env("TLS_CERT"), help="PEM certificate ($MTAWINDOWS_TLS_CERT)"
-    )
-    s.add_argument(
-        "--tls-key", default=_env("TLS_KEY"), help="PEM private key ($MTAWINDOWS_TLS_KEY)"
-    )
-    s.add_argument(
-        "--tokens-file",
-        default=_env("TOKENS_FILE"),
-        help="bearer tokens, one per line, # comments; given but holding no token is an "
-        "error ($MTAWINDOWS_TOKENS_FILE; also $MTAWINDOWS_TOKENS, comma-separated)",
-    )
-    _number_flag(s, "--metrics-port", int, 0, "Prometheus /metrics port, 0 = off")
-    s.add_argument("--metrics-host", default=_env("METRICS_HOST", "127.0.0.1"))
-    _number_flag(s, "--flush-interval", float, 1.0, "seconds between checkpoints")
-    _number_flag(
-        s, "--grace", float, 10.0, "seconds in-flight calls get to finish at a graceful stop"
-    )
-    _number_flag(s, "--max-batch-rows", int, 500000)
-    _number_flag(
-        s,
-        "--result-history",
-        int,
-        1000,
-        "results kept per window for ReadResults (the Spark source follows them)",
-    )
-    _number_flag(s, "--max-message-mb", int, 64)
-    _number_flag(s, "--max-streams", int, 1000)
-    _number_flag(s, "--max-windows", int, 64, "per stream")
-    _number_flag(s, "--max-subscribers", int, 1000, "Subscribe calls at once")
-    _number_flag(
-        s,
-        "--subscriber-queue-mb",
-        float,
-        8.0,
-        "serialized results queued for one subscriber before it is cut as too slow",
-    )
-    _number_flag(
-        s,
-        "--subscribers-memory-mb",
-        float,
-        256.0,
-        "serialized results held for all subscribers, each once; past it the furthest behind are cut",
-    )
-    _number_flag(s, "--max-cel-bytes", int, 4096, "size of a new CEL policy, UTF-8 bytes")
-    _number_flag(
-        s,
-        "--max-cel-depth",
-        int,
-        64,
-        "nesting of a new CEL policy: brackets plus stacked operators",
-    )
-    s.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
-    s.add_argument("--log-format", choices=("json", "text"), default=_env("LOG_FORMAT", "json"))
-
     st = sub.add_parser(
         "streams",
         help="list, create, get, delete streams",
@@ -334,7 +226,6 @@ def build_parser() -> argparse.ArgumentParser:
         client_flags(q)
         q.add_argument("stream")
         q.add_argument("window")
-    return p
 
 
 # --------------------------------------------------------------------------- commands
@@ -360,7 +251,7 @@ def _print(obj: Any) -> None:
 
 
 def _rows(stream: TextIO, fmt: str, schema: dict[str, str]) -> Iterator[dict[str, Any]]:
-    from .convert import to_nanos
+    from mtawindows.v1.convert import to_nanos
 
     def cast(name: str, v: Any) -> Any:
         t = schema.get(name)
@@ -438,8 +329,6 @@ def cmd_append(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.command == "serve":
-        return cmd_serve(args)
     if args.command == "append":
         return cmd_append(args)
     with _client(args) as c:
@@ -452,7 +341,7 @@ def run(args: argparse.Namespace) -> int:
                 c.delete_stream(args.name)
                 _print({"deleted": args.name})
             else:
-                from .types import StreamSpec
+                from mtawindows.v1.types import StreamSpec
 
                 spec = StreamSpec(
                     args.name, tuple(args.field), args.timestamp, args.late.upper(), args.lateness
@@ -467,9 +356,9 @@ def run(args: argparse.Namespace) -> int:
                 c.delete_window(args.stream, args.name)
                 _print({"deleted": f"{args.stream}/{args.name}"})
             else:
-                from .types import Storage, WindowSpec
+                from mtawindows.v1.types import Storage, WindowSpec
 
-                spec = WindowSpec(
+                wspec = WindowSpec(
                     args.stream,
                     args.name,
                     tuple(args.agg),
@@ -477,7 +366,7 @@ def run(args: argparse.Namespace) -> int:
                     args.algorithm,
                     Storage(args.storage, args.durable),
                 )
-                _print(c.create_window(spec))
+                _print(c.create_window(wspec))
         elif args.command == "query":
             _print(c.query(args.stream, args.window))
         elif args.command == "watch":
@@ -492,93 +381,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_tokens(tokens_file: str | None, env: Mapping[str, str]) -> set[str] | None:
-    """The bearer tokens from ``--tokens-file`` (one per line; blank lines and lines starting
-    with ``#`` skipped) and ``$MTAWINDOWS_TOKENS`` (comma-separated); None when neither is
-    given (no authentication). Fails closed: a source that is given (the file named, even as
-    an empty string; the variable set, even empty) but holds no token, or a line that is not
-    a bearer token (printable ASCII without spaces), is a ValueError naming the source and the
-    line, never the token."""
-    from mtawindows.server.grpc_server import TOKEN, check_tokens
-
-    if tokens_file is None and "MTAWINDOWS_TOKENS" not in env:
-        return None
-    tokens: set[str] = set()
-    if tokens_file is not None:
-        source = f"--tokens-file {tokens_file!r}"
-        try:
-            text = Path(tokens_file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as ex:
-            msg = f"{source}: expected a readable UTF-8 file of bearer tokens: {ex}"
-            raise ValueError(msg) from None
-        found = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            t = line.strip()
-            if not t or t.startswith("#"):
-                continue
-            if not TOKEN.fullmatch(t):
-                msg = (
-                    f"{source}, line {lineno}: expected one bearer token (printable ASCII "
-                    f"without spaces) or a # comment, got a line of {len(t)} characters"
-                )
-                raise ValueError(msg)
-            found.append(t)
-        tokens |= set(check_tokens(found, f"{source} (blank lines and # comments only)"))
-    if "MTAWINDOWS_TOKENS" in env:
-        listed = [t.strip() for t in env["MTAWINDOWS_TOKENS"].split(",") if t.strip()]
-        tokens |= set(check_tokens(listed, "$MTAWINDOWS_TOKENS (comma-separated)"))
-    return tokens
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    from mtawindows.server.embedded import EmbeddedRedisError
-    from mtawindows.server.grpc_server import ServeConfig, serve
-    from mtawindows.server.metrics import setup_logging
-    from mtawindows.server.service import Limits
-
-    tokens = load_tokens(args.tokens_file, os.environ)  # first: a bad source starts nothing
-    setup_logging(args.log_level, args.log_format)
-    cfg = ServeConfig(
-        host=args.host,
-        port=args.port,
-        redis_url=args.redis_url,
-        data_dir=args.data_dir,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        tokens=tokens or set(),
-        metrics_port=args.metrics_port,
-        metrics_host=args.metrics_host,
-        flush_interval=args.flush_interval,
-        grace=args.grace,
-        limits=Limits(
-            max_streams=args.max_streams,
-            max_windows_per_stream=args.max_windows,
-            max_batch_rows=args.max_batch_rows,
-            max_message_bytes=args.max_message_mb * 1024 * 1024,
-            result_history=args.result_history,
-            max_subscribers=args.max_subscribers,
-            subscriber_queue_bytes=int(args.subscriber_queue_mb * 1024 * 1024),
-            subscribers_total_bytes=int(args.subscribers_memory_mb * 1024 * 1024),
-            max_cel_bytes=args.max_cel_bytes,
-            max_cel_depth=args.max_cel_depth,
-        ),
-        port_file=args.port_file,
-        reuse_port=args.reuse_port,
-        redis_restarts=args.redis_restarts,
-    )
+def guarded(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run a command; a server's error (with its field violations), a bad file or a bad value
+    prints ``error: ...`` to stderr and exits 1."""
     try:
-        serve(cfg)
-    except EmbeddedRedisError as ex:  # OSError (a taken port or data dir) is printed by main
-        print(f"error: {ex}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
+        return command(args)
     except MtaWindowsError as ex:
         print(f"error: {ex}", file=sys.stderr)
         for v in ex.violations:
@@ -587,6 +394,11 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as ex:
         print(f"error: {ex}", file=sys.stderr)
         return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The client commands alone (``mtawindows`` adds ``serve``: :mod:`mtawindows.cli`)."""
+    return guarded(run, build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

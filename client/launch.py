@@ -19,7 +19,7 @@ from pathlib import Path
 def start_server(
     data_dir: Path,
     *args: str,
-    program: Sequence[str] = (sys.executable, "-m", "mtawindows.client.cli"),
+    program: Sequence[str] = (sys.executable, "-m", "mtawindows.cli"),
     flush_interval: float | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float = 60.0,

@@ -32,11 +32,19 @@ from typing import Any
 
 import grpc
 
+from mtawindows.v1 import windows_pb2 as pb
+from mtawindows.v1 import windows_pb2_grpc as pb_grpc
+from mtawindows.v1.types import (
+    AppendResult,
+    StreamInfo,
+    StreamSpec,
+    WindowInfo,
+    WindowResult,
+    WindowSpec,
+)
+
 from . import convert
 from .errors import DeadlineExceededError, MtaWindowsError, UnavailableError, from_rpc_error
-from .proto import windows_pb2 as pb
-from .proto import windows_pb2_grpc as pb_grpc
-from .types import AppendResult, StreamInfo, StreamSpec, WindowInfo, WindowResult, WindowSpec
 
 _RESULTS = {"none": pb.NONE, "final": pb.FINAL, "per_row": pb.PER_ROW}
 _RETRYABLE = (UnavailableError, DeadlineExceededError)

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
+from mtawindows.cli import build_parser
 from mtawindows.client import Aggregation, Field, Policy, StreamSpec, WindowClient, WindowSpec
-from mtawindows.client.cli import build_parser
 from mtawindows.server.embedded import EmbeddedRedis
 
 from .service_support import ServerProcess
@@ -29,7 +29,7 @@ def compose() -> dict[str, Any]:
 
 def test_generated_proto_code_is_up_to_date() -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "mtawindows.client.proto.generate", "--check"],
+        [sys.executable, "-m", "mtawindows.v1.generate", "--check"],
         capture_output=True,
         text=True,
         timeout=120,

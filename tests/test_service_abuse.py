@@ -28,7 +28,7 @@ from mtawindows.client import (
     WindowSpec,
 )
 from mtawindows.client.errors import from_rpc_error
-from mtawindows.client.proto import windows_pb2 as pb
+from mtawindows.v1 import windows_pb2 as pb
 
 from .service_support import ServerProcess, free_port
 

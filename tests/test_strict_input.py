@@ -38,8 +38,8 @@ from mtawindows.client import (
     convert,
 )
 from mtawindows.client.errors import from_rpc_error
-from mtawindows.client.proto import windows_pb2 as pb
 from mtawindows.client.types import MAX_DURATION, SpecError
+from mtawindows.v1 import windows_pb2 as pb
 
 from .service_support import BIN, ServerProcess, free_port
 

@@ -30,10 +30,10 @@ from mtawindows.client import (
     WindowSpec,
 )
 from mtawindows.client.errors import from_rpc_error
-from mtawindows.client.proto import windows_pb2 as pb
-from mtawindows.client.proto import windows_pb2_grpc as pb_grpc
 from mtawindows.server.fanout import Fanout
 from mtawindows.server.service import Stream
+from mtawindows.v1 import windows_pb2 as pb
+from mtawindows.v1 import windows_pb2_grpc as pb_grpc
 
 from .service_support import ServerProcess
 

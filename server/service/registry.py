@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from mtawindows.client import convert
-from mtawindows.client.proto import windows_pb2 as pb
-from mtawindows.client.types import (
+from mtawindows.v1 import convert
+from mtawindows.v1 import windows_pb2 as pb
+from mtawindows.v1.types import (
     MAX_DURATION,
     AppendResult,
     Field,
@@ -47,11 +47,11 @@ from mtawindows.client.types import (
     show_names,
 )
 
+from ..engine.mta import AmortizedMTA, LogMTA
+from ..storage.journal import JournalEntry, StreamJournal
+from ..storage.protocol import StoreError, WouldBlock
 from .catalog import NAME, Built, DefinitionError, Output, build_window, columnar_lifter
 from .cel import CelPolicy
-from .journal import JournalEntry, StreamJournal
-from .mta import AmortizedMTA, LogMTA
-from .store import StoreError, WouldBlock
 
 log = logging.getLogger("mtawindows.service")
 
@@ -854,7 +854,7 @@ class Registry:
     ) -> None:
         import redis
 
-        from .embedded import default_url
+        from ..storage.embedded import default_url
 
         self.url = redis_url or default_url()
         self.limits = limits or Limits()
@@ -1027,7 +1027,7 @@ class Registry:
         cls = AmortizedMTA if spec.algorithm == "AMTA" else LogMTA
         if spec.storage.kind == "memory":
             return cls(built.monoid, built.policy)
-        from .redis_store import RedisStore
+        from ..storage.redis_store import RedisStore
 
         # No log per window and no checkpoint of its own: the stream's journal makes durable
         # windows durable, and the stream's flush checkpoints every window with its lsn.
@@ -1170,11 +1170,11 @@ class Registry:
             if s is None:
                 continue
             info, window_id = _window_from_blob(blob)
-            spec = convert.window_spec_from_proto(info.spec)
-            built = build_window(s.spec, spec)
-            engine = self._engine(spec, built, window_id, new=False)
+            wspec = convert.window_spec_from_proto(info.spec)
+            built = build_window(s.spec, wspec)
+            engine = self._engine(wspec, built, window_id, new=False)
             s.windows[wname] = Window(
-                s.spec, spec, built, engine, history=self.limits.result_history
+                s.spec, wspec, built, engine, history=self.limits.result_history
             )
             count += 1
         for s in self.streams.values():

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from mtawindows.client.proto import windows_pb2 as mtawindows_dot_v1_dot_windows__pb2
+from mtawindows.v1 import windows_pb2 as mtawindows_dot_v1_dot_windows__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

@@ -1,10 +1,11 @@
 """Regenerate the Python code of ``proto/mtawindows/v1/windows.proto`` into this folder.
 
-    python -m mtawindows.client.proto.generate            # rewrite the generated files
-    python -m mtawindows.client.proto.generate --check    # exit 1 if they are out of date
+    python -m mtawindows.v1.generate            # rewrite the generated files
+    python -m mtawindows.v1.generate --check    # exit 1 if they are out of date
 
-Needs ``grpcio-tools`` (the ``test`` extra). protoc names the module ``mtawindows.v1``; the
-generated gRPC stub's import is pointed at this package instead, the only edit made.
+Needs ``grpcio-tools`` (the ``test`` extra). The generated modules sit beside their .proto and
+are imported under its proto package, ``mtawindows.v1`` (as ``grpc_health.v1`` is): protoc's
+output is used unedited.
 """
 
 from __future__ import annotations
@@ -15,12 +16,9 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
-PROTO_DIR = ROOT / "proto"
+PROTO_DIR = HERE.parent.parent  # proto/: the include root
 PROTO = "mtawindows/v1/windows.proto"
 OUTPUTS = ("windows_pb2.py", "windows_pb2.pyi", "windows_pb2_grpc.py")
-_IMPORT = "from mtawindows.v1 import windows_pb2"
-_FIXED = "from mtawindows.client.proto import windows_pb2"
 
 
 def generate() -> dict[str, str]:
@@ -44,7 +42,6 @@ def generate() -> dict[str, str]:
             raise RuntimeError(msg)
         gen = Path(out) / "mtawindows" / "v1"
         texts = {name: (gen / name).read_text() for name in OUTPUTS}
-    texts["windows_pb2_grpc.py"] = texts["windows_pb2_grpc.py"].replace(_IMPORT, _FIXED)
     return texts
 
 
@@ -64,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         bad = stale()
         if bad:
-            print(f"out of date: {', '.join(bad)}; run python -m mtawindows.client.proto.generate")
+            print(f"out of date: {', '.join(bad)}; run python -m mtawindows.v1.generate")
             return 1
         print("generated code is up to date")
         return 0

@@ -1,0 +1,386 @@
+"""Codecs: how lifted aggregates become bytes in Redis (blocks, checkpoints, the insert log).
+
+Each monoid owns a codec (like Beam's accumulator coder); :func:`codec_for` picks it:
+
+* a monoid with a ``codec`` attribute brings its own (any object of the :class:`Codec` shape);
+* a monoid whose lifted values are fixed numeric tuples declares a ``codec_layout`` and gets a
+  :class:`StructCodec`: every pair is a fixed-size record, so one pair is a ``GETRANGE`` at a
+  computed offset and a run of pairs is one ``GETRANGE``;
+* everything else gets :class:`MsgpackCodec`, a safe generic codec (never pickle: nothing read
+  from Redis can run code).
+
+Layouts: ``"q"`` int64, ``"d"`` float64, ``"n"`` a number that keeps its Python type (int64 or
+float64, tagged); a string of several letters is a tuple of scalars (``"qdd"`` for variance
+moments); a tuple of layouts is a :class:`~mtawindows.server.monoids.Record`.
+
+Every record carries a 4-byte *stamp* derived from its (window, level, position), and struct
+records a magic flag byte: bytes that were not written at that place by that window (foreign,
+truncated, shifted or garbage data) are refused with :class:`CorruptDataError`, never decoded
+into a wrong result.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import struct
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import msgpack  # type: ignore[import-untyped]
+
+from ..sentinels import EMPTY, NOTHING
+from .protocol import CorruptDataError
+
+__all__ = [
+    "Codec",
+    "CodecError",
+    "CorruptDataError",
+    "MsgpackCodec",
+    "StructCodec",
+    "codec_for",
+]
+
+_M32 = 0xFFFFFFFF
+
+
+class CodecError(ValueError):
+    """A value cannot be encoded by the window's codec."""
+
+
+@runtime_checkable
+class Codec(Protocol):
+    """What the Redis tier needs from a codec.
+
+    ``record_size`` is the bytes per pair when fixed (blocks are strings read by offset), or
+    ``None`` (blocks are hashes of one record per position). ``pack_values``/``unpack_values``
+    encode lists of lifted values for checkpoints and the insert log.
+    """
+
+    name: str
+    record_size: int | None
+
+    def pack_values(self, values: Sequence[Any]) -> bytes: ...
+
+    def unpack_values(self, data: bytes) -> list[Any]: ...
+
+
+def stamp(salt: int, level: int, pos: int) -> int:
+    """The 32-bit check value of the record at (level, pos) of the window with ``salt``."""
+    return ((pos * 0x9E3779B1) ^ (level * 0x85EBCA77) ^ salt) & _M32
+
+
+def stamps(salt: int, level: int, start: int, stop: int) -> list[int]:
+    """``stamp`` of every position in ``range(start, stop)``, in one loop."""
+    x = (level * 0x85EBCA77) ^ salt
+    k = 0x9E3779B1  # p * k for consecutive p is a range with step k: no multiply per position
+    return [(q ^ x) & _M32 for q in range(start * k, stop * k, k)]
+
+
+# ---------------------------------------------------------------------------- msgpack
+_EXT_EMPTY, _EXT_NOTHING, _EXT_DATETIME, _EXT_DATE, _EXT_DECIMAL, _EXT_BIGINT = range(1, 7)
+
+
+def _default(obj: Any) -> Any:
+    if obj is EMPTY:
+        return msgpack.ExtType(_EXT_EMPTY, b"")
+    if obj is NOTHING:
+        return msgpack.ExtType(_EXT_NOTHING, b"")
+    if isinstance(obj, _dt.datetime):
+        return msgpack.ExtType(_EXT_DATETIME, obj.isoformat().encode())
+    if isinstance(obj, _dt.date):
+        return msgpack.ExtType(_EXT_DATE, obj.isoformat().encode())
+    if isinstance(obj, decimal.Decimal):
+        return msgpack.ExtType(_EXT_DECIMAL, str(obj).encode())
+    if isinstance(obj, int) and not isinstance(obj, bool):
+        return msgpack.ExtType(_EXT_BIGINT, str(obj).encode())
+    msg = (
+        f"MsgpackCodec: cannot encode a {type(obj).__name__} ({obj!r}); lifted values must be "
+        "None, bool, int, float, str, bytes, tuples, dicts, datetimes, dates or Decimals "
+        "(give the monoid a `codec` for other types)"
+    )
+    raise CodecError(msg)
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == _EXT_EMPTY:
+        return EMPTY
+    if code == _EXT_NOTHING:
+        return NOTHING
+    if code == _EXT_DATETIME:
+        return _dt.datetime.fromisoformat(data.decode())
+    if code == _EXT_DATE:
+        return _dt.date.fromisoformat(data.decode())
+    if code == _EXT_DECIMAL:
+        return decimal.Decimal(data.decode())
+    if code == _EXT_BIGINT:
+        return int(data.decode())
+    msg = f"unknown msgpack extension type {code}"
+    raise CorruptDataError(msg)
+
+
+_packer_opts: dict[str, Any] = {"default": _default, "use_bin_type": True}
+
+
+def packb(obj: Any) -> bytes:
+    """msgpack with the engine's extension types (tuples stay tuples on the way back)."""
+    try:
+        return msgpack.packb(obj, **_packer_opts)  # type: ignore[no-any-return]
+    except OverflowError:  # an int beyond 64 bits inside a container: retry through `default`
+        return msgpack.packb(_widen(obj), **_packer_opts)  # type: ignore[no-any-return]
+
+
+def _widen(obj: Any) -> Any:
+    if isinstance(obj, int) and not isinstance(obj, bool) and not -(2**63) <= obj < 2**64:
+        return msgpack.ExtType(_EXT_BIGINT, str(obj).encode())
+    if isinstance(obj, tuple | list):
+        return (
+            type(obj)(_widen(v) for v in obj) if isinstance(obj, list) else tuple(map(_widen, obj))
+        )
+    if isinstance(obj, dict):
+        return {_widen(k): _widen(v) for k, v in obj.items()}
+    return obj
+
+
+def unpackb(data: bytes) -> Any:
+    """Inverse of :func:`packb`; malformed bytes raise :class:`CorruptDataError`."""
+    try:
+        return msgpack.unpackb(
+            data, use_list=False, ext_hook=_ext_hook, strict_map_key=False, raw=False
+        )
+    except CorruptDataError:
+        raise
+    except Exception as ex:
+        msg = f"not a valid msgpack record ({type(ex).__name__}: {ex})"
+        raise CorruptDataError(msg) from ex
+
+
+class MsgpackCodec:
+    """Generic codec: one msgpack record ``(stamp, e0, e1)`` per pair, variable size."""
+
+    name = "msgpack/1"
+    record_size: int | None = None
+
+    def pack_values(self, values: Sequence[Any]) -> bytes:
+        return packb(tuple(values))
+
+    def unpack_values(self, data: bytes) -> list[Any]:
+        out = unpackb(data)
+        if not isinstance(out, tuple):
+            msg = f"expected a list of values, got {type(out).__name__}"
+            raise CorruptDataError(msg)
+        return list(out)
+
+    def encode_record(self, pair: Sequence[Any], check: int) -> bytes:
+        return packb((check, pair[0], pair[1]))
+
+    def decode_record(self, data: bytes, check: int) -> tuple[Any, Any]:
+        rec = unpackb(data)
+        if not (isinstance(rec, tuple) and len(rec) == 3 and rec[0] == check):
+            msg = "record does not belong at this position of this window"
+            raise CorruptDataError(msg)
+        if rec[1] is EMPTY and rec[2] is EMPTY:
+            msg = "record holds an empty pair"
+            raise CorruptDataError(msg)
+        return (rec[1], rec[2])
+
+    def __repr__(self) -> str:
+        return "MsgpackCodec()"
+
+
+# ---------------------------------------------------------------------------- struct
+Layout = str | tuple["Layout", ...]
+_SCALARS = {"q": "q", "d": "d", "n": "Bqd"}
+_ZERO = {"q": (0,), "d": (0.0,), "n": (0, 0, 0.0)}
+_MAGIC = 0xA0
+
+
+def _num(v: Any) -> tuple[int, int, float]:
+    return (1, v, 0.0) if v.__class__ is int else (0, 0, v)
+
+
+class _Gen:
+    """Generates the flatten / rebuild functions of one layout (our own source, no user text)."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.fmt = ""
+        self.zero: list[Any] = []
+        self.width = 0  # struct fields per value
+        self.flat = self._flat(layout, "v")
+        self._layout = layout
+
+    def _flat(self, layout: Layout, var: str) -> str:
+        if isinstance(layout, tuple):
+            return ", ".join(self._flat(sub, f"{var}[{i}]") for i, sub in enumerate(layout))
+        if len(layout) > 1:
+            return ", ".join(self._flat(ch, f"{var}[{i}]") for i, ch in enumerate(layout))
+        if layout not in _SCALARS:
+            msg = f"StructCodec: unknown layout letter {layout!r}; expected one of q, d, n"
+            raise ValueError(msg)
+        self.fmt += _SCALARS[layout]
+        self.zero.extend(_ZERO[layout])
+        self.width += len(_ZERO[layout])
+        return f"*N({var})" if layout == "n" else var
+
+    def inline(self, var: str) -> str:
+        """Source of the flattened value ``var`` with no helper calls (n: flag, int, float)."""
+
+        def go(layout: Layout, v: str) -> str:
+            if isinstance(layout, tuple):
+                return ", ".join(go(sub, f"{v}[{i}]") for i, sub in enumerate(layout))
+            if len(layout) > 1:
+                return ", ".join(go(ch, f"{v}[{i}]") for i, ch in enumerate(layout))
+            if layout == "n":
+                isint = f"{v}.__class__ is int"
+                return f"{isint}, ({v} if {isint} else 0), (0.0 if {isint} else {v})"
+            return v
+
+        return go(self._layout, var)
+
+    def rebuild(self, off: int) -> str:
+        pos = [off]
+
+        def go(layout: Layout) -> str:
+            if isinstance(layout, tuple):
+                return "(" + "".join(go(sub) + ", " for sub in layout) + ")"
+            if len(layout) > 1:
+                return "(" + "".join(go(ch) + ", " for ch in layout) + ")"
+            i = pos[0]
+            if layout == "n":
+                pos[0] += 3
+                return f"(t[{i + 1}] if t[{i}] else t[{i + 2}])"
+            pos[0] += 1
+            return f"t[{i}]"
+
+        return go(self._layout)
+
+
+class StructCodec:
+    """Fixed-size records for numeric lifted values.
+
+    A record is ``<flags:B, stamp:I, e0..., e1...>`` (little-endian); ``flags`` is ``0xA0`` plus
+    one bit per non-empty slot, an empty slot is stored as zeros. ``record_size`` bytes each.
+    """
+
+    def __init__(self, layout: Layout) -> None:
+        g = _Gen(layout)
+        self.layout = layout
+        self.name = f"struct/1:{layout!r}"
+        self._struct = struct.Struct("<BI" + g.fmt + g.fmt)
+        self.record_size = self._struct.size
+        env: dict[str, Any] = {"N": _num}
+        flatten: Callable[[Any], tuple[Any, ...]] = eval(f"lambda v: ({g.flat},)", env)
+        self._flatten = flatten
+        self._zero = tuple(g.zero)
+        self._record_fmt = g.fmt + g.fmt
+        self._runs: dict[int, struct.Struct] = {}
+        # a whole run flattened by one generated loop, packed by one Struct (our own source)
+        fast_env: dict[str, Any] = {"EMPTY": EMPTY, "M3": _MAGIC | 3, "slow": self._slow_record}
+        src = (
+            "def flat_run(pairs, checks):\n"
+            "    out = []\n"
+            "    ext = out.extend\n"
+            "    for (a, b), c in zip(pairs, checks):\n"
+            "        if a is EMPTY or b is EMPTY:\n"
+            "            ext(slow(a, b, c))\n"
+            "        else:\n"
+            f"            ext((M3, c, {g.inline('a')}, {g.inline('b')}))\n"
+            "    return out\n"
+        )
+        exec(src, fast_env)
+        self._flat_run: Callable[[Any, Any], list[Any]] = fast_env["flat_run"]
+        w = g.width
+        self._rebuild_a: Callable[[tuple[Any, ...]], Any] = eval(f"lambda t: {g.rebuild(2)}", {})
+        self._rebuild_b: Callable[[tuple[Any, ...]], Any] = eval(
+            f"lambda t: {g.rebuild(2 + w)}", {}
+        )
+        self._generic = MsgpackCodec()
+
+    def pack_values(self, values: Sequence[Any]) -> bytes:
+        return self._generic.pack_values(values)
+
+    def unpack_values(self, data: bytes) -> list[Any]:
+        return self._generic.unpack_values(data)
+
+    def _slow_record(self, a: Any, b: Any, c: int) -> tuple[Any, ...]:
+        if a is EMPTY:
+            return (_MAGIC | 2, c, *self._zero, *self._flatten(b))
+        return (_MAGIC | 1, c, *self._flatten(a), *self._zero)
+
+    def encode_run(self, pairs: Sequence[Sequence[Any]], checks: Sequence[int]) -> bytes:
+        """Records for consecutive positions (``checks`` are their stamps)."""
+        n = len(pairs)
+        run = self._runs.get(n)
+        if run is None:
+            run = struct.Struct("<" + ("BI" + self._record_fmt) * n)
+            if len(self._runs) < 64:
+                self._runs[n] = run
+        try:
+            return run.pack(*self._flat_run(pairs, checks))
+        except (struct.error, TypeError, IndexError, OverflowError, ValueError):
+            return self._encode_run_checked(pairs, checks)  # names the culprit
+
+    def _encode_run_checked(self, pairs: Sequence[Sequence[Any]], checks: Sequence[int]) -> bytes:
+        pack = self._struct.pack
+        flatten = self._flatten
+        zero = self._zero
+        out = []
+        try:
+            for (a, b), c in zip(pairs, checks, strict=True):
+                if a is EMPTY:
+                    out.append(pack(_MAGIC | 2, c, *zero, *flatten(b)))
+                elif b is EMPTY:
+                    out.append(pack(_MAGIC | 1, c, *flatten(a), *zero))
+                else:
+                    out.append(pack(_MAGIC | 3, c, *flatten(a), *flatten(b)))
+        except (struct.error, TypeError, IndexError, OverflowError) as ex:
+            msg = (
+                f"StructCodec {self.layout!r}: cannot encode the pair {tuple(a for a in (a, b))!r} "
+                f"({ex}); expected numbers of that layout (int64 / float64)"
+            )
+            raise CodecError(msg) from ex
+        return b"".join(out)
+
+    def decode_run(self, data: bytes, checks: Sequence[int]) -> list[tuple[Any, Any]]:
+        size = self.record_size
+        if len(data) != size * len(checks):
+            msg = f"expected {len(checks)} records of {size} bytes, got {len(data)} bytes"
+            raise CorruptDataError(msg)
+        ra = self._rebuild_a
+        rb = self._rebuild_b
+        out: list[tuple[Any, Any]] = []
+        for t, c in zip(self._struct.iter_unpack(data), checks, strict=True):
+            f = t[0]
+            if f & 0xFC != _MAGIC or not f & 3 or t[1] != c:
+                msg = "record does not belong at this position of this window"
+                raise CorruptDataError(msg)
+            out.append((ra(t) if f & 1 else EMPTY, rb(t) if f & 2 else EMPTY))
+        return out
+
+    def __repr__(self) -> str:
+        return f"StructCodec({self.layout!r})"
+
+
+def _layout_of(monoid: Any) -> Layout | None:
+    fields = getattr(monoid, "monoids", None)
+    if fields is not None and type(monoid).__name__ == "Record":
+        subs = [_layout_of(m) for m in fields]
+        if any(s is None for s in subs):
+            return None
+        return tuple(s for s in subs if s is not None)
+    layout = getattr(monoid, "codec_layout", None)
+    return layout if isinstance(layout, str) and layout else None
+
+
+def codec_for(monoid: Any) -> Any:
+    """The codec of ``monoid``: its own ``codec``, a :class:`StructCodec` from its
+    ``codec_layout`` (records too), else :class:`MsgpackCodec`."""
+    own = getattr(monoid, "codec", None)
+    if own is not None:
+        for attr in ("name", "record_size", "pack_values", "unpack_values"):
+            if not hasattr(own, attr):
+                msg = f"codec of {monoid!r}: expected an object with {attr!r}, got {own!r}"
+                raise TypeError(msg)
+        return own
+    layout = _layout_of(monoid)
+    return StructCodec(layout) if layout is not None else MsgpackCodec()

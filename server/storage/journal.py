@@ -1,0 +1,162 @@
+"""A stream's write-ahead journal and its saved state, in Redis.
+
+A stream with a durable window journals every append before any window sees it: one ``RPUSH``
+of the batch as it came (its columns, producer id, sequence, result mode) under the next **log
+sequence number** (lsn). The append is acknowledged after that write and after the windows
+applied it, so "acknowledged" implies "journaled". Windows themselves keep no log: their
+checkpoints (taken by the service's flush) record the lsn of the last entry they hold, and the
+stream's state (newest timestamp, counters, producers' last sequences, reorder buffer) is saved
+with the lsn it reflects. Keys, under the stream's own hash tag (one Redis Cluster slot, so the
+state write and the journal trim are one ``MULTI``)::
+
+    mtaw:svc:{<stream>}:journal   list    msgpack (lsn, producer, sequence, mode, windows, columns)
+    mtaw:svc:{<stream>}:state     string  JSON of the stream's state, with its "lsn"
+
+Order of writes (the invariants recovery relies on):
+
+1. an append: ``RPUSH`` of entry ``lsn`` (its lsns are contiguous), then the windows;
+2. a flush: each Redis window's checkpoint with ``{"lsn": <its last entry>}`` (queued behind
+   its block writes); only **after those committed**, the stream's state at that lsn + ``LTRIM``
+   of the entries it covers, atomically. Hence ``state.lsn <= every window's lsn``, and every
+   entry after ``state.lsn`` is still in the journal;
+3. recovery: the state, then every entry after ``state.lsn`` through the stream's own checks
+   again (deterministic: same state, same batch, same outcome), applied to each window whose
+   checkpoint does not hold it yet.
+
+An entry that reached Redis although its ``RPUSH`` failed (a timeout after the write) is
+replayed too: its append was never acknowledged, and its idempotency key makes the retry a
+duplicate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from .codecs import packb, unpackb
+from .protocol import CorruptDataError, StoreUnavailableError
+
+__all__ = ["JournalEntry", "StreamJournal", "stream_keys"]
+
+
+def stream_keys(prefix: str, stream: str) -> tuple[str, str]:
+    """(journal key, state key) of ``stream``: one hash tag, one slot."""
+    tag = f"{prefix}:svc:{{{stream}}}"
+    return f"{tag}:journal", f"{tag}:state"
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    lsn: int
+    producer_id: str
+    sequence: int
+    mode: str
+    which: tuple[str, ...]
+    columns: dict[str, tuple[str, list[Any]]]
+
+
+class StreamJournal:
+    """The journal and saved state of one stream (see the module docstring)."""
+
+    def __init__(self, client: Any, prefix: str, stream: str) -> None:
+        self._client = client
+        self.stream = stream
+        self.journal_key, self.state_key = stream_keys(prefix, stream)
+        self.first = 1  # lsn of the journal's first entry (entries are contiguous)
+
+    def _fail(self, ex: Exception, doing: str) -> Exception:
+        if isinstance(ex, redis.ResponseError) and "WRONGTYPE" in str(ex):
+            return CorruptDataError(f"stream {self.stream!r}: {doing}: {ex}")
+        return StoreUnavailableError(
+            f"stream {self.stream!r}: {doing}: Redis is unavailable ({type(ex).__name__})"
+        )
+
+    def append(
+        self,
+        lsn: int,
+        producer_id: str,
+        sequence: int,
+        mode: str,
+        which: Sequence[str],
+        columns: Mapping[str, tuple[str, Sequence[Any]]],
+    ) -> None:
+        """Journal one batch (one round trip). Raises ``StoreError``: the entry may or may not
+        be there, so the caller reloads the stream before its next append."""
+        cols = {name: [kind, values] for name, (kind, values) in columns.items()}  # no copy
+        blob = packb([lsn, producer_id, sequence, mode, list(which), cols])
+        try:
+            self._client.rpush(self.journal_key, blob)
+        except redis.RedisError as ex:
+            raise self._fail(ex, f"journal the batch of lsn {lsn}") from ex
+
+    def entries(self) -> list[JournalEntry]:
+        try:
+            raw = self._client.lrange(self.journal_key, 0, -1)
+        except redis.RedisError as ex:
+            raise self._fail(ex, "read the journal") from ex
+        out: list[JournalEntry] = []
+        for n, blob in enumerate(raw):
+            try:
+                lsn, pid, seq, mode, which, cols = unpackb(blob)
+                entry = JournalEntry(
+                    int(lsn),
+                    str(pid),
+                    int(seq),
+                    str(mode),
+                    tuple(which),
+                    {str(k): (str(v[0]), list(v[1])) for k, v in cols.items()},
+                )
+            except (ValueError, TypeError, AttributeError, IndexError, CorruptDataError) as ex:
+                msg = f"stream {self.stream!r}: journal entry {n} of {self.journal_key!r} is not valid ({ex!r})"
+                raise CorruptDataError(msg) from ex
+            if out and entry.lsn != out[-1].lsn + 1:
+                msg = (
+                    f"stream {self.stream!r}: journal {self.journal_key!r} skips from lsn "
+                    f"{out[-1].lsn} to {entry.lsn}"
+                )
+                raise CorruptDataError(msg)
+            out.append(entry)
+        return out
+
+    def load_state(self) -> bytes | None:
+        try:
+            blob: bytes | None = self._client.get(self.state_key)
+        except redis.RedisError as ex:
+            raise self._fail(ex, "read the stream's state") from ex
+        return blob
+
+    def commit_state(self, blob: str | bytes, lsn: int) -> None:
+        """Save the state at ``lsn`` and drop the entries it covers, atomically."""
+        drop = lsn - self.first + 1
+        try:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.set(self.state_key, blob)
+            if drop > 0:
+                pipe.ltrim(self.journal_key, drop, -1)
+            pipe.execute()
+        except redis.RedisError as ex:
+            raise self._fail(ex, f"save the stream's state at lsn {lsn}") from ex
+        if drop > 0:
+            self.first = lsn + 1
+
+    def save_state(self, blob: str | bytes) -> None:
+        """Save the state of a stream that keeps no journal."""
+        try:
+            self._client.set(self.state_key, blob)
+        except redis.RedisError as ex:
+            raise self._fail(ex, "save the stream's state") from ex
+
+    def drop_journal(self) -> None:
+        try:
+            self._client.delete(self.journal_key)
+        except redis.RedisError as ex:
+            raise self._fail(ex, "drop the journal") from ex
+
+    def delete(self) -> None:
+        try:
+            self._client.delete(self.journal_key, self.state_key)
+        except redis.RedisError as ex:
+            raise self._fail(ex, "delete the stream's keys") from ex

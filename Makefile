@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench bench-quick format clean
+.PHONY: demo test test-fast lint typecheck unit bench bench-quick format clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest
+
+# while working: lint, types and the tests not marked slow or spark (about a minute)
+test-fast: lint typecheck
+	$(BIN)/python -m pytest -m "not slow and not spark" -q
 
 format: $(STAMP)
 	$(BIN)/ruff format .

@@ -149,60 +149,58 @@ def add_commands(sub: Any) -> None:
         sp.add_argument("--timeout", type=float, default=30.0, help="deadline per call, seconds")
 
     fmt = argparse.RawDescriptionHelpFormatter
-    st = sub.add_parser(
-        "streams",
-        help="list, create, get, delete streams",
-        epilog=EPILOG_STREAMS,
-        formatter_class=fmt,
-    )
-    stsub = st.add_subparsers(dest="action", required=True)
-    for action in ("list", "create", "get", "delete"):
-        a = stsub.add_parser(action, epilog=EPILOG_STREAMS, formatter_class=fmt)
-        client_flags(a)
-        if action != "list":
-            a.add_argument("name")
-        if action == "create":
-            a.add_argument(
-                "--field",
-                action="append",
-                type=parse_field,
-                default=[],
-                help="name:TYPE[:nan] (DOUBLE INT64 STRING BOOL TIMESTAMP)",
-            )
-            a.add_argument("--timestamp", default="ts", help="the timestamp column")
-            a.add_argument("--late", choices=("reject", "drop"), default="reject")
-            a.add_argument(
-                "--lateness",
-                type=parse_duration,
-                default=timedelta(0),
-                help="reorder buffer (with --late drop)",
-            )
 
-    w = sub.add_parser(
-        "windows",
-        help="list, create, get, delete windows",
-        epilog=EPILOG_WINDOWS,
-        formatter_class=fmt,
+    def resource(noun: str, epilog: str, *parents: str) -> argparse.ArgumentParser:
+        """``<noun>s list|create|get|delete``; returns the ``create`` parser."""
+        r = sub.add_parser(
+            f"{noun}s",
+            help=f"list, create, get, delete {noun}s",
+            epilog=epilog,
+            formatter_class=fmt,
+        )
+        actions = r.add_subparsers(dest="action", required=True)
+        create = None
+        for action in ("list", "create", "get", "delete"):
+            a = actions.add_parser(action, epilog=epilog, formatter_class=fmt)
+            client_flags(a)
+            for parent in parents:
+                a.add_argument(parent)
+            if action != "list":
+                a.add_argument("name")
+            if action == "create":
+                create = a
+        assert create is not None
+        return create
+
+    a = resource("stream", EPILOG_STREAMS)
+    a.add_argument(
+        "--field",
+        action="append",
+        type=parse_field,
+        default=[],
+        help="name:TYPE[:nan] (DOUBLE INT64 STRING BOOL TIMESTAMP)",
     )
-    wsub = w.add_subparsers(dest="action", required=True)
-    for action in ("list", "create", "get", "delete"):
-        a = wsub.add_parser(action, epilog=EPILOG_WINDOWS, formatter_class=fmt)
-        client_flags(a)
-        a.add_argument("stream")
-        if action != "list":
-            a.add_argument("name")
-        if action == "create":
-            a.add_argument(
-                "--agg",
-                action="append",
-                type=parse_agg,
-                required=True,
-                help="name=monoid[:field][:param=value]",
-            )
-            a.add_argument("--policy", type=parse_policy, required=True)
-            a.add_argument("--algorithm", choices=("AMTA", "LMTA"), default="AMTA")
-            a.add_argument("--storage", choices=("redis", "memory"), default="redis")
-            a.add_argument("--durable", action="store_true", help="journal every batch")
+    a.add_argument("--timestamp", default="ts", help="the timestamp column")
+    a.add_argument("--late", choices=("reject", "drop"), default="reject")
+    a.add_argument(
+        "--lateness",
+        type=parse_duration,
+        default=timedelta(0),
+        help="reorder buffer (with --late drop)",
+    )
+
+    a = resource("window", EPILOG_WINDOWS, "stream")
+    a.add_argument(
+        "--agg",
+        action="append",
+        type=parse_agg,
+        required=True,
+        help="name=monoid[:field][:param=value]",
+    )
+    a.add_argument("--policy", type=parse_policy, required=True)
+    a.add_argument("--algorithm", choices=("AMTA", "LMTA"), default="AMTA")
+    a.add_argument("--storage", choices=("redis", "memory"), default="redis")
+    a.add_argument("--durable", action="store_true", help="journal every batch")
 
     ap = sub.add_parser(
         "append", help="append CSV or JSON lines", epilog=EPILOG_APPEND, formatter_class=fmt

@@ -15,37 +15,23 @@ from typing import Any
 __all__ = ["EMPTY", "NOTHING", "UNSET"]
 
 
-class _Empty:
-    """The engine's own marker for an empty slot of a pair (the paper's ∅).
+class _Marker:
+    """A named singleton: prints as ``shown``, pickles as this module's attribute ``name`` (so
+    it comes back as the very same object)."""
 
-    Never the monoid's identity: a lifted value may legitimately equal the identity (a sum of
-    zeros), and it must still count as an item.
-    """
+    __slots__ = ("_name", "_shown")
 
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "∅"
-
-    def __reduce__(self) -> str:
-        return "EMPTY"
-
-
-EMPTY: Any = _Empty()
-
-
-class _Nothing:
-    """The value of no item (``First``/``Last`` of an empty window lower it to ``None``)."""
-
-    __slots__ = ()
+    def __init__(self, name: str, shown: str) -> None:
+        self._name = name
+        self._shown = shown
 
     def __repr__(self) -> str:
-        return "NOTHING"
+        return self._shown
 
     def __reduce__(self) -> str:
-        return "NOTHING"
+        return self._name
 
 
-NOTHING: Any = _Nothing()
-
-UNSET: Any = object()
+EMPTY: Any = _Marker("EMPTY", "∅")
+NOTHING: Any = _Marker("NOTHING", "NOTHING")
+UNSET: Any = _Marker("UNSET", "UNSET")

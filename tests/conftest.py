@@ -33,6 +33,14 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that takes the ``redis_url`` fixture talks to a real Redis: mark it ``redis``
+    (modules that start servers mark themselves with ``pytestmark``)."""
+    for item in items:
+        if "redis_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.redis)
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     """``REDIS_URL``, else a testcontainers Redis if Docker answers, else the embedded server."""

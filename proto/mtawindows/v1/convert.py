@@ -249,30 +249,24 @@ def window_spec_from_proto(m: pb.WindowSpec) -> WindowSpec:
     )
 
 
+_STREAM_COUNTERS = (
+    "rows_appended",
+    "rows_late",
+    "batches_appended",
+    "batches_duplicate",
+    "newest_timestamp",
+    "rows_buffered",
+)
+
+
 def stream_info_from_proto(m: pb.StreamInfo) -> StreamInfo:
-    return StreamInfo(
-        spec=stream_spec_from_proto(m.spec),
-        windows=list(m.windows),
-        rows_appended=m.rows_appended,
-        rows_late=m.rows_late,
-        batches_appended=m.batches_appended,
-        batches_duplicate=m.batches_duplicate,
-        newest_timestamp=m.newest_timestamp,
-        rows_buffered=m.rows_buffered,
-    )
+    counters = {k: getattr(m, k) for k in _STREAM_COUNTERS}
+    return StreamInfo(spec=stream_spec_from_proto(m.spec), windows=list(m.windows), **counters)
 
 
 def stream_info_to_proto(i: StreamInfo) -> pb.StreamInfo:
-    return pb.StreamInfo(
-        spec=stream_spec_to_proto(i.spec),
-        windows=i.windows,
-        rows_appended=i.rows_appended,
-        rows_late=i.rows_late,
-        batches_appended=i.batches_appended,
-        batches_duplicate=i.batches_duplicate,
-        newest_timestamp=i.newest_timestamp,
-        rows_buffered=i.rows_buffered,
-    )
+    counters = {k: getattr(i, k) for k in _STREAM_COUNTERS}
+    return pb.StreamInfo(spec=stream_spec_to_proto(i.spec), windows=i.windows, **counters)
 
 
 _STAT_FIELDS = tuple(f.name for f in pb.WindowStats.DESCRIPTOR.fields)

@@ -1,0 +1,220 @@
+"""The architecture, checked from the sources: imports point one way and nothing loops.
+
+Every ``import`` / ``from ... import`` in the five packages counts, at module level or inside a
+function, under ``TYPE_CHECKING`` or not (a lazy import is still a dependency). The rules:
+
+* ``mtawindows.v1`` (the wire contract) imports no other first-party package;
+* the server never imports the client, the connector or the command; the client never imports
+  the server; the connector imports the client and the contract only;
+* inside the server, layers import downwards only:
+  transport -> service -> engine -> storage -> sentinels (the CLI on top; the flat layout's
+  compatibility modules may re-export any layer, and no layer may import them);
+* no cycle among the modules, and none among the layers.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = {
+    "mtawindows.v1": ROOT / "proto" / "mtawindows" / "v1",
+    "mtawindows.server": ROOT / "server",
+    "mtawindows.client": ROOT / "client",
+    "mtawindows.spark_connector": ROOT / "spark_connector",
+    "mtawindows.cli": ROOT / "cli",
+}
+# which first-party packages each package may import (besides itself)
+ALLOWED = {
+    "mtawindows.v1": set(),
+    "mtawindows.server": {"mtawindows.v1"},
+    "mtawindows.client": {"mtawindows.v1"},
+    "mtawindows.spark_connector": {"mtawindows.v1", "mtawindows.client"},
+    "mtawindows.cli": {"mtawindows.v1", "mtawindows.client", "mtawindows.server"},
+}
+# the server's layers, bottom first; a module may import its own layer and the ones below
+SERVER_LAYERS = ["sentinels", "storage", "engine", "service", "transport", "cli"]
+SERVER_TOP = {"cli", "__main__"}  # the entry point sits on every layer
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for pkg, folder in PACKAGES.items():
+        for path in sorted(folder.rglob("*.py")):
+            rel = path.relative_to(folder).with_suffix("").parts
+            if rel[-1] == "__init__":
+                rel = rel[:-1]
+            out[".".join((pkg, *rel))] = path
+    return out
+
+
+MODULES = modules()
+
+
+def imports_of(name: str, path: Path) -> Iterator[tuple[str, int]]:
+    """First-party modules ``name`` imports, with the line: ``from a import b`` counts as
+    ``a.b`` when that is a module, else as ``a``."""
+    is_pkg = path.name == "__init__.py"
+    here = name.split(".") if is_pkg else name.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            for a in node.names:
+                sub = f"{mod}.{a.name}"
+                yield (sub if sub in MODULES else mod), node.lineno
+
+
+def first_party(target: str) -> str | None:
+    """The known module ``target`` names (or the closest known package above it)."""
+    while target:
+        if target in MODULES:
+            return target
+        target = target.rpartition(".")[0]
+    return None
+
+
+def graph() -> dict[str, set[tuple[str, int]]]:
+    g: dict[str, set[tuple[str, int]]] = {m: set() for m in MODULES}
+    for name, path in MODULES.items():
+        for target, line in imports_of(name, path):
+            if target.startswith("mtawindows"):
+                found = first_party(target)
+                assert found is not None, f"{name}:{line} imports {target}, which does not exist"
+                if found != name:
+                    g[name].add((found, line))
+    return g
+
+
+GRAPH = graph()
+
+
+def package_of(module: str) -> str:
+    return next(p for p in PACKAGES if module == p or module.startswith(p + "."))
+
+
+def server_layer(module: str) -> str | None:
+    """The layer of a server module; None for the package itself and the compatibility
+    modules of the flat layout (top-level modules that are not a layer)."""
+    parts = module.split(".")
+    if len(parts) < 3:
+        return None
+    head = parts[2]
+    if head in SERVER_TOP:
+        return "cli"
+    return head if head in SERVER_LAYERS else None
+
+
+def is_compat(module: str) -> bool:
+    return package_of(module) == "mtawindows.server" and server_layer(module) is None
+
+
+def test_the_walk_sees_the_layers() -> None:
+    # the checks below are only as good as the walk: it must see known edges
+    assert "mtawindows.v1.windows_pb2" in {t for t, _ in GRAPH["mtawindows.v1.convert"]}
+    catalog = GRAPH["mtawindows.server.service.catalog"]
+    assert any(t.startswith("mtawindows.server.engine") for t, _ in catalog)
+    assert any(t.startswith("mtawindows.client") for t, _ in GRAPH["mtawindows.cli"])
+    assert len(MODULES) > 50
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_packages_import_only_what_is_below_them(package: str) -> None:
+    bad = [
+        f"{m}:{line} imports {t}"
+        for m, edges in GRAPH.items()
+        if package_of(m) == package
+        for t, line in edges
+        if package_of(t) != package and package_of(t) not in ALLOWED[package]
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_server_layers_import_downwards_only() -> None:
+    rank = {layer: i for i, layer in enumerate(SERVER_LAYERS)}
+    bad = []
+    for m, edges in GRAPH.items():
+        if package_of(m) != "mtawindows.server":
+            continue
+        mine = server_layer(m)
+        for t, line in edges:
+            if package_of(t) != "mtawindows.server" or t == "mtawindows.server":
+                continue
+            if is_compat(t) and not is_compat(m):
+                bad.append(f"{m}:{line} imports the compatibility module {t}")
+            elif mine is not None and not is_compat(t):
+                theirs = server_layer(t)
+                assert theirs is not None
+                if rank[theirs] > rank[mine]:
+                    bad.append(f"{m}:{line} ({mine}) imports {t} ({theirs}), a layer above")
+    assert not bad, "\n".join(bad)
+
+
+def _cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in g.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle_between_modules() -> None:
+    g = {m: {t for t, _ in edges} for m, edges in GRAPH.items()}
+    assert _cycles(g) == []
+
+
+def test_no_cycle_between_server_layers_or_packages() -> None:
+    def group(m: str) -> str:
+        layer = server_layer(m) if package_of(m) == "mtawindows.server" else None
+        return f"{package_of(m)}.{layer}" if layer else package_of(m)
+
+    g: dict[str, set[str]] = {}
+    for m, edges in GRAPH.items():
+        if is_compat(m):
+            continue  # re-exports on purpose; nothing imports them (checked above)
+        for t, _ in edges:
+            if group(t) != group(m):
+                g.setdefault(group(m), set()).add(group(t))
+    assert _cycles(g) == []
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []

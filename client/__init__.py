@@ -1,8 +1,9 @@
 """mtawindows.client: the Python SDK and CLI of the mtawindows gRPC service.
 
 ``WindowClient`` / ``AsyncWindowClient`` talk to ``mtawindows serve``; the specs and results are
-the dataclasses of :mod:`mtawindows.client.types`; errors are the typed exceptions of
-:mod:`mtawindows.client.errors`.
+the dataclasses of :mod:`mtawindows.v1.types`; errors are the typed exceptions of
+:mod:`mtawindows.client.errors`; :class:`Router` (:mod:`mtawindows.client.routing`) says which of
+several servers holds a stream or a key's stream.
 """
 
 from mtawindows.v1 import convert as convert  # former homes, kept importable from here
@@ -22,6 +23,9 @@ from mtawindows.v1.types import (
     WindowSpec,
 )
 
+from .aio import AsyncWindowClient
+from .batch_writer import BatchWriter
+from .blocking import WindowClient
 from .errors import (
     AlreadyExistsError,
     DeadlineExceededError,
@@ -36,7 +40,7 @@ from .errors import (
     UnavailableError,
     Violation,
 )
-from .sdk import AsyncWindowClient, BatchWriter, WindowClient
+from .routing import Router, key_of_stream, keyed_stream_name
 
 __all__ = [
     "Aggregation",
@@ -56,6 +60,7 @@ __all__ = [
     "OutputSpec",
     "Policy",
     "ResourceExhaustedError",
+    "Router",
     "Storage",
     "StreamInfo",
     "StreamSpec",
@@ -66,4 +71,6 @@ __all__ = [
     "WindowInfo",
     "WindowResult",
     "WindowSpec",
+    "key_of_stream",
+    "keyed_stream_name",
 ]

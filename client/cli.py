@@ -133,46 +133,59 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+_FMT = argparse.RawDescriptionHelpFormatter
+
+
 def add_commands(sub: Any) -> None:
     """The client subcommands, added to ``sub`` (an argparse subparsers action)."""
+    _add_streams(sub)
+    _add_windows(sub)
+    _add_append(sub)
+    for name, helptext in (
+        ("query", "print a window's result"),
+        ("watch", "follow a window's results"),
+    ):
+        q = sub.add_parser(name, help=helptext, epilog=EPILOG_QUERY, formatter_class=_FMT)
+        _client_flags(q)
+        q.add_argument("stream")
+        q.add_argument("window")
 
-    def client_flags(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument(
-            "--target",
-            default=_env("TARGET", "localhost:50051"),
-            help="host:port ($MTAWINDOWS_TARGET)",
-        )
-        sp.add_argument("--token", default=_env("TOKEN"), help="bearer token ($MTAWINDOWS_TOKEN)")
-        sp.add_argument(
-            "--tls-ca", default=_env("TLS_CA"), help="CA bundle: use TLS ($MTAWINDOWS_TLS_CA)"
-        )
-        sp.add_argument("--timeout", type=float, default=30.0, help="deadline per call, seconds")
 
-    fmt = argparse.RawDescriptionHelpFormatter
+def _client_flags(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--target",
+        default=_env("TARGET", "localhost:50051"),
+        help="host:port ($MTAWINDOWS_TARGET)",
+    )
+    sp.add_argument("--token", default=_env("TOKEN"), help="bearer token ($MTAWINDOWS_TOKEN)")
+    sp.add_argument(
+        "--tls-ca", default=_env("TLS_CA"), help="CA bundle: use TLS ($MTAWINDOWS_TLS_CA)"
+    )
+    sp.add_argument("--timeout", type=float, default=30.0, help="deadline per call, seconds")
 
-    def resource(noun: str, epilog: str, *parents: str) -> argparse.ArgumentParser:
-        """``<noun>s list|create|get|delete``; returns the ``create`` parser."""
-        r = sub.add_parser(
-            f"{noun}s",
-            help=f"list, create, get, delete {noun}s",
-            epilog=epilog,
-            formatter_class=fmt,
-        )
-        actions = r.add_subparsers(dest="action", required=True)
-        create = None
-        for action in ("list", "create", "get", "delete"):
-            a = actions.add_parser(action, epilog=epilog, formatter_class=fmt)
-            client_flags(a)
-            for parent in parents:
-                a.add_argument(parent)
-            if action != "list":
-                a.add_argument("name")
-            if action == "create":
-                create = a
-        assert create is not None
-        return create
 
-    a = resource("stream", EPILOG_STREAMS)
+def _resource(sub: Any, noun: str, epilog: str, *parents: str) -> argparse.ArgumentParser:
+    """``<noun>s list|create|get|delete``; returns the ``create`` parser."""
+    r = sub.add_parser(
+        f"{noun}s", help=f"list, create, get, delete {noun}s", epilog=epilog, formatter_class=_FMT
+    )
+    actions = r.add_subparsers(dest="action", required=True)
+    create: argparse.ArgumentParser | None = None
+    for action in ("list", "create", "get", "delete"):
+        a: argparse.ArgumentParser = actions.add_parser(action, epilog=epilog, formatter_class=_FMT)
+        _client_flags(a)
+        for parent in parents:
+            a.add_argument(parent)
+        if action != "list":
+            a.add_argument("name")
+        if action == "create":
+            create = a
+    assert create is not None
+    return create
+
+
+def _add_streams(sub: Any) -> None:
+    a = _resource(sub, "stream", EPILOG_STREAMS)
     a.add_argument(
         "--field",
         action="append",
@@ -189,7 +202,9 @@ def add_commands(sub: Any) -> None:
         help="reorder buffer (with --late drop)",
     )
 
-    a = resource("window", EPILOG_WINDOWS, "stream")
+
+def _add_windows(sub: Any) -> None:
+    a = _resource(sub, "window", EPILOG_WINDOWS, "stream")
     a.add_argument(
         "--agg",
         action="append",
@@ -202,10 +217,12 @@ def add_commands(sub: Any) -> None:
     a.add_argument("--storage", choices=("redis", "memory"), default="redis")
     a.add_argument("--durable", action="store_true", help="journal every batch")
 
+
+def _add_append(sub: Any) -> None:
     ap = sub.add_parser(
-        "append", help="append CSV or JSON lines", epilog=EPILOG_APPEND, formatter_class=fmt
+        "append", help="append CSV or JSON lines", epilog=EPILOG_APPEND, formatter_class=_FMT
     )
-    client_flags(ap)
+    _client_flags(ap)
     ap.add_argument("stream")
     ap.add_argument("file", help="a path, or - for stdin")
     ap.add_argument(
@@ -215,15 +232,6 @@ def add_commands(sub: Any) -> None:
     ap.add_argument("--producer-id", default=None)
     ap.add_argument("--start-sequence", type=int, default=1)
     ap.add_argument("--no-progress", action="store_true")
-
-    for name, helptext in (
-        ("query", "print a window's result"),
-        ("watch", "follow a window's results"),
-    ):
-        q = sub.add_parser(name, help=helptext, epilog=EPILOG_QUERY, formatter_class=fmt)
-        client_flags(q)
-        q.add_argument("stream")
-        q.add_argument("window")
 
 
 # --------------------------------------------------------------------------- commands

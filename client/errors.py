@@ -1,4 +1,8 @@
-"""Typed exceptions decoded from the server's rich ``google.rpc.Status`` (never from messages)."""
+"""Typed exceptions decoded from the server's rich ``google.rpc.Status`` (never from messages).
+
+The class comes from the ErrorInfo reason where the contract gives one its own
+(:class:`~mtawindows.v1.reasons.Reason`), else from the gRPC code.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from mtawindows.v1.reasons import Reason
+
 
 @dataclass
 class Violation:
@@ -17,7 +23,8 @@ class Violation:
 
 
 class MtaWindowsError(Exception):
-    """Base of the SDK's errors: the gRPC ``code`` name, the ``reason`` (ErrorInfo, UPPER_SNAKE),
+    """Base of the SDK's errors: the gRPC ``code`` name, the ``reason`` (ErrorInfo: a
+    :class:`~mtawindows.v1.reasons.Reason` from this server, kept as a string),
     the message, field ``violations`` (BadRequest), ErrorInfo ``metadata`` and the ``target``
     (``host:port``) of the server the call went to, when the client knows it."""
 
@@ -103,7 +110,7 @@ _BY_CODE: dict[grpc.StatusCode, type[MtaWindowsError]] = {
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
     grpc.StatusCode.INTERNAL: InternalError,
 }
-_BY_REASON: dict[str, type[MtaWindowsError]] = {"OUT_OF_ORDER": OutOfOrderError}
+_BY_REASON: dict[str, type[MtaWindowsError]] = {Reason.OUT_OF_ORDER: OutOfOrderError}
 
 
 @dataclass

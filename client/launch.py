@@ -1,4 +1,4 @@
-"""Start ``mtawindows serve`` as a child process on a free loopback port.
+"""Start ``mtawindows serve`` as a child process on a free loopback port (and stop it).
 
 The server binds port 0 and writes the port it got to ``--port-file``; this waits for that file
 (or the child's exit) and returns the process and the port. Used by the Spark demo, the
@@ -58,11 +58,17 @@ def start_server(
         if port_file.exists() and port_file.read_text().strip():
             return proc, int(port_file.read_text())
         time.sleep(0.05)
+    stop_server(proc)
+    msg = f"server did not start in {timeout}s: {log.read_text()[-3000:]}"
+    raise TimeoutError(msg)
+
+
+def stop_server(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """Stop a server started by :func:`start_server`: SIGTERM (it flushes and exits), then
+    SIGKILL after ``timeout`` seconds."""
     proc.terminate()
     try:
-        proc.wait(30)
+        proc.wait(timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-    msg = f"server did not start in {timeout}s: {log.read_text()[-3000:]}"
-    raise TimeoutError(msg)

@@ -1,6 +1,8 @@
 """The server's command line: ``python -m mtawindows.server`` (and ``mtawindows serve``).
 
-Every flag falls back to a ``$MTAWINDOWS_`` variable (named in its help), then to a default.
+The flags of ``serve`` into a :class:`~.transport.app.ServeConfig`, then the server. Every
+flag falls back to a ``$MTAWINDOWS_`` variable (named in its help), then to a default; the
+bearer tokens are read by :func:`~.transport.tokens.load_tokens`.
 """
 
 from __future__ import annotations
@@ -8,14 +10,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from .service.registry import Limits
 from .storage.embedded import EmbeddedRedisError
-from .transport.grpc_server import TOKEN, ServeConfig, check_tokens, serve
+from .transport.app import ServeConfig, serve
 from .transport.metrics import setup_logging
+from .transport.tokens import load_tokens
 
 __all__ = ["EPILOG_SERVE", "add_serve_flags", "build_parser", "cmd_serve", "load_tokens", "main"]
 
@@ -28,114 +29,108 @@ EPILOG_SERVE = """examples:
 """
 
 
+# the service's limits (Limits): flag, help, type, default
+LIMIT_FLAGS: tuple[tuple[str, str, type, float], ...] = (
+    ("--max-batch-rows", "", int, 500000),
+    (
+        "--result-history",
+        "results kept per window for ReadResults (the Spark source follows them)",
+        int,
+        1000,
+    ),
+    ("--max-message-mb", "", int, 64),
+    ("--max-streams", "", int, 1000),
+    ("--max-windows", "per stream", int, 64),
+    ("--max-subscribers", "Subscribe calls at once", int, 1000),
+    (
+        "--subscriber-queue-mb",
+        "serialized results queued for one subscriber before it is cut as too slow",
+        float,
+        8.0,
+    ),
+    (
+        "--subscribers-memory-mb",
+        "serialized results held for all subscribers, each once; past it the furthest behind "
+        "are cut",
+        float,
+        256.0,
+    ),
+    ("--max-cel-bytes", "size of a new CEL policy, UTF-8 bytes", int, 4096),
+    ("--max-cel-depth", "nesting of a new CEL policy: brackets plus stacked operators", int, 64),
+)
+
+
 def _env(name: str, default: Any = None) -> Any:
     return os.environ.get(f"MTAWINDOWS_{name}", default)
 
 
-def _number_flag(
-    parser: argparse.ArgumentParser, flag: str, kind: type, default: float, help: str = ""
+def _flag(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    help: str = "",
+    *,
+    kind: type = str,
+    default: Any = None,
+    **options: Any,
 ) -> None:
-    """``--flag N``, defaulting to ``$MTAWINDOWS_FLAG`` (dashes as underscores), else
-    ``default``; the help says which variable."""
+    """``--flag``, defaulting to ``$MTAWINDOWS_FLAG`` (dashes as underscores), else
+    ``default``; the help names the variable (and a number's default)."""
     env = flag[2:].upper().replace("-", "_")
-    text = f"{help} " if help else ""
+    value = _env(env, default)
+    told = f"$MTAWINDOWS_{env}" if kind is str else f"default {default}; $MTAWINDOWS_{env}"
     parser.add_argument(
         flag,
         type=kind,
-        default=kind(_env(env, default)),
-        help=f"{text}(default {default}; $MTAWINDOWS_{env})",
+        default=None if value is None else kind(value),
+        help=f"{help} ({told})" if help else f"({told})",
+        **options,
     )
-
-
-def _env_flag(name: str) -> bool:
-    return str(_env(name, "")).strip().lower() in ("1", "true", "yes", "on")
 
 
 def add_serve_flags(s: argparse.ArgumentParser) -> None:
     """The flags of ``serve``, added to ``s``."""
-    s.add_argument(
-        "--host", default=_env("HOST", "127.0.0.1"), help="bind address ($MTAWINDOWS_HOST)"
-    )
-    _number_flag(s, "--port", int, 50051, "port, 0 = any")
-    s.add_argument("--port-file", default=_env("PORT_FILE"), help="write the bound port here")
+    _flag(s, "--host", "bind address", default="127.0.0.1")
+    _flag(s, "--port", "port, 0 = any", kind=int, default=50051)
+    _flag(s, "--port-file", "write the bound port here")
     s.add_argument(
         "--reuse-port",
         action="store_true",
-        default=_env_flag("REUSE_PORT"),
+        default=str(_env("REUSE_PORT", "")).strip().lower() in ("1", "true", "yes", "on"),
         help="SO_REUSEPORT: let several servers share the port (off: a taken port is an "
         "error) ($MTAWINDOWS_REUSE_PORT)",
     )
-    s.add_argument(
-        "--redis-url",
-        default=_env("REDIS_URL"),
-        help="Redis URL; none = embedded ($MTAWINDOWS_REDIS_URL)",
-    )
-    s.add_argument(
-        "--data-dir",
-        default=_env("DATA_DIR"),
-        help="embedded Redis data; one server per directory ($MTAWINDOWS_DATA_DIR)",
-    )
-    _number_flag(
+    _flag(s, "--redis-url", "Redis URL; none = embedded")
+    _flag(s, "--data-dir", "embedded Redis data; one server per directory")
+    _flag(
         s,
         "--redis-restarts",
-        int,
-        5,
-        "restarts of a dead embedded Redis within 5 minutes before the server gives up and stays NOT_SERVING",
+        "restarts of a dead embedded Redis within 5 minutes before the server gives up and "
+        "stays NOT_SERVING",
+        kind=int,
+        default=5,
     )
-    s.add_argument(
-        "--tls-cert", default=_env("TLS_CERT"), help="PEM certificate ($MTAWINDOWS_TLS_CERT)"
-    )
-    s.add_argument(
-        "--tls-key", default=_env("TLS_KEY"), help="PEM private key ($MTAWINDOWS_TLS_KEY)"
-    )
-    s.add_argument(
+    _flag(s, "--tls-cert", "PEM certificate")
+    _flag(s, "--tls-key", "PEM private key")
+    _flag(
+        s,
         "--tokens-file",
-        default=_env("TOKENS_FILE"),
-        help="bearer tokens, one per line, # comments; given but holding no token is an "
-        "error ($MTAWINDOWS_TOKENS_FILE; also $MTAWINDOWS_TOKENS, comma-separated)",
+        "bearer tokens, one per line, # comments; given but holding no token is an error "
+        "(also $MTAWINDOWS_TOKENS, comma-separated)",
     )
-    _number_flag(s, "--metrics-port", int, 0, "Prometheus /metrics port, 0 = off")
-    s.add_argument("--metrics-host", default=_env("METRICS_HOST", "127.0.0.1"))
-    _number_flag(s, "--flush-interval", float, 1.0, "seconds between checkpoints")
-    _number_flag(
-        s, "--grace", float, 10.0, "seconds in-flight calls get to finish at a graceful stop"
-    )
-    _number_flag(s, "--max-batch-rows", int, 500000)
-    _number_flag(
+    _flag(s, "--metrics-port", "Prometheus /metrics port, 0 = off", kind=int, default=0)
+    _flag(s, "--metrics-host", default="127.0.0.1")
+    _flag(s, "--flush-interval", "seconds between checkpoints", kind=float, default=1.0)
+    _flag(
         s,
-        "--result-history",
-        int,
-        1000,
-        "results kept per window for ReadResults (the Spark source follows them)",
+        "--grace",
+        "seconds in-flight calls get to finish at a graceful stop",
+        kind=float,
+        default=10.0,
     )
-    _number_flag(s, "--max-message-mb", int, 64)
-    _number_flag(s, "--max-streams", int, 1000)
-    _number_flag(s, "--max-windows", int, 64, "per stream")
-    _number_flag(s, "--max-subscribers", int, 1000, "Subscribe calls at once")
-    _number_flag(
-        s,
-        "--subscriber-queue-mb",
-        float,
-        8.0,
-        "serialized results queued for one subscriber before it is cut as too slow",
-    )
-    _number_flag(
-        s,
-        "--subscribers-memory-mb",
-        float,
-        256.0,
-        "serialized results held for all subscribers, each once; past it the furthest behind are cut",
-    )
-    _number_flag(s, "--max-cel-bytes", int, 4096, "size of a new CEL policy, UTF-8 bytes")
-    _number_flag(
-        s,
-        "--max-cel-depth",
-        int,
-        64,
-        "nesting of a new CEL policy: brackets plus stacked operators",
-    )
-    s.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
-    s.add_argument("--log-format", choices=("json", "text"), default=_env("LOG_FORMAT", "json"))
+    for flag, help, kind, default in LIMIT_FLAGS:
+        _flag(s, flag, help, kind=kind, default=default)
+    _flag(s, "--log-level", default="info")
+    _flag(s, "--log-format", default="json", choices=("json", "text"))
 
 
 def build_parser(prog: str = "python -m mtawindows.server") -> argparse.ArgumentParser:
@@ -147,42 +142,6 @@ def build_parser(prog: str = "python -m mtawindows.server") -> argparse.Argument
     )
     add_serve_flags(p)
     return p
-
-
-def load_tokens(tokens_file: str | None, env: Mapping[str, str]) -> set[str] | None:
-    """The bearer tokens from ``--tokens-file`` (one per line; blank lines and lines starting
-    with ``#`` skipped) and ``$MTAWINDOWS_TOKENS`` (comma-separated); None when neither is
-    given (no authentication). Fails closed: a source that is given (the file named, even as
-    an empty string; the variable set, even empty) but holds no token, or a line that is not
-    a bearer token (printable ASCII without spaces), is a ValueError naming the source and the
-    line, never the token."""
-    if tokens_file is None and "MTAWINDOWS_TOKENS" not in env:
-        return None
-    tokens: set[str] = set()
-    if tokens_file is not None:
-        source = f"--tokens-file {tokens_file!r}"
-        try:
-            text = Path(tokens_file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as ex:
-            msg = f"{source}: expected a readable UTF-8 file of bearer tokens: {ex}"
-            raise ValueError(msg) from None
-        found = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            t = line.strip()
-            if not t or t.startswith("#"):
-                continue
-            if not TOKEN.fullmatch(t):
-                msg = (
-                    f"{source}, line {lineno}: expected one bearer token (printable ASCII "
-                    f"without spaces) or a # comment, got a line of {len(t)} characters"
-                )
-                raise ValueError(msg)
-            found.append(t)
-        tokens |= set(check_tokens(found, f"{source} (blank lines and # comments only)"))
-    if "MTAWINDOWS_TOKENS" in env:
-        listed = [t.strip() for t in env["MTAWINDOWS_TOKENS"].split(",") if t.strip()]
-        tokens |= set(check_tokens(listed, "$MTAWINDOWS_TOKENS (comma-separated)"))
-    return tokens
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

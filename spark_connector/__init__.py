@@ -6,16 +6,35 @@
 - :func:`sliding_aggregate`: each row of a DataFrame with its window's result after that row.
 
 Call :func:`register` once per SparkSession before using the format.
+
+The parts, by role: :mod:`.options` (ConnectorOptions), :mod:`.errors` (ConnectorError and the
+translation of the SDK's errors), :mod:`.clients` (one client per server and process),
+:mod:`.streams` (per-key and scratch streams), :mod:`.tasks` (idempotency keys of a task's
+chunks), :mod:`.arrow` and :mod:`.schemas` (Arrow and Spark types), :mod:`.writer` and
+:mod:`.readers` (tied to the format by :mod:`.datasource`), :mod:`.transform` and
+:mod:`.sliding` (sliding_aggregate, driver and executor sides). Routing over several servers is
+the SDK's (:class:`mtawindows.client.Router`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING
 
-from .common import ConnectorError, ConnectorOptions, keyed_stream_name
+from mtawindows.client.routing import keyed_stream_name
+
+from .errors import ConnectorError
+from .options import ConnectorOptions
+
+if TYPE_CHECKING:  # imported on first use below: pyspark only when the Spark parts are used
+    from pyspark.sql import SparkSession
+
+    from .datasource import MtaWindowsDataSource
+    from .transform import sliding_aggregate
+    from .writer import MtaCommitMessage
 
 
-def register(spark: Any) -> None:
+def register(spark: SparkSession) -> None:
     """Register format ``"mtawindows"`` with ``spark``."""
     from .datasource import MtaWindowsDataSource
 
@@ -24,7 +43,7 @@ def register(spark: Any) -> None:
 
 def local_session(
     master: str = "local[2]", app: str = "mtawindows", *, partitions: int = 2, **conf: str
-) -> Any:
+) -> SparkSession:
     """A local SparkSession set up for mtawindows, format ``"mtawindows"`` registered.
 
     Spark's Python workers run the ``python3`` on PATH unless told otherwise: this points
@@ -54,18 +73,20 @@ def local_session(
     return spark
 
 
-def __getattr__(name: str) -> Any:
-    # pyspark is imported only when the Spark parts are used
-    if name in ("MtaWindowsDataSource", "MtaCommitMessage"):
-        from . import datasource
+# the names whose module imports pyspark: imported when first asked for
+_LAZY = {
+    "MtaWindowsDataSource": "datasource",
+    "MtaCommitMessage": "writer",
+    "sliding_aggregate": "transform",
+}
 
-        return getattr(datasource, name)
-    if name == "sliding_aggregate":
-        from .transform import sliding_aggregate
 
-        return sliding_aggregate
-    msg = f"module {__name__!r} has no attribute {name!r}"
-    raise AttributeError(msg)
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    return getattr(importlib.import_module(f".{module}", __name__), name)
 
 
 __all__ = [

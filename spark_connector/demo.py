@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ from typing import Any
 T0 = 1_700_000_000  # 2023-11-14 22:13:20 UTC
 STREAM = "telemetry"
 WINDOW = "last_10m"
+FIRST_HOST = "host-00"  # the host whose per-row results are checked and plotted
 
 
 def generate(spark: Any, hosts: int, hours: int, every: float, folder: Path) -> int:
@@ -60,7 +60,7 @@ def generate(spark: Any, hosts: int, hours: int, every: float, folder: Path) -> 
     return n
 
 
-def main(argv: list[str] | None = None) -> int:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="mtawindows-spark-demo", description=__doc__.split("\n")[0])
     p.add_argument("--hosts", type=int, default=12)
     p.add_argument("--hours", type=int, default=6)
@@ -68,11 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cores", type=int, default=2, help="local[N]")
     p.add_argument("--out", default="demo-output", help="where the plot goes")
     p.add_argument("--endpoint", help="use this running server instead of starting one")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
 
-    from rich.console import Console
-    from rich.table import Table
 
+def define(target: str) -> None:
+    """Stream ``telemetry`` with window ``last_10m``, afresh (a former run's deleted)."""
     from mtawindows.client import (
         Aggregation,
         Field,
@@ -82,8 +82,109 @@ def main(argv: list[str] | None = None) -> int:
         WindowClient,
         WindowSpec,
     )
-    from mtawindows.client.launch import start_server
-    from mtawindows.spark_connector import local_session, sliding_aggregate
+
+    with WindowClient(target) as c:
+        names = [s.spec.name for s in c.list_streams()]
+        if STREAM in names:  # a former run's: its per-key streams go too
+            for name in names:
+                if name == STREAM or name.startswith(STREAM + ":"):
+                    c.delete_stream(name)
+        c.create_stream(StreamSpec(STREAM, (Field("mem", "DOUBLE"),), timestamp_field="ts"))
+        c.create_window(
+            WindowSpec(
+                STREAM,
+                WINDOW,
+                (Aggregation("mem_max", "max", "mem"), Aggregation("mem_std", "stddev", "mem")),
+                Policy.time_range(timedelta(minutes=10)),
+                storage=Storage("redis"),
+            )
+        )
+
+
+def _batch_table(pdf: Any, batch_id: int) -> Any:
+    """A micro-batch's newest result per host (the first 8 hosts) as a rich table."""
+    from rich.table import Table
+
+    last = pdf.sort_values("ts").groupby("host").tail(1).sort_values("host")
+    table = Table(
+        title=f"micro-batch {batch_id}: {len(pdf):,} rows, up to {pdf['ts'].max():%Y-%m-%d %H:%M} UTC",
+        title_justify="left",
+    )
+    for col in ("host", "ts", "mem", "max 10 min", "stddev 10 min"):
+        table.add_column(col, justify="right" if col != "host" else "left")
+    for r in last.head(8).itertuples():
+        table.add_row(
+            r.host, f"{r.ts:%H:%M:%S}", f"{r.mem:.2f}", f"{r.mem_max:.2f}", f"{r.mem_std:.3f}"
+        )
+    if len(last) > 8:
+        table.add_row(f"... {len(last) - 8} more hosts", "", "", "", "")
+    return table
+
+
+def stream_through(spark: Any, files: Path, target: str, work: Path, console: Any) -> Any:
+    """Stream the Parquet files through :func:`sliding_aggregate`, printing every
+    micro-batch; returns the per-row results of host ``host-00`` (a pandas DataFrame)."""
+    import pandas as pd
+
+    from mtawindows.spark_connector import sliding_aggregate
+
+    src = (
+        spark.readStream.schema("host string, ts timestamp, mem double")
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(files))
+    )
+    results = sliding_aggregate(src, target, STREAM, key_col="host", ts_col="ts", window=WINDOW)
+    kept: list[Any] = []
+    rows_seen = [0]
+
+    def show(batch: Any, batch_id: int) -> None:
+        pdf = batch.toPandas()
+        if pdf.empty:
+            return
+        rows_seen[0] += len(pdf)
+        kept.append(pdf[pdf["host"] == FIRST_HOST])
+        console.print(_batch_table(pdf, batch_id))
+
+    started = time.perf_counter()
+    q = (
+        results.writeStream.foreachBatch(show)
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()
+    if q.exception() is not None:
+        raise RuntimeError(str(q.exception()))
+    took = time.perf_counter() - started
+    console.print(
+        f"[bold]stream[/] {rows_seen[0]:,} rows through sliding_aggregate in {took:.1f} s "
+        f"({rows_seen[0] / took:,.0f} rows/s including Spark's micro-batch overhead)"
+    )
+    return pd.concat(kept, ignore_index=True).sort_values("ts")
+
+
+def pull_back(spark: Any, target: str, console: Any) -> None:
+    """Each host's window now, read with ``spark.read.format("mtawindows")``."""
+    pulled = (
+        spark.read.format("mtawindows")
+        .option("endpoint", target)
+        .option("stream", STREAM)
+        .option("key_column", "host")
+        .load()
+        .select("key", "sequence", "timestamp", "size", "mem_max", "mem_std")
+        .orderBy("key")
+    )
+    console.print("[bold]pulled back[/] spark.read.format('mtawindows'): each host's window now")
+    pulled.show(8, truncate=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+
+    from rich.console import Console
+
+    from mtawindows.client.launch import start_server, stop_server
+    from mtawindows.spark_connector import local_session
 
     console = Console()
     work = Path(tempfile.mkdtemp(prefix="mtawindows-demo-"))
@@ -99,21 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print(
                 f"[bold]server[/] mtawindows serve on {target} (embedded Redis in {work})"
             )
-        with WindowClient(target) as c:
-            if STREAM in {s.spec.name for s in c.list_streams()}:
-                for s in c.list_streams():
-                    if s.spec.name == STREAM or s.spec.name.startswith(STREAM + ":"):
-                        c.delete_stream(s.spec.name)
-            c.create_stream(StreamSpec(STREAM, (Field("mem", "DOUBLE"),), timestamp_field="ts"))
-            c.create_window(
-                WindowSpec(
-                    STREAM,
-                    WINDOW,
-                    (Aggregation("mem_max", "max", "mem"), Aggregation("mem_std", "stddev", "mem")),
-                    Policy.time_range(timedelta(minutes=10)),
-                    storage=Storage("redis"),
-                )
-            )
+        define(target)
         spark = local_session(f"local[{args.cores}]", "mtawindows-demo", partitions=args.cores)
         files = work / "telemetry"
         started = time.perf_counter()
@@ -122,88 +209,20 @@ def main(argv: list[str] | None = None) -> int:
             f"[bold]spark[/] generated {n:,} readings of {args.hosts} hosts over {args.hours} h "
             f"in {time.perf_counter() - started:.1f} s ({args.hours} Parquet files)"
         )
-        src = (
-            spark.readStream.schema("host string, ts timestamp, mem double")
-            .option("maxFilesPerTrigger", 1)
-            .parquet(str(files))
-        )
-        results = sliding_aggregate(src, target, STREAM, key_col="host", ts_col="ts", window=WINDOW)
-        first_host = "host-00"
-        kept: list[Any] = []
-        rows_seen = [0]
-
-        def show(batch: Any, batch_id: int) -> None:
-            pdf = batch.toPandas()
-            if pdf.empty:
-                return
-            rows_seen[0] += len(pdf)
-            kept.append(pdf[pdf["host"] == first_host])
-            last = pdf.sort_values("ts").groupby("host").tail(1).sort_values("host")
-            table = Table(
-                title=f"micro-batch {batch_id}: {len(pdf):,} rows, up to {pdf['ts'].max():%Y-%m-%d %H:%M} UTC",
-                title_justify="left",
-            )
-            for col in ("host", "ts", "mem", "max 10 min", "stddev 10 min"):
-                table.add_column(col, justify="right" if col != "host" else "left")
-            for r in last.head(8).itertuples():
-                table.add_row(
-                    r.host,
-                    f"{r.ts:%H:%M:%S}",
-                    f"{r.mem:.2f}",
-                    f"{r.mem_max:.2f}",
-                    f"{r.mem_std:.3f}",
-                )
-            if len(last) > 8:
-                table.add_row(f"... {len(last) - 8} more hosts", "", "", "", "")
-            console.print(table)
-
-        started = time.perf_counter()
-        q = (
-            results.writeStream.foreachBatch(show)
-            .option("checkpointLocation", str(work / "checkpoint"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        q.awaitTermination()
-        if q.exception() is not None:
-            raise RuntimeError(str(q.exception()))
-        took = time.perf_counter() - started
-        console.print(
-            f"[bold]stream[/] {rows_seen[0]:,} rows through sliding_aggregate in {took:.1f} s "
-            f"({rows_seen[0] / took:,.0f} rows/s including Spark's micro-batch overhead)"
-        )
-        pulled = (
-            spark.read.format("mtawindows")
-            .option("endpoint", target)
-            .option("stream", STREAM)
-            .option("key_column", "host")
-            .load()
-            .select("key", "sequence", "timestamp", "size", "mem_max", "mem_std")
-            .orderBy("key")
-        )
-        console.print(
-            "[bold]pulled back[/] spark.read.format('mtawindows'): each host's window now"
-        )
-        pulled.show(8, truncate=False)
-        import pandas as pd
-
-        host = pd.concat(kept, ignore_index=True).sort_values("ts")
+        host = stream_through(spark, files, target, work, console)
+        pull_back(spark, target, console)
         worst = check_against_pandas(host)
         console.print(
-            f"[bold]check[/] {len(host):,} per-row results of {first_host} equal pandas' rolling "
+            f"[bold]check[/] {len(host):,} per-row results of {FIRST_HOST} equal pandas' rolling "
             f"10 min max/std (largest difference {worst:.2e})"
         )
-        png = plot(host, out / f"telemetry_{first_host}.png", first_host)
+        png = plot(host, out / f"telemetry_{FIRST_HOST}.png", FIRST_HOST)
         console.print(f"[bold]plot[/] {png}")
         spark.stop()
         return 0
     finally:
         if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_server(proc)
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -6,7 +6,7 @@
 The DataFrame is repartitioned by the key and each partition sorted by (key, timestamp); every
 key's rows go, in order, to the key's own stream (``<stream>:<key>``, made from ``stream``: same
 schema and windows) through ``mapInArrow`` as Arrow IPC, asking for per-row results; the answer
-comes back as Arrow columns beside the input rows.
+comes back as Arrow columns beside the input rows (the executors' part: :mod:`.sliding`).
 
 Batch DataFrames: each task works on fresh per-key streams of its own (deleted when it ends), so
 the result is a pure function of the input: a retried task or a second action recomputes it
@@ -17,60 +17,40 @@ batch never counts twice, and its rows come back with ``mtaw_applied`` false and
 
 from __future__ import annotations
 
-import contextlib
-import uuid
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from mtawindows.client import NotFoundError, OutputSpec, StreamSpec, WindowClient, WindowSpec
+from mtawindows.client import StreamSpec, WindowClient, WindowInfo, WindowSpec
 
-from .common import (
-    SCRATCH_MARK,
-    ConnectorError,
-    ConnectorOptions,
-    KeyedStreams,
-    TaskChunks,
-    check_columns,
-    client_for,
-    client_of,
-    explained,
-    keyed_stream_name,
-    output_struct_type,
-    rechunk,
-    sorted_batches,
-    split_endpoints,
-    to_stream_table,
-)
-from .datasource import split_by_key
+from .clients import client_for
+from .errors import ConnectorError, explained
+from .options import ConnectorOptions, split_endpoints
+from .schemas import check_columns, output_struct_type
+from .sliding import APPLIED, ResultColumn, Sliding
 
-APPLIED = "mtaw_applied"
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import DataType, StructType
 
-
-@dataclass(frozen=True)
-class _ResultColumn:
-    window: str
-    output: str  # output name
-    column: str  # DataFrame column
-    kind: str  # DOUBLE, INT64, STRING, BOOL, TIMESTAMP or STRUCT
-    parts: tuple[tuple[str, str], ...] = ()
+WindowChoice = str | WindowSpec | Sequence[str] | None
 
 
 def sliding_aggregate(
-    df: Any,
+    df: DataFrame,
     endpoint: str,
     stream: str,
     *,
     key_col: str | None = None,
     ts_col: str | None = None,
-    window: str | WindowSpec | Sequence[str] | None = None,
+    window: WindowChoice = None,
     token: str | None = None,
     tls: bool | str | None = None,
     batch_rows: int = 10_000,
     num_partitions: int | None = None,
     scratch_storage: str = "memory",
     timeout: float = 60.0,
-) -> Any:
+) -> DataFrame:
     """Each row of ``df`` plus the result of ``window`` (of stream ``stream``) after that row.
 
     ``endpoint`` is ``host:port``, or several comma-separated: the keys are spread over those
@@ -88,9 +68,7 @@ def sliding_aggregate(
     (default: nothing to survive, a retried task recomputes) or "redis" (for a single key's
     window too large for the server's memory). Streaming DataFrames use the per-key streams,
     with the template windows' storage."""
-    if scratch_storage not in ("memory", "redis"):
-        msg = f"scratch_storage: expected 'memory' or 'redis', got {scratch_storage!r}"
-        raise ConnectorError(msg)
+    _check_arguments(endpoint, batch_rows, scratch_storage)
     opts = ConnectorOptions(
         endpoint=endpoint,
         stream=stream,
@@ -101,11 +79,46 @@ def sliding_aggregate(
         batch_rows=batch_rows,
         timeout=timeout,
     )
+    spec, names, infos = _template(opts, window)
+    check_columns(df.schema, spec, opts.timestamp_column, option="ts_col")
+    columns = df.schema.fieldNames()
+    if key_col is not None and key_col not in columns:
+        msg = f"key_col: the DataFrame has no column {key_col!r}; its columns are {columns}"
+        raise ConnectorError(msg)
+    results = _result_columns(infos, columns)
+    ts = opts.timestamp_column or spec.timestamp_field
+    order = [ts] if key_col is None else [key_col, ts]
+    scratch = tuple(_scratch_window(infos[n].spec, scratch_storage) for n in names)
+    fn = Sliding(
+        opts, spec, df.schema, tuple(names), tuple(results), order, df.isStreaming, scratch
+    )
+    planned = _plan(df, key_col, order, num_partitions)
+    return planned.mapInArrow(fn, _output_schema(df.schema, results, infos))
+
+
+def _check_arguments(endpoint: str, batch_rows: int, scratch_storage: str) -> None:
+    """On the driver, before any call: the arguments no server needs to judge."""
+    if scratch_storage not in ("memory", "redis"):
+        msg = f"scratch_storage: expected 'memory' or 'redis', got {scratch_storage!r}"
+        raise ConnectorError(msg)
     if batch_rows <= 0:
         msg = f"batch_rows: expected > 0, got {batch_rows}"
         raise ConnectorError(msg)
     split_endpoints(endpoint)  # a bad endpoint list fails here, on the driver
+
+
+def _scratch_window(spec: WindowSpec, storage: str) -> WindowSpec:
+    """A template window as a task's scratch window: the same, kept in ``storage``."""
+    return replace(spec, storage=replace(spec.storage, kind=storage))
+
+
+def _template(
+    opts: ConnectorOptions, window: WindowChoice
+) -> tuple[StreamSpec, list[str], dict[str, WindowInfo]]:
+    """The template stream's spec, the names of the windows asked for and their infos; fails
+    for a stream that reorders late rows (the results would not follow the input rows)."""
     client = client_for(opts)
+    stream = opts.stream
     with explained(opts, f"looking up stream {stream!r}"):
         spec = client.get_stream(stream).spec
         names = _window_names(client, stream, window)
@@ -117,33 +130,24 @@ def sliding_aggregate(
             "without allowed_lateness for sliding_aggregate"
         )
         raise ConnectorError(msg)
-    check_columns(df.schema, spec, opts.timestamp_column, option="ts_col")
-    columns = df.schema.fieldNames()
-    if key_col is not None and key_col not in columns:
-        msg = f"key_col: the DataFrame has no column {key_col!r}; its columns are {columns}"
-        raise ConnectorError(msg)
-    results = _result_columns(infos, columns)
-    out_schema = _output_schema(df.schema, results, infos)
-    ts = opts.timestamp_column or spec.timestamp_field
-    streaming = bool(df.isStreaming)
-    parts = num_partitions or df.sparkSession.sparkContext.defaultParallelism
-    if key_col is not None:
-        planned = df.repartition(parts, key_col)
-        order = [key_col, ts]
-    else:
+    return spec, names, infos
+
+
+def _plan(
+    df: DataFrame, key_col: str | None, order: list[str], num_partitions: int | None
+) -> DataFrame:
+    """``df`` partitioned by the key (one partition without a key), sorted by ``order``."""
+    if key_col is None:
         planned = df.repartition(1)
-        order = [ts]
-    if not streaming:  # Spark sorts (and spills); a micro-batch is sorted in the task
-        planned = planned.sortWithinPartitions(*order)
-    scratch = tuple(
-        replace(infos[n].spec, storage=replace(infos[n].spec.storage, kind=scratch_storage))
-        for n in names
-    )
-    fn = _Sliding(opts, spec, df.schema, tuple(names), tuple(results), order, streaming, scratch)
-    return planned.mapInArrow(fn, out_schema)
+    else:
+        parts = num_partitions or df.sparkSession.sparkContext.defaultParallelism
+        planned = df.repartition(parts, key_col)
+    if df.isStreaming:  # a micro-batch is sorted in the task (Spark cannot sort it)
+        return planned
+    return planned.sortWithinPartitions(*order)  # Spark sorts (and spills)
 
 
-def _window_names(client: Any, stream: str, window: Any) -> list[str]:
+def _window_names(client: WindowClient, stream: str, window: WindowChoice) -> list[str]:
     have = [w.spec.name for w in client.list_windows(stream)]
     if window is None:
         if not have:
@@ -165,7 +169,7 @@ def _window_names(client: Any, stream: str, window: Any) -> list[str]:
     return wanted
 
 
-def _result_columns(infos: dict[str, Any], columns: Sequence[str]) -> list[_ResultColumn]:
+def _result_columns(infos: dict[str, WindowInfo], columns: Sequence[str]) -> list[ResultColumn]:
     out = []
     for wname, info in infos.items():
         for o in info.outputs:
@@ -174,187 +178,24 @@ def _result_columns(infos: dict[str, Any], columns: Sequence[str]) -> list[_Resu
                 msg = f"column {col!r}: the DataFrame already has a column named like the result of window {wname!r}; rename it"
                 raise ConnectorError(msg)
             kind = "STRUCT" if o.parts else str(o.type)
-            out.append(
-                _ResultColumn(
-                    wname, o.name, col, kind, tuple((p.name, str(p.type)) for p in o.parts)
-                )
-            )
+            parts = tuple((p.name, str(p.type)) for p in o.parts)
+            out.append(ResultColumn(wname, o.name, col, kind, parts))
     return out
 
 
-def _output_schema(schema: Any, results: Sequence[_ResultColumn], infos: dict[str, Any]) -> Any:
+def _output_schema(
+    schema: StructType, results: Sequence[ResultColumn], infos: dict[str, WindowInfo]
+) -> StructType:
     from pyspark.sql import types as T
 
-    fields = list(schema.fields)
-    by_name: dict[tuple[str, str], Any] = {}
+    by_name: dict[tuple[str, str], DataType] = {}
     for wname, info in infos.items():
-        outs: list[OutputSpec] = info.outputs
-        for name, dtype in output_struct_type(outs):
+        for name, dtype in output_struct_type(info.outputs):
             by_name[(wname, name)] = dtype
+    fields = list(schema.fields)
     fields += [T.StructField(r.column, by_name[(r.window, r.output)], True) for r in results]
     fields.append(T.StructField(APPLIED, T.BooleanType(), False))
     return T.StructType(fields)
-
-
-def _arrow_type(kind: str) -> Any:
-    import pyarrow as pa
-
-    return {
-        "DOUBLE": pa.float64(),
-        "INT64": pa.int64(),
-        "STRING": pa.string(),
-        "BOOL": pa.bool_(),
-        "TIMESTAMP": pa.timestamp("us", tz="UTC"),
-    }[kind]
-
-
-def _arrow_column(kind: str, values: list[Any]) -> Any:
-    import pyarrow as pa
-
-    if kind == "TIMESTAMP":
-        return (
-            pa.array(values, pa.int64())
-            .cast(pa.timestamp("ns", tz="UTC"))
-            .cast(pa.timestamp("us", tz="UTC"), safe=False)
-        )
-    return pa.array(values, _arrow_type(kind))
-
-
-class _Sliding:
-    """The per-partition function of ``mapInArrow`` (pickled to the workers)."""
-
-    def __init__(
-        self,
-        opts: ConnectorOptions,
-        spec: StreamSpec,
-        schema: Any,
-        windows: tuple[str, ...],
-        results: tuple[_ResultColumn, ...],
-        order: list[str],
-        streaming: bool,
-        scratch_windows: tuple[WindowSpec, ...] = (),
-    ) -> None:
-        self.opts = opts
-        self.spec = spec
-        self.schema = schema
-        self.windows = windows
-        self.results = results
-        self.order = order
-        self.streaming = streaming
-        self.scratch_windows = scratch_windows
-        self.run_id = uuid.uuid4().hex[:12]
-
-    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
-        self.task = task = TaskChunks(self.run_id)
-        self.mapping = check_columns(
-            self.schema, self.spec, self.opts.timestamp_column, option="ts_col"
-        )
-        self.keyed = KeyedStreams(self.opts)
-        # batch: fresh streams of this task attempt, deleted at the end
-        self.scratch = (
-            None
-            if self.streaming
-            else f"{SCRATCH_MARK}{self.run_id}.{task.stage}.{task.partition}.{task.attempt}"
-        )
-        self.created: dict[str, WindowClient] = {}  # scratch streams by name, and their server
-        try:
-            yield from self._run(batches)
-        finally:
-            self._drop_scratch(list(self.created))
-
-    def _chunks(self, batches: Iterator[Any]) -> Iterator[Any]:
-        if self.streaming:  # one micro-batch's partition: Spark cannot sort it, we do
-            batches = iter(sorted_batches(batches, self.order))
-        return rechunk(batches, self.opts.batch_rows)
-
-    def _run(self, batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-
-        for chunk in self._chunks(batches):
-            parts = (
-                list(split_by_key(chunk, self.opts.key_column))
-                if self.opts.key_column
-                else [(None, chunk)]
-            )
-            outs = [self._one(key, part) for key, part in parts]
-            if self.scratch is not None and len(self.created) > 1:
-                # rows come sorted by key: every key before the last one is done
-                self._drop_scratch(list(self.created)[:-1])
-            table = pa.concat_tables(outs) if len(outs) > 1 else outs[0]
-            yield from table.to_batches()
-
-    def _drop_scratch(self, names: list[str]) -> None:
-        for name in names:
-            with contextlib.suppress(NotFoundError):
-                self.created[name].delete_stream(name)
-            del self.created[name]
-
-    def _stream_for(self, key: Any) -> tuple[WindowClient, str]:
-        """The stream for ``key``'s rows and the client of its server."""
-        base = (
-            keyed_stream_name(self.opts.stream, key) if self.opts.key_column else self.opts.stream
-        )
-        if self.scratch is None:
-            if not self.opts.key_column:
-                return client_for(self.opts), base
-            with explained(self.opts, f"creating stream {base!r} for key {key!r}"):
-                return self.keyed.ensure(base), base
-        name = f"{base}{self.scratch}"
-        client = self.created.get(name)
-        if client is None:
-            # a key's scratch windows go to the server its stream would live on: with several
-            # servers in ``endpoint``, the keys of a job are spread over all of them
-            client = client_of(self.opts, base if self.opts.key_column else name)
-            with explained(self.opts, f"creating scratch stream {name!r}"):
-                client.create_stream(replace(self.spec, name=name))
-                self.created[name] = client
-                for w in self.scratch_windows:
-                    client.create_window(replace(w, stream=name))
-        return client, name
-
-    def _one(self, key: Any, part: Any) -> Any:
-        import pyarrow as pa
-
-        client, stream = self._stream_for(key)
-        rows = to_stream_table(part, self.mapping, self.spec)
-        producer: str | None = None
-        seq: int | None = None
-        if self.scratch is None:
-            producer, seq = self.task.producer, self.task.next_sequence(stream)
-        with explained(self.opts, f"appending {rows.num_rows} rows to stream {stream!r}"):
-            res = client.append(
-                stream,
-                rows,
-                producer_id=producer,
-                sequence=seq,
-                results="per_row",
-                windows=self.windows,
-            )
-        n_rows = part.num_rows
-        applied = 0 if res.duplicate else res.rows_applied
-        skipped = n_rows - applied  # late rows are a prefix: each key's rows are sorted
-        arrays = list(part.columns)
-        names = list(part.column_names)
-        for r in self.results:
-            got = res.row_results.get(r.window, {})
-            if r.kind == "STRUCT":
-                children = []
-                for p, t in r.parts:
-                    vals = got.get(f"{r.output}.{p}", [None] * applied)
-                    children.append(_arrow_column(t, [None] * skipped + list(vals)))
-                mask = pa.array(
-                    [True] * skipped
-                    + [v is None for v in got.get(f"{r.output}.{r.parts[0][0]}", [None] * applied)]
-                )
-                arr = pa.StructArray.from_arrays(children, names=[p for p, _ in r.parts], mask=mask)
-            else:
-                vals = got.get(r.output, [None] * applied)
-                arr = _arrow_column(r.kind, [None] * skipped + list(vals))
-            arrays.append(arr)
-            names.append(r.column)
-        arrays.append(pa.array([False] * skipped + [True] * applied, pa.bool_()))
-        names.append(APPLIED)
-        return pa.Table.from_arrays(arrays, names=names)
 
 
 __all__ = ["APPLIED", "sliding_aggregate"]

@@ -1,4 +1,5 @@
-"""Bad input and failing user code: a clear error, and the window is left exactly as it was.
+"""Bad input and failing user code: a clear error, and the window is left exactly as it was;
+and the errors the server sends name only reasons of the contract (``mtawindows.v1.reasons``).
 
 Policies and monoids are user code. Whatever raises during ``insert``, ``push``, ``extend`` or
 ``enforce`` (a lift refusing an item, a combine refusing an operand, a policy raising on its
@@ -9,8 +10,12 @@ itself makes the window refuse further use (never a wrong answer).
 
 from __future__ import annotations
 
+import ast
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import grpc
 import hypothesis.strategies as st
 import pytest
 from hypothesis import given, note
@@ -21,6 +26,7 @@ from mtawindows.server.monoids import Count, Max, MonoidBase, Record, Sum
 from mtawindows.server.mta import AmortizedMTA, LogMTA, WindowCorruptedError
 from mtawindows.server.naive import NaiveWindow
 from mtawindows.server.policies import CountPolicy, bind_policy
+from mtawindows.v1.reasons import DOMAIN, Reason
 
 from .cases import ALGORITHMS, CASES, STORES
 
@@ -342,3 +348,93 @@ def test_combine_failing_at_every_call_of_an_operation(algorithm: str, store: st
                     break  # the operation finished before the n-th combine: all points covered
             fail_at += 1
             assert fail_at < 5000
+
+
+# --------------------------------------------------------------------------- the reasons contract
+
+ROOT = Path(__file__).resolve().parent.parent
+# where the reasons the server sends are written: the server, the contract's own refusals
+# (SpecError reasons travel as they are) and the client, which matches them
+REASON_SOURCES = [
+    *sorted((ROOT / "server").rglob("*.py")),
+    ROOT / "proto" / "mtawindows" / "v1" / "types.py",
+    ROOT / "proto" / "mtawindows" / "v1" / "convert.py",
+    ROOT / "client" / "errors.py",
+]
+# callables that take a reason positionally, and where: (code, reason, ...) or invalid's
+# (field, message, reason)
+REASON_ARG = {"ServiceError": 1, "Ending": 1, "Failure": 1, "rich_status": 1, "invalid": 2}
+CODES = {c.name for c in grpc.StatusCode}
+
+
+def _reason_literals(tree: ast.AST) -> Iterator[tuple[ast.expr, bool]]:
+    """The expressions of ``tree`` that stand for a reason, each with whether a gRPC code
+    name is also allowed there (a ``code`` that is a reason, as CelError's)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            fn = node.func
+            name = fn.id if isinstance(fn, ast.Name) else getattr(fn, "attr", "")
+            i = REASON_ARG.get(name)
+            if i is not None and len(node.args) > i:
+                yield node.args[i], False
+            for k in node.keywords:
+                if k.arg in ("reason", "code"):
+                    yield k.value, k.arg == "code"
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            a = node.args
+            params = a.posonlyargs + a.args
+            pairs = [*zip(params[len(params) - len(a.defaults) :], a.defaults, strict=True)]
+            pairs += [(p, d) for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d]
+            for param, default in pairs:
+                if param.arg in ("reason", "code"):
+                    yield default, param.arg == "code"
+        elif isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(isinstance(x, ast.Attribute) and x.attr == "reason" for x in sides):
+                yield from ((x, False) for x in sides)
+
+
+def _sent_reasons() -> tuple[dict[str, list[str]], set[str]]:
+    """Reason literals (value -> where) and ``Reason.X`` names used in the sources."""
+    literals: dict[str, list[str]] = {}
+    named: set[str] = set()
+    for path in REASON_SOURCES:
+        tree = ast.parse(path.read_text(), str(path))
+        where = path.relative_to(ROOT)
+        for expr, code_ok in _reason_literals(tree):
+            value = expr.value if isinstance(expr, ast.Constant) else None
+            if isinstance(value, str) and value and not (code_ok and value in CODES):
+                literals.setdefault(value, []).append(f"{where}:{expr.lineno}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and getattr(node.value, "id", "") == "Reason":
+                named.add(node.attr)
+    return literals, named
+
+
+def test_every_reason_the_server_sends_is_in_the_contract() -> None:
+    literals, named = _sent_reasons()
+    unknown = {r: where for r, where in literals.items() if r not in Reason.__members__}
+    assert not unknown, f"reasons missing from mtawindows.v1.reasons.Reason: {unknown}"
+    assert named <= set(Reason.__members__), named - set(Reason.__members__)
+    # the walk sees the reasons (as literals or as Reason members), and each member is sent
+    assert set(literals) | named == set(Reason.__members__)
+
+
+def test_the_walk_finds_reasons_where_they_are_written() -> None:
+    tree = ast.parse(
+        "raise ServiceError('NOT_FOUND', 'NEW_ONE', 'm')\n"
+        "raise invalid('f', 'm', 'OTHER_ONE')\n"
+        "x = CelError('m', code='CODED')\n"
+        "def f(reason='DEFAULTED', code='INVALID_ARGUMENT'): pass\n"
+        "ok = e.reason == 'COMPARED'\n"
+    )
+    found = {e.value for e, _ in _reason_literals(tree) if isinstance(e, ast.Constant)}
+    assert {"NEW_ONE", "OTHER_ONE", "CODED", "DEFAULTED", "COMPARED"} <= found
+
+
+def test_reasons_equal_their_names_and_say_what_they_mean() -> None:
+    assert DOMAIN == "mtawindows.dev"
+    for name, member in Reason.__members__.items():
+        assert member == name and member.value == name and str(member) == name
+        assert member.meaning and "\n" not in member.meaning, name
+        assert Reason(name) is member

@@ -11,12 +11,14 @@ sequence ReadResults reports).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
 import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -661,6 +663,106 @@ def test_internal_errors_carry_an_id_and_no_exception_text(plugin_server: Server
         line = next(line for line in log.splitlines() if error_id in line)
         assert SECRET in line
     assert max(len(line) for line in log.splitlines()) < 16_384  # the 100k text clipped
+
+
+def _boom(*args: Any) -> Any:
+    raise RuntimeError(f"{SECRET} at /var/lib/mtaw/secret.key")
+
+
+FAILING_CALLS = {
+    "GetStream": ("GetStream", pb.GetStreamRequest(name="s")),
+    "screen": ("GetStream", pb.GetStreamRequest(name="screen")),
+    "Subscribe": ("Subscribe", pb.SubscribeRequest(stream="s", window="w")),
+    "Subscribe late": ("Subscribe", pb.SubscribeRequest(stream="s", window="late")),
+}
+
+
+async def _fails(call: Any) -> tuple[MtaWindowsError, list[Any]]:
+    """The SDK's error for an aio call that must fail, with the events a stream sent first."""
+    events: list[Any] = []
+    try:
+        if hasattr(call, "__aiter__"):
+            async for event in call:
+                events.append(event)  # noqa: PERF401 - one by one: the error comes after some
+        else:
+            await call
+    except grpc.aio.AioRpcError as err:
+        return from_rpc_error(err), events
+    raise AssertionError(f"the call succeeded: {events}")
+
+
+async def _internal_errors_in_process(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Every path of an in-process server fails with :func:`_boom`: unary and streaming
+    handlers (a Subscribe before its first event and after it), the request screen, and the
+    auth interceptor. Call name -> the SDK's error (with the events a stream sent first)."""
+    from mtawindows.server.service import Registry
+    from mtawindows.server.transport import servicer as servicer_module
+    from mtawindows.server.transport.auth import TokenAuth
+    from mtawindows.server.transport.metrics import Metrics
+    from mtawindows.server.transport.servicer import WindowServicer, add_servicer
+    from mtawindows.v1 import windows_pb2_grpc as pb_grpc
+
+    servicer = WindowServicer(  # the Redis is never reached: every call fails before
+        Registry("redis://127.0.0.1:1/0"), Metrics(lambda: iter(())), workers=1
+    )
+    monkeypatch.setattr(servicer.registry, "stream", _boom)
+    monkeypatch.setattr(servicer.registry, "window", _boom)
+    screen = servicer_module.check_request
+    monkeypatch.setattr(  # the screen of a request fails for the name "screen"
+        servicer_module,
+        "check_request",
+        lambda r: _boom() if getattr(r, "name", "") == "screen" else screen(r),
+    )
+    subscribe = servicer.Subscribe
+
+    async def late_boom(request: Any, context: Any) -> AsyncIterator[bytes]:
+        if request.window == "late":  # after an event went out
+            yield pb.SubscribeEvent(batch=7).SerializeToString()
+            _boom()
+        async for event in subscribe(request, context):
+            yield event
+
+    monkeypatch.setattr(servicer, "Subscribe", late_boom)
+    auth = TokenAuth(["t0ken"])
+    monkeypatch.setattr(auth, "_ok", _boom)
+    plain, guarded = grpc.aio.server(), grpc.aio.server(interceptors=[auth])
+    out: dict[str, Any] = {}
+    try:
+        for server in (plain, guarded):
+            add_servicer(servicer, server)
+        ports = [s.add_insecure_port("127.0.0.1:0") for s in (plain, guarded)]
+        for server in (plain, guarded):
+            await server.start()
+        for port, where in zip(ports, ("", "auth "), strict=True):
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = pb_grpc.WindowServiceStub(channel)
+                for name, (method, request) in FAILING_CALLS.items():
+                    out[where + name] = await _fails(getattr(stub, method)(request))
+    finally:
+        await asyncio.gather(plain.stop(None), guarded.stop(None))
+        servicer.pool.shutdown(wait=False)
+    return out
+
+
+def test_internal_errors_on_every_path_carry_only_an_id(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An exception nothing expects, wherever it escapes (a unary handler, a Subscribe stream
+    before or after its first event, the request screen, the auth interceptor), ends the call
+    as INTERNAL with an error id and nothing else; the log has its text under the same id."""
+    with caplog.at_level(logging.INFO, logger="mtawindows.server"):
+        errors = asyncio.run(_internal_errors_in_process(monkeypatch))
+    assert sorted(errors) == sorted([*FAILING_CALLS, *(f"auth {c}" for c in FAILING_CALLS)])
+    assert [len(events) for _, events in errors.values()].count(1) == 1  # the late one's event
+    ids = set()
+    for name, (e, _) in errors.items():
+        assert (e.code, e.reason) == ("INTERNAL", "INTERNAL"), (name, e)
+        error_id = _internal(e)
+        ids.add(error_id)
+        logged = [r for r in caplog.records if getattr(r, "error_id", None) == error_id]
+        assert len(logged) == 1, name
+        assert SECRET in logging.Formatter().format(logged[0]), name
+    assert len(ids) == len(errors)  # a fresh id per error
 
 
 # --------------------------------------------------------------------------- authentication

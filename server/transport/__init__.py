@@ -1,2 +1,10 @@
-"""The gRPC transport: turns requests into service calls and service errors into
-``google.rpc.Status``; start-up, auth and metrics."""
+"""The gRPC transport: requests into service calls, and what ends a call into its status.
+
+* :mod:`.decode`: request bytes and messages into what the service takes (columns, specs);
+* :mod:`.status`: the one mapping of errors to ``google.rpc.Status`` (and the error-id log);
+* :mod:`.tokens`, :mod:`.auth`: the bearer tokens and the interceptor that checks them;
+* :mod:`.servicer`: the WindowService handlers, each behind its guard;
+* :mod:`.app`: the server's start-up, supervision of the embedded Redis and graceful stop;
+* :mod:`.metrics`: Prometheus metrics and JSON-lines logging;
+* :mod:`.grpc_server`: the names of the module these were split from, kept working.
+"""

@@ -1,0 +1,68 @@
+"""Connection set-up shared by both clients: the default target, the channel options, TLS
+credentials, the bearer-token header, and opening a blocking or an asyncio channel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+import grpc
+
+DEFAULT_TARGET = "localhost:50051"
+
+
+def channel_options(max_message_bytes: int = 64 * 1024 * 1024) -> list[tuple[str, int]]:
+    """gRPC channel options: messages up to ``max_message_bytes`` both ways."""
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+    ]
+
+
+def credentials(tls: bool | str | None) -> grpc.ChannelCredentials | None:
+    """``tls``: None/False = plaintext, True = system roots, a path = that CA bundle."""
+    if not tls:
+        return None
+    if tls is True:
+        return grpc.ssl_channel_credentials()
+    return grpc.ssl_channel_credentials(root_certificates=Path(str(tls)).read_bytes())
+
+
+def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
+    """The ``authorization`` header for ``token``; ValueError for a token the server could
+    never accept (printable ASCII without spaces, RFC 6750), before any call."""
+    if token is None or token == "":
+        return ()
+    if not isinstance(token, str) or not all(0x21 <= ord(c) <= 0x7E for c in token):
+        msg = "token: expected a bearer token (printable ASCII without spaces), got " + (
+            f"{len(token)} characters" if isinstance(token, str) else type(token).__name__
+        )
+        raise ValueError(msg)
+    return (("authorization", f"Bearer {token}"),)
+
+
+def open_channel(target: str, creds: grpc.ChannelCredentials | None) -> grpc.Channel:
+    """A blocking channel to ``target``: TLS with ``creds``, plaintext without."""
+    return _open(grpc, target, creds)
+
+
+def open_aio_channel(target: str, creds: grpc.ChannelCredentials | None) -> grpc.aio.Channel:
+    """The asyncio (grpc.aio) channel to ``target``: TLS with ``creds``, plaintext without."""
+    return _open(grpc.aio, target, creds)
+
+
+def _open(kind: ModuleType, target: str, creds: grpc.ChannelCredentials | None) -> object:
+    opts = channel_options()
+    if creds is not None:
+        return kind.secure_channel(target, creds, opts)
+    return kind.insecure_channel(target, opts)
+
+
+__all__ = [
+    "DEFAULT_TARGET",
+    "auth_metadata",
+    "channel_options",
+    "credentials",
+    "open_aio_channel",
+    "open_channel",
+]

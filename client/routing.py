@@ -1,0 +1,98 @@
+"""Routing over several servers: which server owns a stream (or a key's stream), by a stable
+hash of its name, and the names of per-key streams.
+
+    from mtawindows.client import Router, WindowClient, keyed_stream_name
+
+    router = Router("a:50051,b:50051", pinned=["telemetry"])
+    router.owner("telemetry")                     # "a:50051": pinned names stay on the first
+    name = keyed_stream_name("telemetry", "host-07")  # "telemetry:host-07"
+    with WindowClient(router.owner(name)) as c:       # the server that holds host-07's stream
+        c.append(name, rows)
+
+The hash is SHA-256 of the name (not Python's salted ``hash``): every process on every machine
+sends a name to the same server, as long as the targets are listed in the same order. A key's
+rows live in a stream of their own, ``<stream>:<key>`` (same schema and windows as ``stream``),
+so one key's window state is on one server and the keys spread over all of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+
+_SAFE_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+
+
+def split_targets(raw: str) -> tuple[str, ...]:
+    """``"host:port"`` or ``"a:1,b:2"`` as a tuple of distinct, non-empty targets (spaces around
+    each stripped); ValueError for an empty entry or a target listed twice."""
+    parts = tuple(p.strip() for p in raw.split(","))
+    if not raw.strip() or not all(parts):
+        msg = f"expected host:port or a comma-separated list of them, got {raw!r}"
+        raise ValueError(msg)
+    if len(set(parts)) != len(parts):
+        msg = f"a server is listed twice in {raw!r}"
+        raise ValueError(msg)
+    return parts
+
+
+def stable_hash(name: str) -> int:
+    """A 64-bit hash of ``name``, the same in every process (the first 8 bytes of SHA-256)."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big")
+
+
+def keyed_stream_name(stream: str, key: object) -> str:
+    """The stream holding ``key``'s rows of ``stream``: ``<stream>:<key>`` when the key is made
+    of letters, digits, ``_ . -`` (at most 100), else ``<stream>:~<hash of the key>``."""
+    text = "" if key is None else str(key)
+    if key is not None and _SAFE_KEY.match(text):
+        return f"{stream}:{text}"
+    digest = hashlib.sha256(("\0null" if key is None else text).encode()).hexdigest()[:24]
+    return f"{stream}:~{digest}"
+
+
+def key_of_stream(stream: str, name: str) -> str | None:
+    """The key part of a per-key stream name of ``stream`` (the hash for hashed keys); None
+    for a stream that is not one of its per-key streams."""
+    prefix = f"{stream}:"
+    return name[len(prefix) :] if name.startswith(prefix) else None
+
+
+class Router:
+    """Which of ``targets`` owns a stream.
+
+    ``targets``: ``host:port`` strings, or one comma-separated string of them; the first is
+    the primary. ``pinned``: stream names that live on the primary (e.g. a template stream the
+    per-key streams are made from). Every other name goes where :func:`stable_hash` sends it."""
+
+    def __init__(self, targets: str | Iterable[str], *, pinned: Iterable[str] = ()) -> None:
+        self.targets = split_targets(targets if isinstance(targets, str) else ",".join(targets))
+        self.pinned = frozenset(pinned)
+
+    @property
+    def primary(self) -> str:
+        return self.targets[0]
+
+    def owner(self, name: str) -> str:
+        """The target that holds stream ``name``."""
+        if len(self.targets) == 1 or name in self.pinned:
+            return self.targets[0]
+        return self.targets[stable_hash(name) % len(self.targets)]
+
+    def owner_of_key(self, stream: str, key: object) -> str:
+        """The target that holds ``key``'s stream of ``stream`` (:func:`keyed_stream_name`)."""
+        return self.owner(keyed_stream_name(stream, key))
+
+    def keyed_streams(self, stream: str, target: str, names: Iterable[str]) -> list[str]:
+        """The per-key streams of ``stream`` among ``names`` (those listed by ``target``) that
+        ``target`` owns, sorted: a copy left on another server is not counted twice."""
+        return sorted(
+            n for n in names if key_of_stream(stream, n) is not None and self.owner(n) == target
+        )
+
+    def __repr__(self) -> str:
+        return f"Router({list(self.targets)!r}, pinned={sorted(self.pinned)!r})"
+
+
+__all__ = ["Router", "key_of_stream", "keyed_stream_name", "split_targets", "stable_hash"]

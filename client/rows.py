@@ -1,0 +1,94 @@
+"""Rows as the payload of an Append: typed protobuf columns, or Arrow IPC for pyarrow data.
+
+Rows come as a dict of columns (``{"ts": [...], "load": [...]}``), a list of row dicts, or a
+pyarrow Table / RecordBatch (sent as it is, as an Arrow IPC stream).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from mtawindows.v1 import convert
+from mtawindows.v1 import windows_pb2 as pb
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+Rows: TypeAlias = (
+    "Mapping[str, Sequence[Any]] | Iterable[Mapping[str, Any]] | pa.Table | pa.RecordBatch"
+)
+
+
+def _column_kind(values: Sequence[Any]) -> str:
+    for v in values:
+        if isinstance(v, bool):
+            return "BOOL"
+        if isinstance(v, float):
+            return "DOUBLE"
+        if isinstance(v, int):
+            continue  # ints may still hide a float further down
+        if isinstance(v, str):
+            return "STRING"
+        if isinstance(v, datetime):
+            return "TIMESTAMP"
+    if any(isinstance(v, float) for v in values):  # pragma: no cover - caught above
+        return "DOUBLE"
+    return "INT64"
+
+
+def _arrow_ipc(table: pa.Table | pa.RecordBatch) -> bytes:
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _columns(
+    rows: Mapping[str, Sequence[Any]] | Iterable[Mapping[str, Any]],
+) -> dict[str, list[Any]]:
+    """{name: values}, from a dict of columns or from row dicts (names in order of first use)."""
+    if isinstance(rows, Mapping):
+        return {str(k): list(v) for k, v in rows.items()}
+    listed = list(rows)
+    names: list[str] = []
+    for r in listed:
+        for k in r:
+            if k not in names:
+                names.append(k)
+    return {n: [r.get(n) for r in listed] for n in names}
+
+
+def encode_rows(
+    rows: Rows, schema: Mapping[str, str] | None = None
+) -> tuple[list[pb.Column], bytes, int]:
+    """Rows as typed protobuf columns, or as Arrow IPC bytes for pyarrow tables; and the count.
+
+    ``schema`` (field -> type name, from the stream) picks each column's type; without it the
+    type follows the values."""
+    if hasattr(rows, "schema") and hasattr(rows, "num_rows"):  # pyarrow Table / RecordBatch
+        return [], _arrow_ipc(rows), int(rows.num_rows)
+    out = []
+    n = 0
+    for name, values in _columns(rows).items():
+        n = max(n, len(values))
+        kind = (schema or {}).get(name) or _column_kind(values)
+        if kind == "TIMESTAMP" or any(isinstance(v, datetime) for v in values[:1]):
+            kind = "TIMESTAMP"
+            values = [convert.to_nanos(v) if isinstance(v, datetime) else v for v in values]
+        if kind == "DOUBLE":
+            values = [
+                float(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in values
+            ]
+        try:
+            out.append(convert.column_to_proto(name, kind, values))
+        except TypeError as ex:
+            msg = f"column {name!r}: expected {kind} values: {ex}"
+            raise TypeError(msg) from None
+    return out, b"", n
+
+
+__all__ = ["Rows", "encode_rows"]

@@ -1,0 +1,90 @@
+"""The ``ErrorInfo`` reasons of the wire contract: every reason the server sends, with its meaning.
+
+A failed call carries a ``google.rpc.Status`` whose ``ErrorInfo`` names the domain
+(:data:`DOMAIN`) and one of these UPPER_SNAKE reasons; clients branch on the reason (and the
+gRPC code), never on the message. ``tests/test_errors.py`` checks that the server sends no
+reason that is not a member of :class:`Reason`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["DOMAIN", "Reason"]
+
+DOMAIN = "mtawindows.dev"  # ErrorInfo.domain of every error the server sends
+
+
+class Reason(StrEnum):
+    """An ErrorInfo reason: each member equals its name and says what it means (``meaning``)."""
+
+    meaning: str
+
+    def __new__(cls, value: str, meaning: str) -> Reason:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.meaning = meaning
+        return member
+
+    # -- any call
+    INTERNAL = (
+        "INTERNAL",
+        "an unexpected server failure: the client gets only its id (metadata error_id), the "
+        "server log the rest",
+    )
+    UNAUTHENTICATED = "UNAUTHENTICATED", "no bearer token, or one the server does not accept"
+    MALFORMED_REQUEST = "MALFORMED_REQUEST", "the request's bytes are not the method's message"
+    INVALID_ARGUMENT = "INVALID_ARGUMENT", "a request field is out of its range (the field named)"
+    VALUE_TOO_LONG = "VALUE_TOO_LONG", "a string of the request is over its length limit"
+    TOO_MANY_ITEMS = "TOO_MANY_ITEMS", "a list of the request is over its size limit"
+    UNKNOWN_ENUM_VALUE = (
+        "UNKNOWN_ENUM_VALUE",
+        "an enum field holds a number the server has no name for",
+    )
+    STORE_UNAVAILABLE = (
+        "STORE_UNAVAILABLE",
+        "the store (Redis) failed or is down: retry (appends with a producer_id and sequence "
+        "are idempotent)",
+    )
+    SERVER_STOPPING = "SERVER_STOPPING", "the server is stopping: call again later or elsewhere"
+    # -- streams and windows
+    STREAM_NOT_FOUND = "STREAM_NOT_FOUND", "no stream of that name"
+    WINDOW_NOT_FOUND = (
+        "WINDOW_NOT_FOUND",
+        "no window of that name on the stream (or it was deleted)",
+    )
+    STREAM_EXISTS = "STREAM_EXISTS", "a stream of that name exists with another definition"
+    WINDOW_EXISTS = "WINDOW_EXISTS", "a window of that name exists with another definition"
+    TOO_MANY_STREAMS = "TOO_MANY_STREAMS", "the server holds its limit of streams"
+    TOO_MANY_WINDOWS = "TOO_MANY_WINDOWS", "the stream holds its limit of windows"
+    INVALID_DEFINITION = "INVALID_DEFINITION", "a stream or window definition is not valid"
+    UNKNOWN_FIELD = "UNKNOWN_FIELD", "a window aggregates or tests a field the stream does not have"
+    UNKNOWN_MONOID = "UNKNOWN_MONOID", "an aggregation names a monoid the server does not know"
+    INVALID_EXPRESSION = "INVALID_EXPRESSION", "a CEL policy expression does not parse or check"
+    CEL_TOO_LARGE = "CEL_TOO_LARGE", "a CEL policy expression is over the size limit (bytes)"
+    CEL_TOO_DEEP = "CEL_TOO_DEEP", "a CEL policy expression nests deeper than the limit"
+    # -- appends
+    AMBIGUOUS_BATCH = "AMBIGUOUS_BATCH", "a batch gives its rows both as columns and as arrow_ipc"
+    BAD_ARROW = "BAD_ARROW", "arrow_ipc is not a readable Arrow IPC stream"
+    SCHEMA_MISMATCH = (
+        "SCHEMA_MISMATCH",
+        "a batch's columns do not match the stream's fields (missing, unknown, repeated or of "
+        "another type)",
+    )
+    BAD_VALUES = (
+        "BAD_VALUES",
+        "a batch holds values its stream or windows refuse (nulls, non-finite, out of range)",
+    )
+    BATCH_TOO_LARGE = "BATCH_TOO_LARGE", "a batch has more rows than the server's limit per Append"
+    BAD_RESULT_MODE = "BAD_RESULT_MODE", "an Append asks for a result mode the server does not know"
+    OUT_OF_ORDER = (
+        "OUT_OF_ORDER",
+        "a row is older than the stream's newest on a stream that rejects late rows",
+    )
+    # -- subscriptions
+    TOO_MANY_SUBSCRIBERS = "TOO_MANY_SUBSCRIBERS", "the server holds its limit of subscriptions"
+    SUBSCRIBER_TOO_SLOW = (
+        "SUBSCRIBER_TOO_SLOW",
+        "the subscriber fell too far behind and was cut: resubscribe and catch up with ReadResults",
+    )
+    UNSUBSCRIBED = "UNSUBSCRIBED", "the subscriber went away (the server's own record; never sent)"

@@ -1,0 +1,373 @@
+"""Running the service: :class:`ServeConfig`, :class:`Server` and :func:`serve` (``mtawindows serve``).
+
+A :class:`Server` binds the port, starts (or connects to) Redis, restores every stream and
+window, and serves the WindowService beside health and reflection; it supervises the embedded
+Redis (restarts it, NOT_SERVING meanwhile) and stops gracefully.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import redis
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from mtawindows.v1 import windows_pb2 as pb
+
+from ..service.registry import Limits, Registry
+from ..storage.embedded import DataDirLock, EmbeddedRedis, EmbeddedRedisError
+from ..storage.protocol import StoreError, StoreUnavailableError
+from .auth import TokenAuth
+from .metrics import Metrics
+from .servicer import WindowServicer, add_servicer
+
+__all__ = ["SERVICE_NAME", "ServeConfig", "Server", "default_data_dir", "serve"]
+
+log = logging.getLogger("mtawindows.server")
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["WindowService"].full_name
+
+
+@dataclass
+class ServeConfig:
+    host: str = "127.0.0.1"
+    port: int = 50051
+    redis_url: str | None = None
+    data_dir: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tokens: set[str] = field(default_factory=set)
+    metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
+    flush_interval: float = 1.0
+    grace: float = 10.0
+    workers: int = 8
+    limits: Limits = field(default_factory=Limits)
+    port_file: str | None = None  # write the bound port here once serving (tests, port 0)
+    # SO_REUSEPORT (grpc's default on Linux) lets a second server bind the same port and take
+    # half of the connections: off unless asked for, so a taken port is an error at start-up
+    reuse_port: bool = False
+    # the embedded Redis: restarts allowed within the window (then NOT_SERVING for good), and
+    # seconds between checks of its process
+    redis_restarts: int = 5
+    redis_restart_window: float = 300.0
+    supervise_interval: float = 0.2
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "mtawindows"
+
+
+_SERVING = health_pb2.HealthCheckResponse.SERVING
+_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+class Server:
+    """A running service: the gRPC server, its registry and (maybe) an embedded Redis.
+
+    With the embedded Redis (no ``redis_url``) the server owns its data directory:
+
+    - an exclusive lock on ``<data_dir>/lock``, taken before anything starts and held for the
+      server's life: a second server on the directory stops at start-up, naming the holder;
+    - the Redis process dies with the server, whatever kills it (``PR_SET_PDEATHSIG`` on
+      Linux), and an orphan found on the directory at start-up is shut down (embedded.py);
+    - a supervisor task watches the process. When it dies alone: health NOT_SERVING, calls
+      that need the store refused as UNAVAILABLE (``STORE_UNAVAILABLE``), the process
+      restarted on the same AOF (at most ``redis_restarts`` times per
+      ``redis_restart_window`` seconds, with backoff), every Redis window marked to reload its
+      durable state before its next call, health SERVING again. Past the limit it stays
+      NOT_SERVING and logs why.
+
+    The port is bound before the Redis starts, without SO_REUSEPORT unless ``reuse_port``.
+    """
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+        self.embedded: EmbeddedRedis | None = None
+        self.lock: DataDirLock | None = None
+        self.server: grpc.aio.Server | None = None
+        self.health = health.aio.HealthServicer()
+        self.port = 0
+        self.registry: Registry | None = None
+        self.servicer: WindowServicer | None = None
+        self._restored = False
+        self._stopping = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._restart: asyncio.Future[EmbeddedRedis] | None = None
+
+    async def start(self) -> int:
+        """Lock the data directory, bind the port, start the Redis, restore every window and
+        serve; returns the port. A failure leaves nothing running (lock released)."""
+        try:
+            return await self._start()
+        except BaseException:
+            await self._abandon()
+            raise
+
+    async def _start(self) -> int:
+        cfg = self.config
+        # absolute: valkey runs with its own working directory (a relative path failed there)
+        data = (Path(cfg.data_dir) if cfg.data_dir else default_data_dir()).absolute()
+        if not cfg.redis_url:
+            self.lock = DataDirLock(data, owner="mtawindows server").acquire()
+        server = self.server = self._grpc_server()
+        self.port = self._bind(server)
+        url = cfg.redis_url
+        if not url:
+            self.embedded = EmbeddedRedis(data / "redis")
+            await asyncio.to_thread(self.embedded.start)
+            url = self.embedded.url
+        registry = self.registry = Registry(url, limits=cfg.limits)
+        try:
+            restored = await asyncio.to_thread(registry.restore)
+        except (StoreError, redis.RedisError) as ex:
+            msg = f"could not load the streams and windows from Redis: {ex}"
+            raise OSError(msg) from ex
+        self._restored = True
+        servicer = self.servicer = WindowServicer(
+            registry, Metrics(lambda: servicer.window_stats()), workers=cfg.workers
+        )
+        await self._serve(server, servicer)
+        log.info(
+            "serving",
+            extra={
+                "address": f"{cfg.host}:{self.port}",
+                "redis": url,
+                "windows_restored": restored,
+                "tls": bool(cfg.tls_cert),
+                "auth": bool(cfg.tokens),
+                "reuse_port": cfg.reuse_port,
+            },
+        )
+        if cfg.port_file:
+            Path(cfg.port_file).write_text(str(self.port))
+        return self.port
+
+    def _grpc_server(self) -> grpc.aio.Server:
+        cfg = self.config
+        interceptors = [TokenAuth(cfg.tokens)] if cfg.tokens else []
+        options = [
+            ("grpc.max_receive_message_length", cfg.limits.max_message_bytes),
+            ("grpc.max_send_message_length", cfg.limits.max_message_bytes),
+            ("grpc.so_reuseport", 1 if cfg.reuse_port else 0),
+        ]
+        return grpc.aio.server(interceptors=interceptors, options=options)
+
+    async def _serve(self, server: grpc.aio.Server, servicer: WindowServicer) -> None:
+        """The WindowService, health and reflection on ``server``, started; then metrics,
+        SERVING, the periodic flush and the supervisor of the embedded Redis."""
+        add_servicer(servicer, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection(
+            (
+                SERVICE_NAME,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
+            server,
+        )
+        await server.start()
+        if self.config.metrics_port:
+            from prometheus_client import start_http_server
+
+            start_http_server(
+                self.config.metrics_port,
+                addr=self.config.metrics_host,
+                registry=servicer.metrics.registry,
+            )
+        await self._set_health(_SERVING)
+        self._tasks.append(asyncio.create_task(self._flush_loop()))
+        if self.embedded is not None:
+            self._tasks.append(asyncio.create_task(self._supervise()))
+
+    def _bind(self, server: grpc.aio.Server) -> int:
+        cfg = self.config
+        address = f"{cfg.host}:{cfg.port}"
+        if cfg.tls_cert or cfg.tls_key:
+            if not (cfg.tls_cert and cfg.tls_key):
+                msg = "TLS needs both --tls-cert and --tls-key"
+                raise ValueError(msg)
+            creds = grpc.ssl_server_credentials(
+                [(Path(cfg.tls_key).read_bytes(), Path(cfg.tls_cert).read_bytes())]
+            )
+        try:
+            if cfg.tls_cert:
+                port = server.add_secure_port(address, creds)
+            else:
+                port = server.add_insecure_port(address)
+        except RuntimeError:  # grpcio >= 1.5x raises where older ones returned 0
+            port = 0
+        if port == 0:
+            shared = "" if cfg.reuse_port else " (ports are not shared without --reuse-port)"
+            msg = (
+                f"could not listen on {address}: the port is taken (another server?) or the "
+                f"address is not on this machine{shared}"
+            )
+            raise OSError(msg)
+        return int(port)
+
+    async def _set_health(self, status: Any) -> None:
+        await self.health.set("", status)
+        await self.health.set(SERVICE_NAME, status)
+
+    async def _flush_loop(self) -> None:
+        assert self.servicer is not None
+        while True:
+            await asyncio.sleep(self.config.flush_interval)
+            if self.servicer.store_down is None:
+                await self.servicer.flush_all()
+
+    # -- supervision of the embedded Redis
+    async def _supervise(self) -> None:
+        emb = self.embedded
+        assert emb is not None
+        restarts: collections.deque[float] = collections.deque()
+        while not self._stopping:
+            await asyncio.sleep(self.config.supervise_interval)
+            if emb.running or self._stopping:
+                continue
+            why = f"the embedded Redis (pid {emb.pid}) {emb.exit_reason()}"
+            await self._store_down(why, "the embedded Redis is down; the server is restarting it")
+            if not await self._restart_store(restarts, why):
+                return
+
+    async def _store_down(self, why: str, told: str) -> None:
+        """NOT_SERVING; ``why`` goes to the log, ``told`` to refused callers."""
+        assert self.servicer is not None
+        self.servicer.store_down = told
+        await self._set_health(_NOT_SERVING)
+        log.error(
+            "store down: NOT_SERVING until the embedded Redis is back",
+            extra={"event": "store_down", "reason": why},
+        )
+
+    async def _restart_store(self, restarts: collections.deque[float], why: str) -> bool:
+        """Restart the embedded Redis on its data directory (bounded, with backoff), then make
+        every window reload its durable state and go back to SERVING. False: gave up."""
+        cfg = self.config
+        emb = self.embedded
+        assert emb is not None and self.servicer is not None
+        delay = 0.5
+        while True:
+            now = time.monotonic()
+            while restarts and now - restarts[0] > cfg.redis_restart_window:
+                restarts.popleft()
+            if len(restarts) >= cfg.redis_restarts:
+                self.servicer.store_down = (
+                    "the embedded Redis is down and the server gave up restarting it (see its log)"
+                )
+                log.error(
+                    "embedded Redis not restarted: NOT_SERVING until the server is restarted",
+                    extra={
+                        "event": "store_given_up",
+                        "reason": f"{len(restarts)} restarts within "
+                        f"{cfg.redis_restart_window:g}s; last: {why}",
+                        "data_dir": str(emb.data_dir),
+                    },
+                )
+                return False
+            restarts.append(now)
+            # shielded: a stop() during the restart waits for it instead of racing it
+            self._restart = asyncio.ensure_future(asyncio.to_thread(emb.start))
+            try:
+                await asyncio.shield(self._restart)
+                break
+            except (EmbeddedRedisError, OSError) as ex:
+                why = f"restart {len(restarts)} failed: {ex}"
+                log.error(
+                    "embedded Redis restart failed",
+                    extra={"event": "store_restart_failed", "reason": why},
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+        await self._invalidate_windows()
+        self.servicer.store_down = None
+        await self._set_health(_SERVING)
+        log.warning(
+            "embedded Redis restarted: SERVING",
+            extra={"event": "store_restarted", "pid": emb.pid, "restarts": len(restarts)},
+        )
+        return True
+
+    async def _invalidate_windows(self) -> None:
+        """After a restart Redis holds what its AOF kept: every Redis window reloads its
+        durable state before its next call (under its stream's lock, so between calls)."""
+        assert self.registry is not None and self.servicer is not None
+        lost = StoreUnavailableError("the embedded Redis restarted: reload the durable state")
+        for name, stream in list(self.registry.streams.items()):
+            async with self.servicer.lock(name):
+                for w in list(stream.windows.values()):
+                    w.engine.invalidate(lost)
+
+    # -- stop
+    async def stop(self) -> None:
+        """Graceful: NOT_SERVING, in-flight calls finish (grace), buffers flush, Redis stops."""
+        log.info("shutting down")
+        self._stopping = True
+        await self.health.enter_graceful_shutdown()
+        await self._cancel_tasks()
+        if self.servicer is not None:
+            self.servicer.fanout.shutdown()  # Subscribe calls never end by themselves
+        if self.server is not None:
+            await self.server.stop(self.config.grace)
+        if self.registry is not None:
+            await asyncio.to_thread(self.registry.close)
+        if self.servicer is not None:
+            self.servicer.pool.shutdown(wait=True)
+        await self._release()
+        log.info("stopped")
+
+    async def _cancel_tasks(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._restart is not None:  # a restart in flight ends before the Redis is stopped
+            await asyncio.gather(self._restart, return_exceptions=True)
+
+    async def _release(self) -> None:
+        if self.embedded is not None:
+            await asyncio.to_thread(self.embedded.stop)
+        if self.lock is not None:
+            self.lock.release()
+
+    async def _abandon(self) -> None:
+        """Undo a start that failed half-way: nothing keeps running, the lock is released."""
+        self._stopping = True
+        await self._cancel_tasks()
+        if self.server is not None:
+            with contextlib.suppress(Exception):
+                await self.server.stop(None)
+        if self.registry is not None:
+            with contextlib.suppress(Exception):
+                if self._restored:
+                    await asyncio.to_thread(self.registry.close)
+                else:
+                    self.registry.redis.close()
+        if self.servicer is not None:
+            self.servicer.pool.shutdown(wait=False)
+        await self._release()
+
+    async def serve_forever(self) -> None:
+        await self.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await self.stop()
+
+
+def serve(config: ServeConfig) -> None:
+    asyncio.run(Server(config).serve_forever())

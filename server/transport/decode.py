@@ -1,0 +1,256 @@
+"""Request decoding: wire messages into what the service takes, refusing what does not fit.
+
+The parser of every request (:func:`safe_parser`) never raises: bytes that do not parse
+become a :class:`Malformed` stand-in that the handler raises before any work. A batch's rows
+come as protobuf columns or as an Arrow IPC stream (:func:`columns_of`); definitions through
+``mtawindows.v1.convert`` (:func:`stream_spec`, :func:`window_spec`). Every refusal here is a
+``ServiceError`` with its :class:`~mtawindows.v1.reasons.Reason`; ``status.py`` turns it into
+the status the client gets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from google.protobuf.message import DecodeError
+
+from mtawindows.v1 import convert
+from mtawindows.v1 import windows_pb2 as pb
+from mtawindows.v1.reasons import Reason
+from mtawindows.v1.types import SpecError, StreamSpec, WindowSpec, clip, show
+
+from ..service.inputs import MAX_COLUMNS, MAX_NAME, too_long
+from ..service.registry import FINAL, NONE, PER_ROW, ServiceError, batch_too_large, invalid
+
+__all__ = [
+    "Malformed",
+    "arrow_columns",
+    "columns_of",
+    "decode_spec",
+    "result_mode",
+    "rows_hint",
+    "safe_parser",
+    "stream_spec",
+    "window_spec",
+]
+
+T = TypeVar("T")
+Columns = dict[str, tuple[str, list[Any]]]  # column name -> (type name, values)
+_MODES = {pb.RESULT_MODE_UNSPECIFIED: NONE, pb.NONE: NONE, pb.FINAL: FINAL, pb.PER_ROW: PER_ROW}
+
+
+def _refused(reason: Reason, where: str, what: str, message: str = "") -> ServiceError:
+    """INVALID_ARGUMENT for the field ``where``: the violation says ``what``, the message
+    ``where: message`` (``message`` defaults to ``what``)."""
+    return ServiceError("INVALID_ARGUMENT", reason, f"{where}: {message or what}", [(where, what)])
+
+
+def _duplicate(where: str, name: str) -> ServiceError:
+    return _refused(
+        Reason.SCHEMA_MISMATCH,
+        where,
+        f"duplicate column {show(name)}",
+        f"column {show(name)} given twice",
+    )
+
+
+def _nulls(name: str, what: str) -> ServiceError:
+    return _refused(
+        Reason.BAD_VALUES, f"columns[{name}]", what, "null values are not allowed in a batch"
+    )
+
+
+# --------------------------------------------------------------------------- the parser
+
+
+class Malformed(Exception):
+    """What a request whose bytes could not be parsed becomes: the parser returns it instead
+    of raising (grpcio would answer UNKNOWN with the exception's text) and the handler raises
+    it before any work. Bytes that are not the message (``undecodable``) are refused as
+    INVALID_ARGUMENT (:meth:`refusal`); the parser failing any other way is an internal error."""
+
+    def __init__(self, type_name: str, error: Exception) -> None:
+        super().__init__(f"could not parse a {type_name} request: {type(error).__name__}")
+        self.type_name = type_name
+        self.error = error
+        self.__cause__ = error
+
+    @property
+    def undecodable(self) -> bool:
+        return isinstance(self.error, DecodeError | ValueError)
+
+    def refusal(self) -> ServiceError:
+        return ServiceError(
+            "INVALID_ARGUMENT",
+            Reason.MALFORMED_REQUEST,
+            f"the request is not a valid {self.type_name} message: {clip(str(self.error))}",
+        )
+
+
+def safe_parser(message: Any) -> Callable[[bytes], Any]:
+    """``message``'s parser, returning a :class:`Malformed` where it would raise."""
+
+    def parse(data: bytes) -> Any:
+        try:
+            return message.FromString(data)
+        except Exception as ex:
+            return Malformed(message.DESCRIPTOR.full_name, ex)
+
+    return parse
+
+
+# --------------------------------------------------------------------------- definitions
+
+
+def decode_spec(decode: Callable[[Any], T], message: Any, reason: Reason) -> T:
+    """A definition from the wire; what the conversion refuses (an unknown enum number, an
+    invalid duration, a wrong type: SpecError) becomes INVALID_ARGUMENT naming the field
+    (``spec.<path>``), with the refusal's own reason or ``reason``."""
+    try:
+        return decode(message)
+    except SpecError as ex:
+        raise invalid(f"spec.{ex.field}", ex.description, ex.reason or reason) from None
+
+
+def stream_spec(request: pb.CreateStreamRequest) -> StreamSpec:
+    return decode_spec(convert.stream_spec_from_proto, request.spec, Reason.INVALID_ARGUMENT)
+
+
+def window_spec(request: pb.CreateWindowRequest) -> WindowSpec:
+    if request.spec.policy.WhichOneof("kind") is None:
+        raise _refused(
+            Reason.INVALID_DEFINITION,
+            "spec.policy",
+            "not set",
+            "expected one of count, time_range, bounded_sum, max_sub_window, expression; got none",
+        )
+    return decode_spec(convert.window_spec_from_proto, request.spec, Reason.INVALID_DEFINITION)
+
+
+def result_mode(request: pb.AppendRequest) -> str:
+    """The results an Append asks for (NONE, FINAL or PER_ROW)."""
+    mode = _MODES.get(request.results)
+    if mode is None:
+        raise _refused(
+            Reason.BAD_RESULT_MODE,
+            "results",
+            f"unknown value {request.results}",
+            f"expected NONE, FINAL or PER_ROW, got {request.results}",
+        )
+    return mode
+
+
+# --------------------------------------------------------------------------- batches
+
+
+def rows_hint(request: pb.AppendRequest) -> int:
+    """Rows in a columnar request, from its first column (the decode checks them all)."""
+    if not request.columns:
+        return 0
+    col = request.columns[0]
+    kind = col.WhichOneof("data")
+    return len(getattr(col, kind).values) if kind else 0
+
+
+def columns_of(request: pb.AppendRequest, max_rows: int) -> Columns:
+    """The request's columns as (type name, values), from protobuf columns or Arrow IPC."""
+    if request.arrow_ipc and request.columns:
+        raise ServiceError(
+            "INVALID_ARGUMENT",
+            Reason.AMBIGUOUS_BATCH,
+            "give the rows either as columns or as arrow_ipc, not both",
+            [("arrow_ipc", "set together with columns")],
+        )
+    if request.arrow_ipc:
+        return arrow_columns(request.arrow_ipc, max_rows)
+    out: Columns = {}
+    for i, col in enumerate(request.columns):
+        if col.name in out:
+            raise _duplicate(f"columns[{i}]", col.name)
+        if col.nulls:
+            raise _nulls(col.name, "nulls set")
+        kind = col.WhichOneof("data")
+        if kind is None or kind == "values":
+            raise _refused(
+                Reason.SCHEMA_MISMATCH,
+                f"columns[{col.name}]",
+                "no typed values",
+                "expected typed values (doubles, ints, strings, bools or timestamps), got "
+                f"{kind or 'none'}",
+            )
+        data = getattr(col, kind).values
+        if len(data) > max_rows:
+            raise batch_too_large(len(data), max_rows)
+        out[col.name] = (convert.COLUMN_KINDS[kind].value, list(data))
+    return out
+
+
+def arrow_columns(payload: bytes, max_rows: int) -> Columns:
+    """The columns of an Arrow IPC stream: names checked before the rows are read."""
+    import pyarrow as pa
+
+    def bad_arrow(ex: Exception) -> ServiceError:
+        return _refused(
+            Reason.BAD_ARROW,
+            "arrow_ipc",
+            "not an Arrow IPC stream",
+            f"expected an Arrow IPC stream, could not read it: {clip(str(ex))}",
+        )
+
+    try:
+        reader = pa.ipc.open_stream(pa.py_buffer(payload))
+        _check_arrow_names(reader.schema.names)
+        table = reader.read_all()
+    except (pa.ArrowInvalid, pa.ArrowException, OSError) as ex:
+        raise bad_arrow(ex) from None
+    if table.num_rows > max_rows:
+        raise batch_too_large(table.num_rows, max_rows)
+    return {
+        name: _arrow_column(name, col)
+        for name, col in zip(table.column_names, table.columns, strict=True)
+    }
+
+
+def _check_arrow_names(names: list[str]) -> None:
+    """The column names, checked as the protobuf columns' are (before the rows are read)."""
+    if len(names) > MAX_COLUMNS:
+        what = f"expected at most {MAX_COLUMNS} columns, got {len(names)}"
+        raise _refused(Reason.TOO_MANY_ITEMS, "arrow_ipc", what)
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if len(name) > MAX_NAME:
+            raise too_long(f"arrow_ipc.columns[{i}].name", name, MAX_NAME)
+        if name in seen:
+            raise _duplicate(f"arrow_ipc.columns[{i}]", name)
+        seen.add(name)
+
+
+def _arrow_column(name: str, col: Any) -> tuple[str, list[Any]]:
+    """One Arrow column as (type name, values): no nulls, a supported type, 64-bit values."""
+    import pyarrow as pa
+
+    if col.null_count:
+        raise _nulls(name, f"{col.null_count} nulls")
+    t = col.type
+    try:
+        if pa.types.is_timestamp(t):
+            return "TIMESTAMP", col.cast(pa.timestamp("ns")).cast(pa.int64()).to_pylist()
+        if pa.types.is_floating(t):
+            return "DOUBLE", col.cast(pa.float64()).to_pylist()
+        if pa.types.is_integer(t):
+            return "INT64", col.cast(pa.int64()).to_pylist()
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            return "STRING", col.to_pylist()
+        if pa.types.is_boolean(t):
+            return "BOOL", col.to_pylist()
+    except pa.ArrowInvalid as ex:  # a uint64 or a timestamp past int64 nanoseconds
+        what = f"values out of the 64-bit range ({clip(str(ex), 100)})"
+        raise _refused(Reason.BAD_VALUES, f"columns[{name}]", what) from None
+    what = clip(str(t), 100)
+    raise _refused(
+        Reason.SCHEMA_MISMATCH,
+        f"columns[{name}]",
+        f"arrow type {what}",
+        f"Arrow type {what} is not supported; use float64, int64, string, bool or timestamp",
+    )

@@ -1,0 +1,179 @@
+"""The options of format ``"mtawindows"`` and of :func:`sliding_aggregate`: parsed, checked,
+and named in every error (Spark passes the keys lower-cased; several spellings are accepted)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from mtawindows.client import Router
+from mtawindows.client.routing import split_targets
+
+from .errors import ConnectorError
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off", ""}
+
+
+@dataclass(frozen=True)
+class ConnectorOptions:
+    """The options of format ``"mtawindows"`` (case-insensitive keys, as Spark passes them).
+
+    endpoint           host:port of ``mtawindows serve`` (required); or several, comma-separated:
+                       a shard of servers, each per-key stream on one of them (by a hash of
+                       its name), the stream definitions read from the first
+    stream             the stream to write to / read from (required)
+    timestamp_column   the DataFrame column holding each row's time (default: the stream's
+                       timestamp field)
+    key_column         write each key's rows to its own stream ``<stream>:<key>`` made from
+                       ``stream`` (same schema and windows); read those streams back
+    window             read: only this window (default all)
+    token / tls        bearer token; "true" (system roots) or a CA file path
+    batch_rows         rows per Append (default 10000)
+    sort               "true": buffer each partition and send it sorted by (key, timestamp);
+                       streaming DataFrames need it (Spark cannot sort them), batch ones can
+                       sortWithinPartitions instead (default "false")
+    write_id           batch writes: the idempotency id; the same id re-run applies nothing twice
+                       (default a new id per write)
+    starting_offsets   stream reads: "latest" (default: results from now on) or "earliest" (the
+                       results the server still keeps)
+    max_results_per_trigger  stream reads: a cap per micro-batch (default none)
+    timeout            seconds per call (default 60)
+    """
+
+    endpoint: str
+    stream: str
+    timestamp_column: str = ""
+    key_column: str = ""
+    window: str = ""
+    token: str | None = None
+    tls: bool | str | None = None
+    batch_rows: int = 10_000
+    sort: bool = False
+    write_id: str = ""
+    starting_offsets: str = "latest"
+    max_results_per_trigger: int = 0
+    timeout: float = 60.0
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """The servers: ``endpoint`` split at commas; the first holds the template stream."""
+        return split_endpoints(self.endpoint)
+
+    @property
+    def router(self) -> Router:
+        """Which endpoint holds a stream: the template stream (``stream``) on the first, each
+        per-key stream where a hash of its name sends it (see :class:`Router`)."""
+        return Router(self.endpoints, pinned=(self.stream,))
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ConnectorOptions:
+        opts: dict[str, str] = {}
+        for k, v in options.items():
+            raw = str(k)
+            canon = _ALIASES.get(raw.lower().replace("_", "").replace("-", ""))
+            if canon is None:
+                msg = f"option {raw!r}: unknown option of format 'mtawindows'; the options are {sorted(set(_ALIASES.values()) - _SPARK_OWN)}"
+                raise ConnectorError(msg)
+            opts[canon] = str(v)
+        endpoint = opts.get("endpoint", "").strip()
+        if not endpoint:
+            msg = "option 'endpoint': required, e.g. .option('endpoint', 'localhost:50051')"
+            raise ConnectorError(msg)
+        split_endpoints(endpoint)  # names a bad list here, on the driver
+        stream = opts.get("stream", "")
+        if not stream:
+            msg = "option 'stream': required, the name of an mtawindows stream"
+            raise ConnectorError(msg)
+        tls_raw = opts.get("tls", "")
+        tls: bool | str | None
+        if tls_raw.lower() in _TRUE:
+            tls = True
+        elif tls_raw.lower() in _FALSE:
+            tls = None
+        else:
+            tls = tls_raw
+        starting = opts.get("starting_offsets", "latest").lower()
+        if starting not in ("latest", "earliest"):
+            msg = f"option 'starting_offsets': expected 'latest' or 'earliest', got {starting!r}"
+            raise ConnectorError(msg)
+        return cls(
+            endpoint=endpoint,
+            stream=stream,
+            timestamp_column=opts.get("timestamp_column", ""),
+            key_column=opts.get("key_column", ""),
+            window=opts.get("window", ""),
+            token=opts.get("token") or None,
+            tls=tls,
+            batch_rows=_positive_int(opts, "batch_rows", 10_000),
+            sort=_flag(opts, "sort"),
+            write_id=opts.get("write_id", ""),
+            starting_offsets=starting,
+            max_results_per_trigger=_positive_int(opts, "max_results_per_trigger", 0, zero=True),
+            timeout=float(_positive_int(opts, "timeout", 60)),
+        )
+
+
+# canonical option names by their spelling without case, "_" or "-" (Spark lower-cases keys);
+# the camelCase and short forms users write for other sources are accepted too
+_ALIASES: dict[str, str] = {
+    "endpoint": "endpoint",
+    "target": "endpoint",
+    "stream": "stream",
+    "path": "stream",  # DataFrameWriter.save(name) / load(name)
+    "timestampcolumn": "timestamp_column",
+    "timestampcol": "timestamp_column",
+    "tscol": "timestamp_column",
+    "tscolumn": "timestamp_column",
+    "keycolumn": "key_column",
+    "keycol": "key_column",
+    "window": "window",
+    "token": "token",
+    "tls": "tls",
+    "batchrows": "batch_rows",
+    "batchsize": "batch_rows",
+    "sort": "sort",
+    "writeid": "write_id",
+    "startingoffsets": "starting_offsets",
+    "maxresultspertrigger": "max_results_per_trigger",
+    "timeout": "timeout",
+    "checkpointlocation": "checkpointlocation",  # Spark's own
+}
+_SPARK_OWN = {"checkpointlocation"}
+
+
+def _flag(opts: Mapping[str, str], name: str) -> bool:
+    raw = opts.get(name, "").lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    msg = f"option {name!r}: expected true or false, got {raw!r}"
+    raise ConnectorError(msg)
+
+
+def _positive_int(opts: Mapping[str, str], name: str, default: int, *, zero: bool = False) -> int:
+    raw = opts.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0 or (value == 0 and not zero):
+        msg = f"option {name!r}: expected a whole number {'>= 0' if zero else '> 0'}, got {raw!r}"
+        raise ConnectorError(msg)
+    return value
+
+
+def split_endpoints(raw: str) -> tuple[str, ...]:
+    """``"host:port"`` or ``"a:1,b:2"`` as a tuple of distinct, non-empty endpoints; a
+    :class:`ConnectorError` naming option ``endpoint`` otherwise."""
+    try:
+        return split_targets(raw)
+    except ValueError as ex:
+        msg = f"option 'endpoint': {ex}"
+        raise ConnectorError(msg) from None
+
+
+__all__ = ["ConnectorOptions", "split_endpoints"]

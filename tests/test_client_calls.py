@@ -1,10 +1,12 @@
-"""The SDK's request layer (no server needed): one description per RPC, and the one retry
-policy both clients follow (retryable codes, tries, typed errors naming the target)."""
+"""The SDK's request layer: one description per RPC, and the one retry policy both clients
+follow (retryable codes, tries, deadlines, typed errors naming the target), against a real gRPC
+server on loopback that fails on script."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent import futures
 from typing import Any
 
 import grpc
@@ -25,37 +27,54 @@ from mtawindows.v1 import windows_pb2 as pb
 TARGET = "127.0.0.1:1"
 
 
-class FakeRpcError(grpc.RpcError):
-    def __init__(self, code: grpc.StatusCode) -> None:
-        self._code = code
+class ScriptedServer:
+    """A real gRPC server on a loopback port that answers every WindowService method from a
+    script: the next status codes to fail with (one per call, in order), then ``reply``. It
+    records each call's method, deadline and metadata."""
 
-    def code(self) -> grpc.StatusCode:
-        return self._code
+    def __init__(self) -> None:
+        self.failures: list[grpc.StatusCode] = []
+        self.reply: Any = None
+        self.sent: list[tuple[str, float | None, dict[str, str]]] = []
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        service = pb.DESCRIPTOR.services_by_name["WindowService"]
+        handlers = {
+            m.name: grpc.unary_unary_rpc_method_handler(
+                self._answer(m.name),
+                request_deserializer=lambda b: b,
+                response_serializer=lambda msg: msg.SerializeToString(),
+            )
+            for m in service.methods
+            if not m.server_streaming
+        }
+        self.server.add_generic_rpc_handlers(
+            [grpc.method_handlers_generic_handler(service.full_name, handlers)]
+        )
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.target = f"127.0.0.1:{self.port}"
+        self.server.start()
 
-    def details(self) -> str:
-        return f"fake {self._code.name}"
+    def script(self, failures: list[grpc.StatusCode], reply: Any) -> None:
+        self.failures, self.reply, self.sent = list(failures), reply, []
 
-
-class FakeStub:
-    """Fails with ``failures`` (one per try, in order), then answers ``reply``."""
-
-    def __init__(self, failures: list[grpc.StatusCode], reply: Any, *, aio: bool = False) -> None:
-        self.failures = list(failures)
-        self.reply = reply
-        self.aio = aio
-        self.sent: list[tuple[str, Any, float, Any]] = []
-
-    def __getattr__(self, method: str) -> Callable[..., Any]:
-        def send(request: Any, *, timeout: float, metadata: Any) -> Any:
-            self.sent.append((method, request, timeout, metadata))
+    def _answer(self, method: str) -> Callable[[bytes, grpc.ServicerContext], Any]:
+        def answer(request: bytes, context: grpc.ServicerContext) -> Any:
+            self.sent.append(
+                (method, context.time_remaining(), dict(context.invocation_metadata()))
+            )
             if self.failures:
-                raise FakeRpcError(self.failures.pop(0))
+                code = self.failures.pop(0)
+                context.abort(code, f"scripted {code.name}")
             return self.reply
 
-        async def asend(request: Any, *, timeout: float, metadata: Any) -> Any:
-            return send(request, timeout=timeout, metadata=metadata)
+        return answer
 
-        return asend if self.aio else send
+
+@pytest.fixture(scope="module")
+def scripted() -> Iterator[ScriptedServer]:
+    s = ScriptedServer()
+    yield s
+    s.server.stop(None)
 
 
 @pytest.fixture(autouse=True)
@@ -108,43 +127,46 @@ def test_append_request_encodes_every_row_shape() -> None:
         append_request("s", {"ts": [1]}, None, None, None, "all", ())
 
 
-def test_blocking_client_retries_only_what_may_be_retried() -> None:
-    with WindowClient(TARGET, timeout=7, retries=3, token="t0k") as c:
-        c.stub = FakeStub(
+def test_blocking_client_retries_only_what_may_be_retried(scripted: ScriptedServer) -> None:
+    target = scripted.target
+    with WindowClient(target, timeout=7, retries=3, token="t0k") as c:
+        scripted.script(
             [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED],
             pb.ListStreamsResponse(),
         )
         assert c.list_streams() == []
-        assert len(c.stub.sent) == 3
-        assert c.stub.sent[0][2:] == (7, (("authorization", "Bearer t0k"),))
+        assert [m for m, _, _ in scripted.sent] == ["ListStreams"] * 3
+        _, remaining, metadata = scripted.sent[0]
+        assert remaining is not None and 5 < remaining < 7.5  # the client's 7 s deadline
+        assert metadata["authorization"] == "Bearer t0k"
 
-        c.stub = FakeStub([grpc.StatusCode.UNAVAILABLE] * 3, pb.ListStreamsResponse())
+        scripted.script([grpc.StatusCode.UNAVAILABLE] * 3, pb.ListStreamsResponse())
         with pytest.raises(UnavailableError) as info:
             c.list_streams(timeout=2)
-        assert info.value.target == TARGET and len(c.stub.sent) == 3
-        assert c.stub.sent[0][2] == 2
+        assert info.value.target == target and len(scripted.sent) == 3
+        assert scripted.sent[0][1] is not None and 1 < scripted.sent[0][1] < 2.5
 
-        c.stub = FakeStub([grpc.StatusCode.UNAVAILABLE], pb.DeleteStreamResponse())
+        scripted.script([grpc.StatusCode.UNAVAILABLE], pb.DeleteStreamResponse())
         with pytest.raises(UnavailableError):
             c.delete_stream("s")  # not idempotent: one try
-        assert len(c.stub.sent) == 1
+        assert len(scripted.sent) == 1
 
-        c.stub = FakeStub([grpc.StatusCode.INVALID_ARGUMENT], pb.ListStreamsResponse())
+        scripted.script([grpc.StatusCode.INVALID_ARGUMENT], pb.ListStreamsResponse())
         with pytest.raises(InvalidArgumentError):
             c.list_streams()
-        assert len(c.stub.sent) == 1
+        assert len(scripted.sent) == 1
 
 
-def test_async_client_follows_the_same_policy() -> None:
+def test_async_client_follows_the_same_policy(scripted: ScriptedServer) -> None:
     async def go() -> None:
-        async with AsyncWindowClient(TARGET, timeout=5, retries=2) as c:
-            c.stub = FakeStub([grpc.StatusCode.UNAVAILABLE], pb.ListStreamsResponse(), aio=True)
+        async with AsyncWindowClient(scripted.target, timeout=5, retries=2) as c:
+            scripted.script([grpc.StatusCode.UNAVAILABLE], pb.ListStreamsResponse())
             assert await c.list_streams() == []
-            assert len(c.stub.sent) == 2
-            c.stub = FakeStub([grpc.StatusCode.DEADLINE_EXCEEDED] * 2, None, aio=True)
+            assert len(scripted.sent) == 2
+            scripted.script([grpc.StatusCode.DEADLINE_EXCEEDED] * 2, pb.WindowResult())
             with pytest.raises(DeadlineExceededError) as info:
                 await c.query("s", "w")
-            assert info.value.target == TARGET and len(c.stub.sent) == 2
+            assert info.value.target == scripted.target and len(scripted.sent) == 2
 
     asyncio.run(go())
 

@@ -1,9 +1,12 @@
 """The engine's markers for "no value": one object each, shared by the engine, its stores and
-their codecs (identity checks with ``is``; they survive a round trip through the store).
+their codecs (identity checks with ``is``; they survive pickling and a round trip through the
+store). The only "nothing" markers of the server: add a new one here, never an ``object()``.
 
-* :data:`EMPTY`: an empty slot of a pair (the paper's ∅), never the monoid's identity;
+* :data:`EMPTY`: an empty slot of a pair (the paper's ∅), never the monoid's identity: a
+  lifted value may legitimately equal the identity (a sum of zeros), and it must still count
+  as an item;
 * :data:`NOTHING`: the aggregate of no item for monoids whose identity is "no value yet"
-  (``First``, ``Last``);
+  (``First``, ``Last``; they lower it to ``None``);
 * :data:`UNSET`: "not computed" inside an algorithm (a total to recompute, an optional
   argument not given); never stored.
 """
@@ -15,9 +18,9 @@ from typing import Any
 __all__ = ["EMPTY", "NOTHING", "UNSET"]
 
 
-class _Marker:
-    """A named singleton: prints as ``shown``, pickles as this module's attribute ``name`` (so
-    it comes back as the very same object)."""
+class _Sentinel:
+    """A named marker: prints as ``shown`` and pickles (or copies) as the module's global
+    ``name``, so a round trip gives back the very object."""
 
     __slots__ = ("_name", "_shown")
 
@@ -32,6 +35,6 @@ class _Marker:
         return self._name
 
 
-EMPTY: Any = _Marker("EMPTY", "∅")
-NOTHING: Any = _Marker("NOTHING", "NOTHING")
-UNSET: Any = _Marker("UNSET", "UNSET")
+EMPTY: Any = _Sentinel("EMPTY", "∅")
+NOTHING: Any = _Sentinel("NOTHING", "NOTHING")
+UNSET: Any = _Sentinel("UNSET", "UNSET")

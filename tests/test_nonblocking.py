@@ -1,7 +1,8 @@
-"""The service tries small batches on its event loop with the store in non-blocking mode: an
-operation that would wait for Redis (a miss, a refill in flight, a large eviction) raises
-WouldBlock before anything changed; retried normally it gives the same window as if it had
-never been tried. Checked against the naive window after every step, with invariants."""
+"""The service tries small batches on its event loop with ``nonblocking=True`` (the window holds
+its store in non-blocking mode for the call): an operation that would wait for Redis (a miss,
+a refill in flight, a large eviction) raises WouldBlock before anything changed; retried
+normally it gives the same window as if it had never been tried. Checked against the naive
+window after every step, with invariants."""
 
 from __future__ import annotations
 
@@ -37,19 +38,15 @@ def test_would_block_changes_nothing_and_the_retry_matches(
         batch = [{"v": rng.randint(0, 5), "t": t} for _ in range(size)]
         lifted = [MONOID.lift(x) for x in batch]
         before = (len(w), w.query(), w.stats()["inserted"], w.stats()["evicted"])
-        store.nonblocking = True
         try:
-            w.apply_lifted(lifted, "p", step + 1)
+            w.apply_lifted(lifted, "p", step + 1, nonblocking=True)
             applied_inline += 1
         except WouldBlock:
             blocked += 1
             assert (len(w), w.query(), w.stats()["inserted"], w.stats()["evicted"]) == before
             w.check_invariants()
-            store.nonblocking = False
             w.apply_lifted(lifted, "p", step + 1)
-        finally:
-            store.nonblocking = False
-            w.flush_full_blocks()
+        assert not store.nonblocking  # held by the window for the call only
         for x in batch:
             naive.insert(x)
         naive.enforce()

@@ -27,7 +27,7 @@ def test_local_memory_is_logarithmic_in_the_window(algorithm: type) -> None:
     assert st["local_pairs"] <= st["levels"] * (2 + 16 + 16)
     assert st["local_pairs"] < 1_000
     # evicted positions are dropped from the store: it holds about the live pairs only
-    live_pairs = sum(len(lv) for lv in w._levels)
+    live_pairs = sum(len(lv) for lv in w.level_queues)
     assert store.pair_count() <= live_pairs
     assert store.pair_count() >= live_pairs - st["levels"] * (2 + 16)
     assert st["store"]["writes"] > 0 and st["store"]["refills"] > 0

@@ -15,12 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ..sentinels import UNSET
 from .monoids import Monoid
 from .policies import bind_policy
 
 __all__ = ["TwoStacks"]
-
-_UNSET: Any = object()
 
 
 class TwoStacks:
@@ -36,7 +35,7 @@ class TwoStacks:
         self._front: list[tuple[Any, Any]] = []
         self._back: list[Any] = []
         self._back_agg: Any = monoid.identity
-        self._total: Any = _UNSET
+        self._total: Any = UNSET
 
     def __len__(self) -> int:
         return len(self._front) + len(self._back)
@@ -45,23 +44,23 @@ class TwoStacks:
         u = self.monoid.lift(x)
         self._back_agg = self._combine(self._back_agg, u)
         self._back.append(u)
-        self._total = _UNSET
+        self._total = UNSET
 
     def _flip(self) -> None:
         combine = self._combine
         front = self._front
-        acc: Any = _UNSET
+        acc: Any = UNSET
         back = self._back
         for i in range(len(back) - 1, -1, -1):  # newest first
             u = back[i]
-            acc = u if acc is _UNSET else combine(u, acc)
+            acc = u if acc is UNSET else combine(u, acc)
             front.append((u, acc))
         self._back = []
         self._back_agg = self._identity
 
     def aggregate(self) -> Any:
         total = self._total
-        if total is _UNSET:
+        if total is UNSET:
             front = self._front
             total = self._combine(front[-1][1], self._back_agg) if front else self._back_agg
             self._total = total
@@ -101,7 +100,7 @@ class TwoStacks:
             if not front:
                 self._flip()
             front.pop()
-        self._total = _UNSET
+        self._total = UNSET
 
     def enforce(self) -> int:
         k = self._plan()

@@ -43,7 +43,7 @@ def telemetry(seed: int) -> Iterator[dict[str, Any]]:
         yield {"ts": ts, "mem_gib": max(value, 0.0)}
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m mtawindows.server.engine.demo",
         description="Stream generated telemetry through an MTA window of the last 10 minutes.",
@@ -72,7 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.items < 1 or args.every < 1 or args.range <= 0:
         ap.error("--items and --every must be >= 1 and --range > 0")
+    return args
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
     monoid = Record(
         n=Count(),
         ts=Max("ts"),
@@ -94,6 +98,16 @@ def main(argv: list[str] | None = None) -> int:
         f"{engine.__name__} over the last {args.range:g} s of memory usage "
         f"({args.items:,} readings, store={args.store})"
     )
+    if not _stream(args, window, monoid, policy):
+        return 1
+    if args.store == "redis" and not _reopen(window, engine, monoid, policy):
+        return 1
+    return 0
+
+
+def _stream(args: argparse.Namespace, window: Any, monoid: Any, policy: Any) -> bool:
+    """Push the readings, print a line every ``--every`` and compare with a recomputation
+    every ``--check-every``. Whether every comparison agreed."""
     print(
         f"{'items':>9} {'window':>7} {'levels':>6} {'max GiB':>8} {'mean':>7} {'stddev':>7} "
         f"{'evicted':>9} {'bulk':>5} {'us/item':>8}"
@@ -117,9 +131,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{st['bulk_evictions']:>5} {us:>8.2f}"
             )
         if args.check_every and i % args.check_every == 0:
-            oracle = NaiveWindow(monoid, policy)
             newest = row["ts"]
-            oracle.extend(r for r in recent if newest - r["ts"] < args.range)
+            recent = [r for r in recent if newest - r["ts"] < args.range]
+            oracle = NaiveWindow(monoid, policy)
+            oracle.extend(recent)
             want = oracle.query()
             if (
                 want["n"] != out["n"]
@@ -127,8 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                 or not math.isclose(want["mean"], out["mean"], rel_tol=1e-9)
             ):
                 print(f"MISMATCH at item {i}: window {out}, recomputed {want}", file=sys.stderr)
-                return 1
-            recent = [r for r in recent if newest - r["ts"] < args.range]
+                return False
             checked += 1
         if i >= args.items:
             break
@@ -137,23 +151,27 @@ def main(argv: list[str] | None = None) -> int:
         f"done: {args.items:,} readings in {elapsed:.2f} s "
         f"({args.items / elapsed:,.0f} readings/s); {checked} checks against a recomputation passed"
     )
-    if args.store == "redis":
-        window.flush()
-        reopened = engine.open(store.window_id, monoid, policy, url=store.url)
-        same = approx_equal(reopened.query(), window.query()) and len(reopened) == len(window)
-        s = store.stats
-        print(
-            f"redis: window {window.window_id} at {store.url}; {s.round_trips:,} round trips, "
-            f"{s.bytes_written / 2**20:.1f} MiB written, {s.misses} misses, "
-            f"{window.stats()['local_pairs']:,} pairs local; reopened from Redis: "
-            f"{'same result' if same else 'DIFFERENT RESULT'}"
-        )
-        reopened.store.delete_window()
-        reopened.close()
-        store.close()
-        if not same:
-            return 1
-    return 0
+    return True
+
+
+def _reopen(window: Any, engine: Any, monoid: Any, policy: Any) -> bool:
+    """Flush the Redis-backed window, reopen it from Redis and compare; delete it after.
+    Whether the reopened window gives the same result."""
+    store = window.store
+    window.flush()
+    reopened = engine.open(store.window_id, monoid, policy, url=store.url)
+    same = approx_equal(reopened.query(), window.query()) and len(reopened) == len(window)
+    s = store.stats
+    print(
+        f"redis: window {window.window_id} at {store.url}; {s.round_trips:,} round trips, "
+        f"{s.bytes_written / 2**20:.1f} MiB written, {s.misses} misses, "
+        f"{window.stats()['local_pairs']:,} pairs local; reopened from Redis: "
+        f"{'same result' if same else 'DIFFERENT RESULT'}"
+    )
+    reopened.store.delete_window()
+    reopened.close()
+    store.close()
+    return bool(same)
 
 
 if __name__ == "__main__":

@@ -220,14 +220,12 @@ class Sum(MonoidBase):
         return older + newer
 
 
-class Max(MonoidBase):
-    """Largest value. The identity is ``-inf``: the max of an empty window reads as ``-inf``."""
+class _Extreme(MonoidBase):
+    """What :class:`Max` and :class:`Min` share: an ordered number (NaN refused), one slot."""
 
     codec_layout = "n"
 
-    identity = NEG_INF
     commutative = True
-    inline_combine = "({n} if {n} > {o} else {o})"
     inline_lift = (
         "({v} if {v}.__class__ is int or ({v}.__class__ is float and {v} == {v}) else {L}({v}))"
     )
@@ -235,28 +233,24 @@ class Max(MonoidBase):
     def _lift_value(self, v: Any) -> float | int:
         if (v.__class__ is float and v == v) or v.__class__ is int:
             return v
-        return _ordered("Max", v)
+        return _ordered(type(self).__name__, v)
+
+
+class Max(_Extreme):
+    """Largest value. The identity is ``-inf``: the max of an empty window reads as ``-inf``."""
+
+    identity = NEG_INF
+    inline_combine = "({n} if {n} > {o} else {o})"
 
     def combine(self, older: float, newer: float) -> float:
         return newer if newer > older else older
 
 
-class Min(MonoidBase):
+class Min(_Extreme):
     """Smallest value. The identity is ``+inf``: the min of an empty window reads as ``+inf``."""
 
-    codec_layout = "n"
-
     identity = POS_INF
-    commutative = True
     inline_combine = "({n} if {n} < {o} else {o})"
-    inline_lift = (
-        "({v} if {v}.__class__ is int or ({v}.__class__ is float and {v} == {v}) else {L}({v}))"
-    )
-
-    def _lift_value(self, v: Any) -> float | int:
-        if (v.__class__ is float and v == v) or v.__class__ is int:
-            return v
-        return _ordered("Min", v)
 
     def combine(self, older: float, newer: float) -> float:
         return newer if newer < older else older

@@ -107,6 +107,14 @@ def _getter(
     return None
 
 
+def _difference_at_least(i: int | None, bound: Any) -> BoundPolicy:
+    """The bound policy ``total - old >= bound`` over field ``i`` of a record's aggregates
+    (``None``: over the aggregates themselves)."""
+    if i is None:
+        return lambda total, old: total - old >= bound
+    return lambda total, old: total[i] - old[i] >= bound
+
+
 def _check_number(owner: str, name: str, value: Any, *, strict: bool) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Real | _dt.timedelta):
         msg = f"{owner}: {name} must be a number or timedelta, got {type(value).__name__} {value!r}"
@@ -142,10 +150,7 @@ class CountPolicy:
 
     def bind(self, monoid: Monoid) -> BoundPolicy:
         i = _getter("CountPolicy", monoid, self.field, (Count,), "item count")
-        size = self.size
-        if i is None:
-            return lambda total, old: total - old >= size
-        return lambda total, old: total[i] - old[i] >= size
+        return _difference_at_least(i, self.size)
 
     def __call__(self, total: Any, old: Any) -> bool:
         return bool(total - old >= self.size)
@@ -171,10 +176,7 @@ class TimeRangePolicy:
 
     def bind(self, monoid: Monoid) -> BoundPolicy:
         i = _getter("TimeRangePolicy", monoid, self.field, (Max, Last), "newest timestamp")
-        rng = self.range
-        if i is None:
-            return lambda total, old: total - old >= rng
-        return lambda total, old: total[i] - old[i] >= rng
+        return _difference_at_least(i, self.range)
 
     def __call__(self, total: Any, old: Any) -> bool:
         return bool(total - old >= self.range)
@@ -254,6 +256,13 @@ class MaxSubWindowPolicy:
         return bool(old < total)
 
 
+def _some_policies(owner: str, policies: tuple[Any, ...]) -> tuple[Any, ...]:
+    if not policies:
+        msg = f"{owner}: expected at least one policy, got none"
+        raise ValueError(msg)
+    return policies
+
+
 @dataclass(frozen=True)
 class AnyOf:
     """Evict P if any of the policies would: the union of prefix-monotone policies is one."""
@@ -261,10 +270,7 @@ class AnyOf:
     policies: tuple[Any, ...] = field(default=())
 
     def __init__(self, *policies: Any) -> None:
-        if not policies:
-            msg = "AnyOf: expected at least one policy, got none"
-            raise ValueError(msg)
-        object.__setattr__(self, "policies", tuple(policies))
+        object.__setattr__(self, "policies", _some_policies("AnyOf", policies))
 
     def requirements(self) -> dict[str, Monoid]:
         out: dict[str, Monoid] = {}
@@ -290,10 +296,7 @@ class AllOf:
     policies: tuple[Any, ...] = field(default=())
 
     def __init__(self, *policies: Any) -> None:
-        if not policies:
-            msg = "AllOf: expected at least one policy, got none"
-            raise ValueError(msg)
-        object.__setattr__(self, "policies", tuple(policies))
+        object.__setattr__(self, "policies", _some_policies("AllOf", policies))
 
     def requirements(self) -> dict[str, Monoid]:
         return AnyOf(*self.policies).requirements()

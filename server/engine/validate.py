@@ -15,7 +15,7 @@ O(n) per call: for tests and ``debug=True`` windows, never for production paths.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 from ..sentinels import EMPTY
 from ..storage.levels import TieredLevel
@@ -28,7 +28,7 @@ class InvariantError(AssertionError):
     """A window's structure broke one of the paper's invariants."""
 
 
-def _fail(w: Any, what: str) -> None:
+def _fail(w: Any, what: str) -> NoReturn:
     msg = f"{type(w).__name__} invariant broken: {what}"
     raise InvariantError(msg)
 
@@ -43,8 +43,6 @@ def _fold(w: Any, values: list[Any]) -> Any:
 def check_window(w: Any) -> None:
     levels = w._levels
     n = w._next - w._first
-    amta = w.algorithm == "AMTA"
-    eq = approx_equal
     if n < 0:
         _fail(w, f"negative size {n}")
     if n == 0:
@@ -53,58 +51,68 @@ def check_window(w: Any) -> None:
         return
     if not levels:
         _fail(w, f"window of {n} items has no levels")
-    pairs_by_level: list[dict[int, Any]] = []
-    for lvl, lv in enumerate(levels):
-        if lv.index != lvl:
-            _fail(w, f"level {lvl} thinks it is level {lv.index}")
-        if lv.end - lv.start < 1:
-            _fail(w, f"level {lvl} is empty but kept")
-        if isinstance(lv, TieredLevel) and lv._wstart + len(lv._buf) != lv.end - 1:
-            _fail(
-                w,
-                f"level {lvl}: write buffer covers [{lv._wstart}, +{len(lv._buf)}) not up to the tail",
-            )
-        pairs: dict[int, Any] = {}
-        stored: dict[int, Any] = {}
-        if isinstance(lv, TieredLevel) and lv.start + 1 < lv._wstart:
-            # one read for the middle (a debug path: not a counted miss); the cache must agree
-            lo, hi = lv.start + 1, lv._wstart
-            stored = dict(zip(range(lo, hi), lv._store.read(lv.index, lo, hi), strict=True))
-            for i, c in enumerate(lv._cache):
-                if lv._cstart + i in stored and tuple(c) != tuple(stored[lv._cstart + i]):
-                    _fail(w, f"level {lvl}: cached pair {lv._cstart + i} differs from the store")
-        for pos in range(lv.start, lv.end):
-            p = stored[pos] if pos in stored else lv.peek(pos)
-            a, b = p[0], p[1]
-            if a is EMPTY and b is EMPTY:
-                _fail(w, f"Invariant 2: level {lvl} pair {pos} is <∅, ∅>")
-            if a is EMPTY and pos != lv.start:
-                _fail(w, f"Invariant 1: level {lvl} pair {pos} is <∅, *> but not the head")
-            if b is EMPTY and pos != lv.end - 1:
-                _fail(w, f"Invariant 1: level {lvl} pair {pos} is <*, ∅> but not the tail")
-            pairs[pos] = p
-        if lv.peek(lv.start) is not lv.head or lv.peek(lv.end - 1) is not lv.tail:
-            _fail(w, f"level {lvl}: head/tail are not the pairs at start/end-1")
-        pairs_by_level.append(pairs)
-
-    def elements(lvl: int) -> dict[int, Any]:
-        out = {}
-        for pos, p in pairs_by_level[lvl].items():
-            for slot in (0, 1):
-                if p[slot] is not EMPTY:
-                    out[2 * pos + slot] = p[slot]
-        return out
-
-    leaves = elements(0)
+    pairs_by_level = [_level_pairs(w, lvl, lv) for lvl, lv in enumerate(levels)]
+    leaves = _elements(pairs_by_level[0])
     if sorted(leaves) != list(range(w._first, w._next)):
         _fail(w, f"level 0 holds leaves {sorted(leaves)[:8]}..., expected [{w._first}, {w._next})")
-    h = len(levels)
     if len(levels[-1]) != 1:
-        _fail(w, f"top level {h - 1} holds {len(levels[-1])} pairs, expected 1")
+        _fail(w, f"top level {len(levels) - 1} holds {len(levels[-1])} pairs, expected 1")
+    _check_parents(w, pairs_by_level)
+    if w.algorithm == "AMTA":
+        _check_amta_results(w, leaves)
+    else:
+        _check_lmta_results(w, [leaves[i] for i in sorted(leaves)])
+
+
+def _level_pairs(w: Any, lvl: int, lv: Any) -> dict[int, Any]:
+    """The pairs of one level by position, checked against Invariants 1 and 2 and the level's
+    own bookkeeping (a tiered level's middle as its store holds it)."""
+    if lv.index != lvl:
+        _fail(w, f"level {lvl} thinks it is level {lv.index}")
+    if lv.end - lv.start < 1:
+        _fail(w, f"level {lvl} is empty but kept")
+    pairs: dict[int, Any] = {}
+    stored: dict[int, Any] = {}
+    if isinstance(lv, TieredLevel):  # the middle as the store holds it, cache checked
+        try:
+            stored = lv.audit()
+        except ValueError as ex:
+            _fail(w, f"level {lvl}: {ex}")
+    for pos in range(lv.start, lv.end):
+        p = stored[pos] if pos in stored else lv.peek(pos)
+        a, b = p[0], p[1]
+        if a is EMPTY and b is EMPTY:
+            _fail(w, f"Invariant 2: level {lvl} pair {pos} is <∅, ∅>")
+        if a is EMPTY and pos != lv.start:
+            _fail(w, f"Invariant 1: level {lvl} pair {pos} is <∅, *> but not the head")
+        if b is EMPTY and pos != lv.end - 1:
+            _fail(w, f"Invariant 1: level {lvl} pair {pos} is <*, ∅> but not the tail")
+        pairs[pos] = p
+    if lv.peek(lv.start) is not lv.head or lv.peek(lv.end - 1) is not lv.tail:
+        _fail(w, f"level {lvl}: head/tail are not the pairs at start/end-1")
+    return pairs
+
+
+def _elements(pairs: dict[int, Any]) -> dict[int, Any]:
+    """The elements of one level by position (element ``m`` is slot ``m & 1`` of pair
+    ``m >> 1``)."""
+    out = {}
+    for pos, p in pairs.items():
+        for slot in (0, 1):
+            if p[slot] is not EMPTY:
+                out[2 * pos + slot] = p[slot]
+    return out
+
+
+def _check_parents(w: Any, pairs_by_level: list[dict[int, Any]]) -> None:
+    """Each level holds exactly the parents of the level below (LMTA: of every pair; AMTA:
+    of the sealed ones), each the aggregate of its children (AMTA: but the leftmost branch)."""
+    levels = w._levels
+    amta = w.algorithm == "AMTA"
     spine: set[tuple[int, int]] = set()
-    for lvl in range(1, h):
+    for lvl in range(1, len(levels)):
         below = levels[lvl - 1]
-        elems = elements(lvl)
+        elems = _elements(pairs_by_level[lvl])
         last_child = below.end - 2 if amta else below.end - 1
         want = list(range(below.start, last_child + 1))
         if sorted(elems) != want:
@@ -112,27 +120,35 @@ def check_window(w: Any) -> None:
                 w,
                 f"level {lvl} holds elements {sorted(elems)}, expected parents {want} of level {lvl - 1}",
             )
-        first_elem = min(elems)
-        spine.add((lvl, first_elem))
+        spine.add((lvl, min(elems)))
         for m, v in elems.items():
-            child = pairs_by_level[lvl - 1][m]
-            expect = w._pair_agg(child)
+            expect = w._pair_agg(pairs_by_level[lvl - 1][m])
             if amta and (lvl, m) in spine:
                 continue
-            if not eq(v, expect):
+            if not approx_equal(v, expect):
                 _fail(w, f"level {lvl} element {m} = {v!r}, children aggregate to {expect!r}")
-    if not amta:
-        for lvl in range(h - 1):
-            if len(levels[lvl]) < 2:
-                _fail(w, f"LMTA level {lvl} below the top holds a single pair")
-        root = w._pair_agg(levels[-1].head)
-        if not eq(w._root, root):
-            _fail(w, f"root {w._root!r} != top pair aggregate {root!r}")
-        total = _fold(w, [leaves[i] for i in sorted(leaves)])
-        if not eq(root, total):
-            _fail(w, f"root {root!r} != aggregate of the leaves {total!r}")
-        return
-    # AMTA: result pair and stack
+
+
+def _check_lmta_results(w: Any, leaves: list[Any]) -> None:
+    """LMTA: levels below the top hold two pairs or more; the root is the window's aggregate."""
+    levels = w._levels
+    for lvl in range(len(levels) - 1):
+        if len(levels[lvl]) < 2:
+            _fail(w, f"LMTA level {lvl} below the top holds a single pair")
+    root = w._pair_agg(levels[-1].head)
+    if not approx_equal(w._root, root):
+        _fail(w, f"root {w._root!r} != top pair aggregate {root!r}")
+    total = _fold(w, leaves)
+    if not approx_equal(root, total):
+        _fail(w, f"root {root!r} != aggregate of the leaves {total!r}")
+
+
+def _check_amta_results(w: Any, leaves: dict[int, Any]) -> None:
+    """AMTA: the result pair R against the leaves of the leftmost tree and of the rest, and
+    the stack against Algorithm 4."""
+    eq = approx_equal
+    levels = w._levels
+    h = len(levels)
     # the leftmost tree ends where the tree rooted at the next level's tail begins
     boundary = ((levels[h - 2].end - 1) << (h - 1)) if h >= 2 else w._next
     order = sorted(leaves)

@@ -47,6 +47,7 @@ from mtawindows.v1.types import (
     show_names,
 )
 
+from ..engine.ledger import Ledger
 from ..engine.mta import AmortizedMTA, LogMTA
 from ..storage.journal import JournalEntry, StreamJournal
 from ..storage.protocol import StoreError, WouldBlock
@@ -289,7 +290,7 @@ class StreamState:
     batches_appended: int = 0
     sequence: int = 0  # orders results; jumps ahead after an unclean stop
     batches_duplicate: int = 0
-    producers: dict[str, int] = field(default_factory=dict)
+    producers: Ledger = field(default_factory=Ledger)  # idempotency: last sequence per producer
     buffer: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)  # heap
     arrivals: int = 0  # tie-breaker of the heap: arrival order
     lsn: int = 0  # appends applied: the journal's sequence number of the last one
@@ -670,14 +671,12 @@ class Stream:
                     for n in (which or list(self.windows))
                 }
             return Batch(res, mode, which, producer_id, sequence, [], {}, [], 0, noop=True)
-        if producer_id:
-            last = st.producers.get(producer_id)
-            if last is not None and sequence <= last:
-                st.batches_duplicate += 1
-                res = AppendResult(duplicate=True)
-                if mode == FINAL:
-                    res.results = self._results(which, {})
-                return Batch(res, mode, which, producer_id, sequence, [], {}, [], 0)
+        if producer_id and st.producers.is_duplicate(producer_id, sequence):
+            st.batches_duplicate += 1
+            res = AppendResult(duplicate=True)
+            if mode == FINAL:
+                res.results = self._results(which, {})
+            return Batch(res, mode, which, producer_id, sequence, [], {}, [], 0)
         ts = cols[0]
         rows_idx, late = self._admit(ts)
         names = self.order
@@ -718,20 +717,26 @@ class Stream:
             if name in batch.applied:
                 continue
             engine = win.engine
-            store = engine.store
-            if nonblocking and store is not None:
-                store.nonblocking = True
             try:
                 if batch.mode == PER_ROW and (not batch.which or name in batch.which):
                     totals: list[Any] = []
                     sizes: list[int] = []
                     batch.evicted[name] = engine.apply_lifted(
-                        batch.lifted[name], pid, seq, totals=totals, sizes=sizes
+                        batch.lifted[name],
+                        pid,
+                        seq,
+                        totals=totals,
+                        sizes=sizes,
+                        nonblocking=nonblocking,
                     )
                     batch.per_row[name] = (totals, sizes)
                 else:
                     batch.evicted[name] = engine.apply_lifted(
-                        batch.lifted[name], pid, seq, per_item=not win.built.batch_safe
+                        batch.lifted[name],
+                        pid,
+                        seq,
+                        per_item=not win.built.batch_safe,
+                        nonblocking=nonblocking,
                     )
             except WouldBlock:
                 raise Deferred(batch) from None
@@ -742,10 +747,6 @@ class Stream:
                 if batch.replay:
                     raise
                 raise store_unavailable(self.spec.name, ex, window=name) from None
-            finally:
-                if store is not None and store.nonblocking:
-                    store.nonblocking = False
-                    engine.flush_full_blocks()
             batch.applied.add(name)
             win.lsn = batch.lsn
 
@@ -766,7 +767,7 @@ class Stream:
         st.sequence += 1
         st.lsn = batch.lsn
         if batch.producer_id:
-            st.producers[batch.producer_id] = batch.sequence
+            st.producers.record(batch.producer_id, batch.sequence)
         self.batches += 1
         finals: dict[str, WindowResult] = {}
         for n, w in self.windows.items():
@@ -1326,7 +1327,7 @@ def _state_json(st: StreamState, *, clean: bool = False) -> str:
             "batches_appended": st.batches_appended,
             "sequence": st.sequence,
             "batches_duplicate": st.batches_duplicate,
-            "producers": st.producers,
+            "producers": st.producers.snapshot(),
             "buffer": [[t, a, r] for t, a, r in st.buffer],
             "arrivals": st.arrivals,
             "lsn": st.lsn,
@@ -1342,7 +1343,8 @@ def _state_from_json(blob: bytes | str, *, journaled: bool = False) -> StreamSta
 
     d = json.loads(blob)
     clean = d.pop("clean", True)
-    st = StreamState(**{k: v for k, v in d.items() if k != "buffer"})
+    st = StreamState(**{k: v for k, v in d.items() if k not in ("buffer", "producers")})
+    st.producers = Ledger(d.get("producers"))
     if "sequence" not in d:
         st.sequence = st.batches_appended
     if not clean and not journaled:

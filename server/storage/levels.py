@@ -39,7 +39,9 @@ __all__ = ["Level", "MemoryLevel", "TieredLevel"]
 
 @runtime_checkable
 class Level(Protocol):
-    """One level queue, as the algorithms see it."""
+    """One level queue, as the algorithms see it. A level over a store (:class:`TieredLevel`)
+    adds what a window with a store calls besides: ``has_local`` and ``pin`` (reads planned
+    ahead), ``flush`` and ``flush_if_full`` (its write buffer), ``audit`` (debug checks)."""
 
     index: int
     start: int
@@ -58,6 +60,8 @@ class Level(Protocol):
     def truncate(self, new_end: int) -> None: ...
 
     def discard(self) -> None: ...
+
+    def local_pairs(self) -> int: ...
 
 
 _SHIFT = 8
@@ -402,6 +406,24 @@ class TieredLevel:
         self._cache = []
         self._pending = None
         self._pinned = {}
+
+    def audit(self) -> dict[int, SealedPair]:
+        """For a debug checker, O(n): check the tiers' bookkeeping (``ValueError`` naming the
+        fault) and return the sealed pairs the store holds for this level, by position (one
+        read, not a counted miss); the head cache must agree with them."""
+        if self._wstart + len(self._buf) != self.end - 1:
+            msg = f"write buffer covers [{self._wstart}, +{len(self._buf)}) not up to the tail"
+            raise ValueError(msg)
+        lo, hi = self.start + 1, self._wstart
+        if lo >= hi:
+            return {}
+        stored = dict(zip(range(lo, hi), self._store.read(self.index, lo, hi), strict=True))
+        for i, c in enumerate(self._cache):
+            pos = self._cstart + i
+            if pos in stored and tuple(c) != tuple(stored[pos]):
+                msg = f"cached pair {pos} differs from the store"
+                raise ValueError(msg)
+        return stored
 
     def local_pairs(self) -> int:
         """Pairs held in local memory: head, tail, buffer and cache."""

@@ -57,6 +57,7 @@ from redis.retry import Retry
 
 from .codecs import CodecError, codec_for, packb, stamp, stamps, unpackb
 from .protocol import (
+    CheckpointedWindow,
     CorruptDataError,
     SealedPair,
     StoreError,
@@ -125,14 +126,49 @@ def _describe(obj: Any) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def _resolve(url: str | None) -> str:
+    """``url``, or for ``None`` ``$MTAWINDOWS_REDIS_URL`` or else the embedded server's."""
+    if url is None:
+        from .embedded import default_url
+
+        return default_url()
+    return url
+
+
+def _checked_url(url: Any, window_id: Any, prefix: Any, timeout: Any) -> str:
+    """Validate a store's options (``ValueError`` naming the first bad one); the URL to use."""
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        msg = f"RedisStore: timeout must be a number of seconds > 0, got {timeout!r}"
+        raise ValueError(msg)
+    if window_id is not None and (
+        not isinstance(window_id, str) or not _WINDOW_ID.fullmatch(window_id)
+    ):
+        msg = (
+            "RedisStore: window_id must be 1-128 characters of letters, digits and _.:-, "
+            f"got {window_id!r}"
+        )
+        raise ValueError(msg)
+    if not isinstance(prefix, str) or not _WINDOW_ID.fullmatch(prefix):
+        msg = f"RedisStore: prefix must be 1-128 characters of letters, digits and _.:-, got {prefix!r}"
+        raise ValueError(msg)
+    url = _resolve(url)
+    if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+        msg = f"RedisStore: url must start with redis://, rediss:// or unix://, got {url!r}"
+        raise ValueError(msg)
+    return url
+
+
 class RedisStore:
-    """A :class:`~mtawindows.server.store.PairStore` that keeps one window's levels in Redis.
+    """A :class:`~mtawindows.server.storage.protocol.WindowStore`: keeps one window's levels in
+    Redis, and the window durable.
 
     ``url`` is a ``redis://``, ``rediss://`` (TLS) or ``unix://`` URL; ``None`` uses
     ``$MTAWINDOWS_REDIS_URL`` or else the embedded server
-    (:func:`~mtawindows.server.embedded.default_url`). ``window_id=None`` makes a fresh window;
-    an existing id reopens that window (its checkpoint and log are replayed when the window is
-    built). See the module docstring for durability.
+    (:func:`~mtawindows.server.storage.embedded.default_url`). ``window_id=None`` makes a fresh
+    window; an existing id reopens that window (its checkpoint and log are replayed when the
+    window is built; :meth:`reopen` insists that it exists). See the module docstring for
+    durability. The store sees its window only through
+    :class:`~mtawindows.server.storage.protocol.CheckpointedWindow`.
     """
 
     def __init__(
@@ -152,28 +188,7 @@ class RedisStore:
         check_sizes(
             "RedisStore", block_size, cache_size, refill_at, checkpoint_every=checkpoint_every
         )
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-            msg = f"RedisStore: timeout must be a number of seconds > 0, got {timeout!r}"
-            raise ValueError(msg)
-        if window_id is not None and (
-            not isinstance(window_id, str) or not _WINDOW_ID.fullmatch(window_id)
-        ):
-            msg = (
-                "RedisStore: window_id must be 1-128 characters of letters, digits and _.:-, "
-                f"got {window_id!r}"
-            )
-            raise ValueError(msg)
-        if not isinstance(prefix, str) or not _WINDOW_ID.fullmatch(prefix):
-            msg = f"RedisStore: prefix must be 1-128 characters of letters, digits and _.:-, got {prefix!r}"
-            raise ValueError(msg)
-        if url is None:
-            from .embedded import default_url
-
-            url = default_url()
-        if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
-            msg = f"RedisStore: url must start with redis://, rediss:// or unix://, got {url!r}"
-            raise ValueError(msg)
-        self.url = url
+        self.url = url = _checked_url(url, window_id, prefix, timeout)
         self.window_id = window_id or uuid.uuid4().hex
         self.reopened = False  # set by attach when the window existed
         self.block_size = block_size
@@ -194,8 +209,8 @@ class RedisStore:
             health_check_interval=0,
         )
         self._exec = self._new_executor()
-        # set by a caller that must not wait (the service's event loop): a miss, a refill in
-        # flight or write back-pressure raises WouldBlock before anything changes
+        # set by the window for a call made with nonblocking=True (the service's event loop):
+        # a miss, a refill in flight or write back-pressure raises WouldBlock meanwhile
         self.nonblocking = False
         self._failed: StoreError | None = None  # a background write failed: stop writing
         self._drop_upto: dict[int, int] = {}  # per level: positions below are evicted
@@ -211,6 +226,15 @@ class RedisStore:
         self._lsn = 0  # lsn of the last logged operation
         self._untrimmed = 0  # entries pushed since the last snapshot (the next trim removes them)
         self.checkpoint_meta: dict[str, Any] | None = None  # the caller's, of the loaded checkpoint
+
+    @classmethod
+    def reopen(cls, window_id: str, *, url: str | None = None, **options: Any) -> RedisStore:
+        """The store of the existing window ``window_id`` at ``url`` (``LookupError`` when
+        there is none); ``options`` as for the constructor."""
+        if not cls.exists(url, window_id, prefix=options.get("prefix", "mtaw")):
+            msg = f"no window {window_id!r} at that Redis"
+            raise LookupError(msg)
+        return cls(url, window_id=window_id, **options)
 
     def _new_executor(self) -> ThreadPoolExecutor:
         return ThreadPoolExecutor(1, thread_name_prefix=f"mtaw-store-{self.window_id[:8]}")
@@ -445,7 +469,7 @@ class RedisStore:
             self._drop_upto[level] = stop
 
     # ------------------------------------------------------------------ window life cycle
-    def attach(self, window: Any) -> None:
+    def attach(self, window: CheckpointedWindow) -> None:
         """Bind to ``window``: record (or check) its definition and, for an existing window,
         restore its checkpoint and replay its log into ``window``."""
         if self._attached:
@@ -489,7 +513,7 @@ class RedisStore:
         self._attached = True
         self._load(window)
 
-    def _load(self, window: Any) -> None:
+    def _load(self, window: CheckpointedWindow) -> None:
         def fetch() -> tuple[Any, Any]:
             pipe = self._client.pipeline(transaction=True)
             pipe.get(self.keys.checkpoint)
@@ -510,13 +534,13 @@ class RedisStore:
                     msg = "not a checkpoint of this format"
                     raise CorruptDataError(msg)
                 values = self.codec.unpack_values(state["values"])
-                window._restore(state, values)
+                window.restore(state, values)
                 self._deleted_upto = {int(k): int(v) for k, v in state.get("deleted", {}).items()}
                 self._lsn = int(state.get("lsn", 0))
                 meta = state.get("meta")
                 self.checkpoint_meta = meta if isinstance(meta, dict) else None
             else:
-                window._restore(None, [])
+                window.restore(None, [])
         except CorruptDataError as ex:
             msg = f"window {self.window_id!r}: the checkpoint at {self.keys.checkpoint!r} is not valid: {ex}"
             raise CorruptDataError(msg) from ex
@@ -540,7 +564,7 @@ class RedisStore:
                 except (CorruptDataError, ValueError, TypeError) as ex:
                     msg = f"window {self.window_id!r}: log entry {n} of {self.keys.log!r} is not valid ({ex})"
                     raise CorruptDataError(msg) from ex
-                window._replay(op, items, producer, seq)
+                window.replay(op, items, producer, seq)
                 self._lsn = lsn
         finally:
             self._replaying = False
@@ -550,7 +574,12 @@ class RedisStore:
             self.checkpoint(window, meta=self.checkpoint_meta)  # compact the log
 
     def record(
-        self, window: Any, op: str, items: Sequence[Any], producer: str | None, seq: int | None
+        self,
+        window: CheckpointedWindow,
+        op: str,
+        items: Sequence[Any],
+        producer: str | None,
+        seq: int | None,
     ) -> None:
         """Called after every applied operation: log it (durable mode), checkpoint when due."""
         failed = self._failed
@@ -574,7 +603,7 @@ class RedisStore:
                 self.checkpoint(window)
 
     def checkpoint(
-        self, window: Any, *, wait: bool = True, meta: dict[str, Any] | None = None
+        self, window: CheckpointedWindow, *, wait: bool = True, meta: dict[str, Any] | None = None
     ) -> Future[None]:
         """Write every buffered pair, then the window's local state, and remove the log entries
         it covers, atomically. Returns when Redis has it (everything applied so far is then
@@ -583,10 +612,10 @@ class RedisStore:
         write). ``meta`` (plain data) is saved with the checkpoint and comes back as
         :attr:`checkpoint_meta` when the window is loaded from it. Returns the commit's future
         (done when ``wait``)."""
-        for lv in window._levels:
+        for lv in window.level_queues:
             lv.flush()
-        state, values = window._snapshot()
-        starts = {lv.index: lv.start for lv in window._levels}
+        state, values = window.snapshot()
+        starts = {lv.index: lv.start for lv in window.level_queues}
         deletions: dict[int, tuple[int, int]] = {}
         for level, upto in self._drop_upto.items():
             safe = min(upto, starts.get(level, upto)) // self.block_size
@@ -638,7 +667,7 @@ class RedisStore:
             self.stats.round_trips += 1
             self.stats.blocks_deleted += len(keys)
 
-    def reload(self, window: Any) -> None:
+    def reload(self, window: CheckpointedWindow) -> None:
         """After a failure: drop queued I/O, then restore the last durable state from Redis."""
         old = self._exec
         old.shutdown(wait=True, cancel_futures=True)
@@ -681,10 +710,7 @@ class RedisStore:
         url: str | None, window_id: str, *, prefix: str = "mtaw", timeout: float = 5.0
     ) -> bool:
         """Whether a window with this id exists at ``url``."""
-        if url is None:
-            from .embedded import default_url
-
-            url = default_url()
+        url = _resolve(url)
         client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
         try:
             return bool(client.exists(WindowKeys(prefix, window_id).meta))

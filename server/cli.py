@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from .service.registry import Limits
+from .service.limits import Limits
 from .storage.embedded import EmbeddedRedisError
 from .transport.app import ServeConfig, serve
 from .transport.metrics import setup_logging

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
+from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import (
     Aggregation,
     FieldType,
@@ -66,21 +67,6 @@ _CEL_TYPES = {
     FieldType.BOOL: "bool",
     FieldType.TIMESTAMP: "timestamp",
 }
-BUILTINS = (
-    "count",
-    "sum",
-    "min",
-    "max",
-    "mean",
-    "variance",
-    "stddev",
-    "geomean",
-    "first",
-    "last",
-    "argmax",
-    "argmin",
-    "maxcount",
-)
 
 
 class DefinitionError(ValueError):
@@ -91,7 +77,7 @@ class DefinitionError(ValueError):
         field: str,
         message: str,
         *,
-        reason: str = "INVALID_DEFINITION",
+        reason: str = Reason.INVALID_DEFINITION,
         metadata: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(f"{field}: {message}")
@@ -157,7 +143,7 @@ def _need_field(
         raise DefinitionError(
             f"{where}.field",
             f"the stream has no field {show(agg.field)}; its fields are {show_names(sorted(types))}",
-            reason="UNKNOWN_FIELD",
+            reason=Reason.UNKNOWN_FIELD,
         )
     if t not in allowed:
         names = "/".join(a.value for a in allowed)
@@ -181,68 +167,100 @@ def _params(where: str, agg: Aggregation, allowed: tuple[str, ...]) -> None:
 def build_aggregation(
     where: str, agg: Aggregation, types: Mapping[str, FieldType]
 ) -> tuple[Monoid, Output]:
-    """One aggregation -> (monoid, output description)."""
+    """One aggregation -> (monoid, output description): a built-in, else a plugin."""
+    build = _BUILDERS.get(agg.monoid.lower())
+    if build is None:
+        return _plugin(where, agg, types)
+    return build(where, agg, types)
+
+
+# the built-in aggregations: each checks its params and field, then builds (monoid, output)
+Builder = Callable[[str, Aggregation, Mapping[str, FieldType]], tuple[Monoid, Output]]
+
+
+def _count(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tuple[Monoid, Output]:
+    _params(where, agg, ())
+    if agg.field:
+        raise DefinitionError(f"{where}.field", "count reads no field; leave it empty")
+    return Count(), Output(agg.name, FieldType.INT64, nullable_when_empty=False)
+
+
+def _sum(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tuple[Monoid, Output]:
+    _params(where, agg, ())
+    t = _need_field(where, agg, types, NUMERIC)
+    return Sum(agg.field), Output(agg.name, t, nullable_when_empty=False)
+
+
+def _extreme(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tuple[Monoid, Output]:
+    """min, max, first, last: the field's own type."""
     kind = agg.monoid.lower()
-    name = agg.name
-    if kind == "count":
-        _params(where, agg, ())
-        if agg.field:
-            raise DefinitionError(f"{where}.field", "count reads no field; leave it empty")
-        return Count(), Output(name, FieldType.INT64, nullable_when_empty=False)
-    if kind == "sum":
-        _params(where, agg, ())
-        t = _need_field(where, agg, types, NUMERIC)
-        return Sum(agg.field), Output(name, t, nullable_when_empty=False)
-    if kind in ("min", "max"):
-        _params(where, agg, ())
-        t = _need_field(where, agg, types, ORDERED)
-        return (Min if kind == "min" else Max)(agg.field), Output(name, t)
-    if kind in ("mean", "geomean"):
-        _params(where, agg, ())
-        _need_field(where, agg, types, NUMERIC)
-        m = Mean(agg.field) if kind == "mean" else GeometricMean(agg.field)
-        return m, Output(name, FieldType.DOUBLE)
-    if kind in ("variance", "stddev"):
-        _params(where, agg, ("ddof",))
-        _need_field(where, agg, types, NUMERIC)
-        ddof_text = agg.params.get("ddof", "0")
-        if ddof_text not in ("0", "1"):
-            raise DefinitionError(f"{where}.params.ddof", f"expected 0 or 1, got {show(ddof_text)}")
-        cls = Variance if kind == "variance" else StdDev
-        return cls(agg.field, ddof=int(ddof_text)), Output(name, FieldType.DOUBLE)
-    if kind in ("first", "last"):
-        _params(where, agg, ())
-        t = _need_field(where, agg, types, tuple(FieldType))
-        return (First if kind == "first" else Last)(agg.field), Output(name, t)
-    if kind in ("argmax", "argmin"):
-        _params(where, agg, ("key",))
-        t = _need_field(where, agg, types, ORDERED)
-        key = agg.params.get("key", "")
-        if key not in types:
-            raise DefinitionError(
-                f"{where}.params.key",
-                f"{kind} needs params key = the field whose value to report, one of "
-                f"{show_names(sorted(types))}; got {show(key)}",
-            )
-        arg: Monoid = (ArgMax if kind == "argmax" else ArgMin)(value=agg.field, key=key)
-        parts = (("value", t.value), ("key", types[key].value))
-        return arg, Output(name, "STRUCT", parts, split=_pair)
-    if kind == "maxcount":
-        _params(where, agg, ())
-        t = _need_field(where, agg, types, ORDERED)
-        parts = (("max", t.value), ("count", FieldType.INT64.value))
-        return MaxCount(agg.field), Output(name, "STRUCT", parts, split=_pair)
+    _params(where, agg, ())
+    t = _need_field(where, agg, types, tuple(FieldType) if kind in ("first", "last") else ORDERED)
+    cls = {"min": Min, "max": Max, "first": First, "last": Last}[kind]
+    return cls(agg.field), Output(agg.name, t)
+
+
+def _mean(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tuple[Monoid, Output]:
+    """mean, geomean: a DOUBLE."""
+    _params(where, agg, ())
+    _need_field(where, agg, types, NUMERIC)
+    m = Mean(agg.field) if agg.monoid.lower() == "mean" else GeometricMean(agg.field)
+    return m, Output(agg.name, FieldType.DOUBLE)
+
+
+def _spread(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tuple[Monoid, Output]:
+    """variance, stddev: a DOUBLE; params ddof 0 (population, default) or 1 (sample)."""
+    _params(where, agg, ("ddof",))
+    _need_field(where, agg, types, NUMERIC)
+    ddof_text = agg.params.get("ddof", "0")
+    if ddof_text not in ("0", "1"):
+        raise DefinitionError(f"{where}.params.ddof", f"expected 0 or 1, got {show(ddof_text)}")
+    cls = Variance if agg.monoid.lower() == "variance" else StdDev
+    return cls(agg.field, ddof=int(ddof_text)), Output(agg.name, FieldType.DOUBLE)
+
+
+def _arg(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tuple[Monoid, Output]:
+    """argmax, argmin: a struct of the extreme value and the ``key`` field's value beside it."""
+    kind = agg.monoid.lower()
+    _params(where, agg, ("key",))
+    t = _need_field(where, agg, types, ORDERED)
+    key = agg.params.get("key", "")
+    if key not in types:
+        raise DefinitionError(
+            f"{where}.params.key",
+            f"{kind} needs params key = the field whose value to report, one of "
+            f"{show_names(sorted(types))}; got {show(key)}",
+        )
+    arg: Monoid = (ArgMax if kind == "argmax" else ArgMin)(value=agg.field, key=key)
+    parts = (("value", t.value), ("key", types[key].value))
+    return arg, Output(agg.name, "STRUCT", parts, split=_pair)
+
+
+def _maxcount(
+    where: str, agg: Aggregation, types: Mapping[str, FieldType]
+) -> tuple[Monoid, Output]:
+    """maxcount: a struct of the maximum and how many rows hold it."""
+    _params(where, agg, ())
+    t = _need_field(where, agg, types, ORDERED)
+    parts = (("max", t.value), ("count", FieldType.INT64.value))
+    return MaxCount(agg.field), Output(agg.name, "STRUCT", parts, split=_pair)
+
+
+def _plugin(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tuple[Monoid, Output]:
+    """A monoid of an entry point; its ``output_type`` (if a FieldType) types the column."""
     factory = _load_plugin(agg.monoid)
     if factory is None:
         raise DefinitionError(
             f"{where}.monoid",
             f"unknown monoid {show(agg.monoid)}; built-in: {list(BUILTINS)}, plugins: "
             f"{show_names(plugin_names())}",
-            reason="UNKNOWN_MONOID",
+            reason=Reason.UNKNOWN_MONOID,
         )
     if agg.field and agg.field not in types:
         raise DefinitionError(
-            f"{where}.field", f"the stream has no field {show(agg.field)}", reason="UNKNOWN_FIELD"
+            f"{where}.field",
+            f"the stream has no field {show(agg.field)}",
+            reason=Reason.UNKNOWN_FIELD,
         )
     try:
         plugin: Monoid = factory(agg.field or None, dict(agg.params))
@@ -253,7 +271,25 @@ def build_aggregation(
     # a declared FieldType (any case) types the result column; anything else stays untyped
     declared = str(getattr(plugin, "output_type", None) or "").upper()
     out_type = declared if declared in FieldType.__members__ else "ANY"
-    return plugin, Output(name, out_type)
+    return plugin, Output(agg.name, out_type)
+
+
+_BUILDERS: dict[str, Builder] = {
+    "count": _count,
+    "sum": _sum,
+    "min": _extreme,
+    "max": _extreme,
+    "mean": _mean,
+    "variance": _spread,
+    "stddev": _spread,
+    "geomean": _mean,
+    "first": _extreme,
+    "last": _extreme,
+    "argmax": _arg,
+    "argmin": _arg,
+    "maxcount": _maxcount,
+}
+BUILTINS = tuple(_BUILDERS)
 
 
 def columnar_lifter(
@@ -339,7 +375,7 @@ def build_window(stream: StreamSpec, spec: WindowSpec) -> Built:
         raise DefinitionError(
             "spec.algorithm",
             f"expected AMTA or LMTA, got {show(spec.algorithm)}",
-            reason="UNKNOWN_ENUM_VALUE",
+            reason=Reason.UNKNOWN_ENUM_VALUE,
         )
     if not spec.aggregations:
         raise DefinitionError("spec.aggregations", "expected at least one aggregation, got none")

@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from mtawindows.v1.reasons import Reason
+
 # CEL types we check: scalar names, or a dict of part name -> type for structs.
 CelType = Any
 NUMERIC = ("int", "double")
@@ -60,7 +62,7 @@ class CelError(ValueError):
         line: int | None = None,
         column: int | None = None,
         *,
-        code: str = "INVALID_EXPRESSION",
+        code: str = Reason.INVALID_EXPRESSION,
         metadata: Mapping[str, str] | None = None,
     ) -> None:
         where = f" at line {line}, column {column}" if line is not None else ""
@@ -161,75 +163,104 @@ def measure(text: str) -> tuple[int, int]:
     upper bound of its syntax tree's depth (brackets plus the operators stacked in each).
     Linear in the text; strings and comments are skipped, unbalanced text is measured as far
     as it goes (the parser reports it)."""
-    levels = [_Level()]
-    brackets = 0
-    operand = False  # the previous token ended an operand: a `-` next is binary
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
+    return _Scan(text).run()
+
+
+class _Scan:
+    """One pass of :func:`measure` over a text, a token at a time: each step reads the token
+    at ``i`` into the bracket levels and returns where the next one starts."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.levels = [_Level()]
+        self.brackets = 0
+        self.operand = False  # the previous token ended an operand: a `-` next is binary
+
+    def run(self) -> tuple[int, int]:
+        i, n = 0, len(self.text)
+        while i < n:
+            i = self.step(i)
+        while len(self.levels) > 1:
+            _close(self.levels)
+        return self.brackets, self.levels[0].close()
+
+    def step(self, i: int) -> int:
+        text, c = self.text, self.text[i]
         if c in " \t\r\n\f":
-            i += 1
-        elif c == "/" and text.startswith("//", i):
+            return i + 1
+        if c == "/" and text.startswith("//", i):
             j = text.find("\n", i)
-            i = n if j < 0 else j
-        elif c in "\"'":
-            q = c * 3 if text.startswith(c * 3, i) else c
-            j = i + len(q)
-            while j < n and not text.startswith(q, j):
-                j += 2 if text[j] == "\\" else 1
-            i = j + len(q)
-            levels[-1].leaf(0)
-            operand = True
-        elif c in _WORD or (c == "." and i + 1 < n and text[i + 1].isdigit() and not operand):
-            j = i + 1
-            number = c.isdigit() or c == "."
-            exponent = number and not text.startswith(("0x", "0X"), i)  # 1e-5 is one token
-            while j < n:
-                d = text[j]
-                if not (
-                    d in _WORD
-                    or (number and d == ".")
-                    or (exponent and d in "+-" and text[j - 1] in "eE")
-                ):
-                    break
-                j += 1
-            if text[i:j] == "in":
-                levels[-1].op(_BINARY["in"])
-                operand = False
-            else:
-                levels[-1].leaf(0)
-                operand = True
-            i = j
-        elif c in _OPEN:
-            levels.append(_Level(postfix=operand))
-            brackets = max(brackets, len(levels) - 1)
-            operand = False
-            i += 1
+            return len(text) if j < 0 else j
+        if c in "\"'":
+            return self.string(i)
+        if c in _WORD or (c == "." and text[i + 1 : i + 2].isdigit() and not self.operand):
+            return self.word(i)
+        levels = self.levels
+        if c in _OPEN:
+            levels.append(_Level(postfix=self.operand))
+            self.brackets = max(self.brackets, len(levels) - 1)
+            self.operand = False
         elif c in _CLOSE:
             if len(levels) > 1:
                 _close(levels)
-            operand = True
-            i += 1
+            self.operand = True
         elif c == ",":
             levels[-1].fold(0)
-            operand = False
-            i += 1
+            self.operand = False
         elif c == ":":
             levels[-1].fold(_TIER_TERNARY + 1)
-            operand = False
-            i += 1
+            self.operand = False
         else:
-            two = text[i : i + 2]
-            tok = two if two in _BINARY else c
-            if tok == "!" or (tok == "-" and not operand):
-                levels[-1].op(_TIER_UNARY)
-            elif tok in _BINARY:
-                levels[-1].op(_BINARY[tok])
-            operand = False
-            i += len(tok)
-    while len(levels) > 1:
-        _close(levels)
-    return brackets, levels[0].close()
+            return self.operator(i)
+        return i + 1
+
+    def string(self, i: int) -> int:
+        """A string literal (quoted once or thrice, escapes skipped): one operand."""
+        text, n = self.text, len(self.text)
+        c = text[i]
+        q = c * 3 if text.startswith(c * 3, i) else c
+        j = i + len(q)
+        while j < n and not text.startswith(q, j):
+            j += 2 if text[j] == "\\" else 1
+        self.levels[-1].leaf(0)
+        self.operand = True
+        return j + len(q)
+
+    def word(self, i: int) -> int:
+        """A name or a number (``1e-5`` is one token): an operand; or the operator ``in``."""
+        text, n = self.text, len(self.text)
+        c = text[i]
+        j = i + 1
+        number = c.isdigit() or c == "."
+        exponent = number and not text.startswith(("0x", "0X"), i)
+        while j < n:
+            d = text[j]
+            if not (
+                d in _WORD
+                or (number and d == ".")
+                or (exponent and d in "+-" and text[j - 1] in "eE")
+            ):
+                break
+            j += 1
+        if text[i:j] == "in":
+            self.levels[-1].op(_BINARY["in"])
+            self.operand = False
+        else:
+            self.levels[-1].leaf(0)
+            self.operand = True
+        return j
+
+    def operator(self, i: int) -> int:
+        """An operator (one or two characters; ``!`` and a ``-`` before an operand are
+        prefix), or any other character, which counts for nothing."""
+        two = self.text[i : i + 2]
+        tok = two if two in _BINARY else self.text[i]
+        if tok == "!" or (tok == "-" and not self.operand):
+            self.levels[-1].op(_TIER_UNARY)
+        elif tok in _BINARY:
+            self.levels[-1].op(_BINARY[tok])
+        self.operand = False
+        return i + len(tok)
 
 
 def _close(levels: list[_Level]) -> None:
@@ -254,7 +285,9 @@ def check_limits(text: str, limits: CelLimits) -> None:
             "bytes for a slide policy"
         )
         raise CelError(
-            msg, code="CEL_TOO_LARGE", metadata={"limit": str(limits.max_bytes), "bytes": str(size)}
+            msg,
+            code=Reason.CEL_TOO_LARGE,
+            metadata={"limit": str(limits.max_bytes), "bytes": str(size)},
         )
     brackets, depth = measure(text)
     if depth > limits.max_depth:
@@ -265,7 +298,7 @@ def check_limits(text: str, limits: CelLimits) -> None:
         )
         raise CelError(
             msg,
-            code="CEL_TOO_DEEP",
+            code=Reason.CEL_TOO_DEEP,
             metadata={
                 "limit": str(limits.max_depth),
                 "depth": str(depth),
@@ -491,13 +524,19 @@ class _Compiler:
     def n_conditionaland(self, node: Any) -> tuple[str, CelType]:
         return self._logic(node, "and", "&&")
 
-    _REL: ClassVar[dict[str, str]] = {
+    # the grammar's binary operator nodes -> the Python (and CEL) operator
+    _OPS: ClassVar[dict[str, str]] = {
         "relation_lt": "<",
         "relation_le": "<=",
         "relation_gt": ">",
         "relation_ge": ">=",
         "relation_eq": "==",
         "relation_ne": "!=",
+        "addition_add": "+",
+        "addition_sub": "-",
+        "multiplication_mul": "*",
+        "multiplication_div": "/",
+        "multiplication_mod": "%",
     }
 
     def n_relation(self, node: Any) -> tuple[str, CelType]:
@@ -522,7 +561,7 @@ class _Compiler:
                 parts.append(s)
             return f"({a} in ({', '.join(parts)},))", "bool"
         b, bt = self.expr(right)
-        op = self._REL[opnode.data]
+        op = self._OPS[opnode.data]
         self._comparable(node, at, bt, op)
         return f"({a} {op} {b})", "bool"
 
@@ -537,21 +576,13 @@ class _Compiler:
             node, f"cannot compare {self.tname(at)} {op} {self.tname(bt)}: no matching overload"
         )
 
-    _ARITH: ClassVar[dict[str, str]] = {
-        "addition_add": "+",
-        "addition_sub": "-",
-        "multiplication_mul": "*",
-        "multiplication_div": "/",
-        "multiplication_mod": "%",
-    }
-
     def _arith(self, node: Any) -> tuple[str, CelType]:
         if len(node.children) == 1:
             return self.expr(node.children[0])
         opnode, right = node.children
         a, at = self.expr(opnode.children[0])
         b, bt = self.expr(right)
-        op = self._ARITH[opnode.data]
+        op = self._OPS[opnode.data]
         result = self._arith_type(op, at, bt)
         if result is None:
             hint = " (convert with double() or int())" if {at, bt} == set(NUMERIC) else ""
@@ -765,7 +796,7 @@ def compile_expression(
     except SyntaxError as ex:  # the generated source past Python's own nesting limits
         too_deep = f"SyntaxError: {ex.msg}"
     msg = f"the expression nests too deeply to compile ({too_deep}); split it or lower its nesting"
-    raise CelError(msg, code="CEL_TOO_DEEP", metadata={"error": too_deep})
+    raise CelError(msg, code=Reason.CEL_TOO_DEEP, metadata={"error": too_deep})
 
 
 def _compile(

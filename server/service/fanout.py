@@ -50,6 +50,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mtawindows.v1.reasons import Reason
+
 log = logging.getLogger("mtawindows.server")
 
 Encode = Callable[[int, Any], bytes]  # (batch, window result) -> a serialized event
@@ -241,7 +243,7 @@ class Fanout:
         by themselves. Subscribers reconnect elsewhere or later, and catch up by sequence."""
         ending = Ending(
             "UNAVAILABLE",
-            "SERVER_STOPPING",
+            Reason.SERVER_STOPPING,
             "the server is stopping; subscribe again and catch up with ReadResults",
         )
         for feed in list(self.feeds.values()):
@@ -355,7 +357,7 @@ class Fanout:
         )
         return Ending(
             "RESOURCE_EXHAUSTED",
-            "SUBSCRIBER_TOO_SLOW",
+            Reason.SUBSCRIBER_TOO_SLOW,
             message,
             {
                 "limit": str(limit),
@@ -370,8 +372,8 @@ class Fanout:
     def _end(self, sub: Subscription, why: Ending | None) -> None:
         if sub.ended is not None:
             return
-        sub.ended = why or Ending("CANCELLED", "UNSUBSCRIBED", "the subscriber went away")
-        if why is not None and why.reason == "SUBSCRIBER_TOO_SLOW":
+        sub.ended = why or Ending("CANCELLED", Reason.UNSUBSCRIBED, "the subscriber went away")
+        if why is not None and why.reason == Reason.SUBSCRIBER_TOO_SLOW:
             self.cut += 1
             log.warning(
                 "subscriber cut",
@@ -431,7 +433,7 @@ def _gone(stream: str, window: str, *, stream_deleted: bool = False) -> Ending:
     what = f"stream {stream!r}" if stream_deleted else f"window {stream}/{window}"
     return Ending(
         "NOT_FOUND",
-        "WINDOW_NOT_FOUND",
+        Reason.WINDOW_NOT_FOUND,
         f"{what} was deleted while subscribed to {stream}/{window}",
         {"stream": stream, "window": window},
     )

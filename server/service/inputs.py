@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import show
 
-from .registry import ServiceError
+from .errors import ServiceError, invalid
 
 MAX_STREAM_NAME = 255  # the stream name pattern allows up to 255
 MAX_NAME = 64  # window, field, output, column and param names (the name pattern's limit)
@@ -87,38 +88,21 @@ _MAP_KEY = MAX_NAME  # map keys (Aggregation.params)
 
 def too_long(path: str, value: str | bytes, limit: int) -> ServiceError:
     """The refusal of a string over its limit: echoes at most 64 characters of it."""
-    n = len(value)
-    what = f"expected at most {limit} characters, got {n}"
-    return ServiceError(
-        "INVALID_ARGUMENT",
-        "VALUE_TOO_LONG",
-        f"{path}: {what}: {show(value)}",
-        [(path, what)],
-        {"field": path, "limit": str(limit), "length": str(n)},
-    )
+    what = f"expected at most {limit} characters, got {len(value)}"
+    meta = {"field": path, "limit": str(limit), "length": str(len(value))}
+    return invalid(path, what, Reason.VALUE_TOO_LONG, meta, given=show(value))
 
 
 def _too_many(path: str, n: int, limit: int) -> ServiceError:
     what = f"expected at most {limit} entries, got {n}"
-    return ServiceError(
-        "INVALID_ARGUMENT",
-        "TOO_MANY_ITEMS",
-        f"{path}: {what}",
-        [(path, what)],
-        {"field": path, "limit": str(limit), "length": str(n)},
-    )
+    meta = {"field": path, "limit": str(limit), "length": str(n)}
+    return invalid(path, what, Reason.TOO_MANY_ITEMS, meta)
 
 
 def _bad_enum(path: str, enum: Any, value: int) -> ServiceError:
     allowed = [f"{v.name} ({v.number})" for v in enum.values]
     what = f"expected one of {allowed}, got {value}"
-    return ServiceError(
-        "INVALID_ARGUMENT",
-        "UNKNOWN_ENUM_VALUE",
-        f"{path}: {what}",
-        [(path, what)],
-        {"field": path, "value": str(value)},
-    )
+    return invalid(path, what, Reason.UNKNOWN_ENUM_VALUE, {"field": path, "value": str(value)})
 
 
 def check_request(request: Any) -> None:

@@ -25,7 +25,8 @@ from grpc_reflection.v1alpha import reflection
 
 from mtawindows.v1 import windows_pb2 as pb
 
-from ..service.registry import Limits, Registry
+from ..service.limits import Limits
+from ..service.registry import Registry
 from ..storage.embedded import DataDirLock, EmbeddedRedis, EmbeddedRedisError
 from ..storage.protocol import StoreError, StoreUnavailableError
 from .auth import TokenAuth

@@ -30,10 +30,13 @@ from mtawindows.v1 import windows_pb2_grpc as pb_grpc
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import AppendResult
 
+from ..service.batch import Batch, Deferred
 from ..service.cel import CelError, CelLimits, check_limits
+from ..service.errors import ServiceError, invalid
 from ..service.fanout import Ending, Fanout, Subscription
 from ..service.inputs import check_request
-from ..service.registry import Batch, Deferred, Registry, ServiceError, Stream, invalid
+from ..service.registry import Registry
+from ..service.stream import Stream
 from . import decode, status
 from .metrics import Metrics
 

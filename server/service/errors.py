@@ -1,0 +1,98 @@
+"""A refused request (:class:`ServiceError`) and the builders of the refusals shared by the
+service and the transport: a batch over the row limit, a failed store, a bad field.
+
+Reasons are the contract's (:class:`mtawindows.v1.reasons.Reason`); codes are gRPC status
+code names.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+
+from mtawindows.v1.reasons import Reason
+from mtawindows.v1.types import clip
+
+log = logging.getLogger("mtawindows.service")
+
+
+class ServiceError(Exception):
+    """A refused request: a gRPC status code name, an UPPER_SNAKE reason, a message naming what
+    was wrong, expected and given, and field violations for bad requests."""
+
+    def __init__(
+        self,
+        code: str,
+        reason: str,
+        message: str,
+        violations: Sequence[tuple[str, str]] = (),
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.violations = list(violations)
+        self.metadata = dict(metadata or {})
+
+
+def batch_too_large(rows: int, limit: int) -> ServiceError:
+    return ServiceError(
+        "RESOURCE_EXHAUSTED",
+        Reason.BATCH_TOO_LARGE,
+        f"batch of {rows} rows exceeds the server's limit of {limit} rows per Append; split it",
+        metadata={"limit": str(limit), "rows": str(rows)},
+    )
+
+
+def new_error_id() -> str:
+    """A fresh id for an error the log explains and the caller only names."""
+    return uuid.uuid4().hex[:16]
+
+
+def store_failed(
+    where: str, ex: BaseException, metadata: Mapping[str, str] | None = None
+) -> ServiceError:
+    """UNAVAILABLE, ``STORE_UNAVAILABLE``: the store's error text (hosts, ports, paths) stays
+    in the log under an id, which is all the caller gets of it."""
+    error_id = new_error_id()
+    log.warning(
+        "store failed, error id %s: %s: %s",
+        error_id,
+        where,
+        clip(f"{type(ex).__name__}: {ex}", 1000),
+        extra={"error_id": error_id, **(metadata or {})},
+    )
+    return ServiceError(
+        "UNAVAILABLE",
+        Reason.STORE_UNAVAILABLE,
+        f"{where}: the store failed ({type(ex).__name__}, error id {error_id}); retry the "
+        "call (an append with the same producer_id and sequence: one that was applied is "
+        "then a duplicate)",
+        metadata={**(metadata or {}), "error_id": error_id},
+    )
+
+
+def store_unavailable(stream: str, ex: BaseException, window: str | None = None) -> ServiceError:
+    where = f"stream {stream!r}" + (f", window {window!r}" if window else "")
+    return store_failed(where, ex, {"stream": stream})
+
+
+def not_found(reason: str, message: str, **metadata: str) -> ServiceError:
+    """NOT_FOUND: no stream or no window of that name (``metadata`` names it)."""
+    return ServiceError("NOT_FOUND", reason, message, metadata=metadata)
+
+
+def invalid(
+    field_path: str,
+    message: str,
+    reason: str = Reason.INVALID_ARGUMENT,
+    metadata: Mapping[str, str] | None = None,
+    *,
+    given: str | None = None,
+) -> ServiceError:
+    """INVALID_ARGUMENT for one field: the message names the field, says what was wrong (and
+    echoes ``given``, already shortened, when set); the violation is (field, what was wrong)."""
+    text = f"{field_path}: {message}" if given is None else f"{field_path}: {message}: {given}"
+    return ServiceError("INVALID_ARGUMENT", reason, text, [(field_path, message)], metadata)

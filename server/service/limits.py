@@ -1,0 +1,24 @@
+"""The server's limits on what clients may hold and send (:class:`Limits`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_streams: int = 1000
+    max_windows_per_stream: int = 64
+    max_batch_rows: int = 500_000
+    max_message_bytes: int = 64 * 1024 * 1024
+    max_subscribers: int = 1000
+    result_history: int = 1000  # results kept per window for ReadResults
+    # serialized results queued for one subscriber that does not keep up, and held for all
+    # of them (each result once); past either the furthest behind is cut
+    # (RESOURCE_EXHAUSTED, SUBSCRIBER_TOO_SLOW)
+    subscriber_queue_bytes: int = 8 * 1024 * 1024
+    subscribers_total_bytes: int = 256 * 1024 * 1024
+    # a new CEL policy: its UTF-8 size and how deep it may nest (brackets plus operators),
+    # checked before it is parsed (INVALID_ARGUMENT, CEL_TOO_LARGE / CEL_TOO_DEEP)
+    max_cel_bytes: int = 4096
+    max_cel_depth: int = 64

@@ -1,0 +1,92 @@
+"""A stream's lateness rule (:class:`Reorder`): which rows of a batch are late (refused with
+late_policy REJECT, dropped with DROP), and the reorder buffer that holds rows back until the
+newest timestamp is ``allowed_lateness`` past them (DROP with allowed lateness). What it
+holds lives in the stream's state (:class:`~.state.StreamState`), saved with it."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import operator
+from typing import Any
+
+from mtawindows.v1.reasons import Reason
+from mtawindows.v1.types import StreamSpec
+
+from .errors import ServiceError
+from .state import StreamState
+
+Saved = tuple[list[Any], int, int | None] | None  # what admitting a batch may change
+
+
+class Reorder:
+    """The lateness rule of one stream."""
+
+    def __init__(self, spec: StreamSpec) -> None:
+        self.spec = spec
+        self.lateness = int(spec.allowed_lateness.total_seconds() * 1e9)  # ns; 0: no buffer
+
+    def save(self, st: StreamState) -> Saved:
+        """What :meth:`release` may change before the batch can still be refused (the reorder
+        buffer), to put back with :meth:`restore` if it is."""
+        if not self.lateness:
+            return None
+        return list(st.buffer), st.arrivals, st.seen
+
+    def restore(self, st: StreamState, saved: Saved) -> None:
+        if saved is not None:
+            st.buffer, st.arrivals, st.seen = saved
+
+    def admit(self, st: StreamState, ts: list[int]) -> tuple[list[int] | None, int]:
+        """Which rows pass the lateness rule: (row indexes, None = all; rows dropped)."""
+        if self.spec.late_policy != "DROP":
+            self._check_in_order(st.newest, ts)
+            return None, 0
+        high = st.newest
+        keep: list[int] = []
+        for i, t in enumerate(ts):
+            if high is None or t >= high:
+                keep.append(i)
+                if not self.lateness:  # in order unless a reorder buffer sorts them
+                    high = t
+        late = len(ts) - len(keep)
+        return (None if late == 0 else keep), late
+
+    def _check_in_order(self, prev: int | None, ts: list[int]) -> None:
+        """late_policy REJECT: FAILED_PRECONDITION, ``OUT_OF_ORDER`` at the first row older
+        than the one before it (or than the stream's newest)."""
+        if (prev is None or not ts or ts[0] >= prev) and all(
+            map(operator.le, ts, itertools.islice(ts, 1, None))
+        ):
+            return  # in order (checked in C); else find the first late row
+        for i, t in enumerate(ts):
+            if prev is not None and t < prev:
+                whose = "the previous row's" if i else "the stream's newest"
+                raise ServiceError(
+                    "FAILED_PRECONDITION",
+                    Reason.OUT_OF_ORDER,
+                    f"row {i} has timestamp {t}, older than {whose} ({prev}); the stream "
+                    "rejects late rows (late_policy REJECT), so nothing was applied",
+                    [(f"columns[{self.spec.timestamp_field}][{i}]", f"timestamp {t} < {prev}")],
+                    {"row": str(i), "timestamp": str(t), "newest": str(prev)},
+                )
+            prev = t
+
+    def release(
+        self, st: StreamState, rows: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The reorder buffer: ``rows`` go in, the rows it releases come out in timestamp order
+        (with the rows it still holds)."""
+        if not self.lateness:
+            return rows, 0
+        tsf = self.spec.timestamp_field
+        for r in rows:
+            st.arrivals += 1
+            heapq.heappush(st.buffer, (r[tsf], st.arrivals, r))
+            st.seen = r[tsf] if st.seen is None else max(st.seen, r[tsf])
+        out = []
+        if st.seen is not None:
+            limit = st.seen - self.lateness
+            while st.buffer and st.buffer[0][0] <= limit:
+                out.append(heapq.heappop(st.buffer)[2])
+        return out, len(st.buffer)

@@ -1,0 +1,363 @@
+"""One stream (:class:`Stream`): its windows and state, and ingestion.
+
+A batch is validated and decoded once (columns -> schema order), passes the lateness rule,
+and is lifted for every window before any changes (so a refused row changes nothing); then it
+is journaled (when a window is durable), applied to each window's engine and committed to the
+stream's state, and the stream's listeners (subscribers) get the results.
+
+Every operation on a stream's windows and state runs under the stream's lock (``_locked``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+from mtawindows.v1.reasons import Reason
+from mtawindows.v1.types import AppendResult, StreamInfo, StreamSpec, WindowResult, clip, show
+
+from ..storage.journal import JournalEntry, StreamJournal
+from ..storage.protocol import StoreError, WouldBlock
+from .batch import FINAL, NONE, PER_ROW, Append, Batch, Deferred
+from .columns import Columns, Schema
+from .errors import batch_too_large, invalid, not_found, store_unavailable
+from .reorder import Reorder
+from .state import StreamState
+from .window import Window
+
+T = TypeVar("T")
+
+
+def _locked(method: Callable[..., T]) -> Callable[..., T]:
+    """Run a Stream method under the stream's lock."""
+
+    @functools.wraps(method)
+    def run(self: Stream, *args: Any, **kwargs: Any) -> T:
+        with self.lock:
+            return method(self, *args, **kwargs)
+
+    return run
+
+
+@contextlib.contextmanager
+def _gc_paused(rows: int) -> Iterator[None]:
+    """No cyclic garbage collection while a large batch goes into the windows: it allocates
+    short-lived tuples by the million (freed by reference counting), and the collector's
+    passes over them cost up to a third of the ingest time. Collection resumes after."""
+    if rows < 1000 or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _check_idempotency(producer_id: str, sequence: int) -> None:
+    if (producer_id or sequence) and (not producer_id or sequence <= 0):
+        raise invalid(
+            "producer_id" if not producer_id else "sequence",
+            "idempotency needs both a producer_id and a sequence > 0, got "
+            f"producer_id={show(producer_id)}, sequence={sequence}",
+        )
+
+
+class Stream:
+    """A stream: its definition and schema, its windows, its state and lateness rule, its
+    journal when a window is durable, and the listeners told of each applied batch."""
+
+    def __init__(self, spec: StreamSpec) -> None:
+        self.spec = spec
+        self.schema = Schema(spec)
+        self.types = self.schema.types
+        self.nan_ok = self.schema.nan_ok
+        self.order = self.schema.order
+        self.windows: dict[str, Window] = {}
+        self.state = StreamState()
+        self.reorder = Reorder(spec)
+        self.lateness = self.reorder.lateness
+        self.batches = 0
+        self.listeners: list[Callable[[int, Mapping[str, WindowResult]], None]] = []
+        # Held by every operation on the stream's windows and state, on whatever thread runs
+        # it (the gRPC layer's asyncio lock orders the calls; this one makes sure that no two
+        # ever overlap, whatever the callers do). Re-entrant: an append may recover first.
+        self.lock = threading.RLock()
+        # Durability (see journal.py): the journal when a window is durable; ``stale`` after a
+        # store failure left the windows or the journal unsure: ``recover`` (set by the
+        # registry) rebuilds the stream from Redis before its next call.
+        self.journal: StreamJournal | None = None
+        self.state_store: StreamJournal  # the stream's keys in Redis (set by the registry)
+        self.stale = False
+        self.recover: Callable[[], None] = lambda: None
+        # the checkpoints queued by the last flush: (lsn, state JSON, futures)
+        self.pending_state: tuple[int, str, list[Any]] | None = None
+
+    def info(self) -> StreamInfo:
+        st = self.state
+        return StreamInfo(
+            self.spec,
+            list(self.windows),
+            st.rows_appended,
+            st.rows_late,
+            st.batches_appended,
+            st.batches_duplicate,
+            st.newest or 0,
+            len(st.buffer),
+        )
+
+    def decode(self, columns: Columns) -> tuple[int, list[list[Any]]]:
+        """Check a batch's columns against the schema; the columns in schema order."""
+        return self.schema.decode(columns)
+
+    # -- ingestion
+    @_locked
+    def append(
+        self,
+        columns: Columns,
+        *,
+        producer_id: str = "",
+        sequence: int = 0,
+        mode: str = NONE,
+        which: Sequence[str] = (),
+        max_rows: int = 500_000,
+        nonblocking: bool = False,
+    ) -> AppendResult:
+        """Validate, decode once, lift for every window, apply to each, commit the stream.
+
+        With ``nonblocking`` (the event loop calling), a window that would wait for Redis
+        raises :class:`Deferred` instead, carrying the batch: :meth:`resume` finishes it where
+        waiting is fine. Windows before that one are applied, it and the rest are not."""
+        self.ensure_current()
+        request = Append(columns, producer_id, sequence, mode, which, max_rows)
+        rows = max((len(v) for _, v in columns.values()), default=0)
+        with _gc_paused(rows):
+            saved = self.reorder.save(self.state)
+            try:
+                batch = self.prepare(request)
+            except BaseException:
+                self.reorder.restore(self.state, saved)  # a refused batch changes nothing
+                raise
+            if batch.result.duplicate or batch.noop:
+                return batch.result
+            batch.lsn = self.state.lsn + 1
+            if self.journal is not None:
+                try:
+                    self.journal.append(batch.lsn, producer_id, sequence, mode, which, columns)
+                except StoreError as ex:
+                    self.reorder.restore(self.state, saved)
+                    self.stale = True  # the entry may have landed: reload before the next append
+                    raise store_unavailable(self.spec.name, ex) from None
+            self._apply(batch, nonblocking=nonblocking)
+            return self._finish(batch)
+
+    def ensure_current(self) -> None:
+        """Before a call that reads or changes the windows: a journaled stream whose journal or
+        windows failed is rebuilt from Redis first (a window must not reload its checkpoint
+        alone: it would lose the journal's entries after it)."""
+        if self.journal is None:
+            return
+        if self.stale or any(w.engine.stale for w in self.windows.values()):
+            self.stale = True
+            self.recover()
+
+    def replay(self, entry: JournalEntry) -> None:
+        """Apply a journaled append again (recovery): the same checks against the same state
+        give the same batch; windows that hold the entry already are skipped."""
+        which = [w for w in entry.which if w in self.windows]
+        request = Append(
+            entry.columns, entry.producer_id, entry.sequence, entry.mode, which, 1 << 62
+        )
+        batch = self.prepare(request)
+        if batch.result.duplicate:  # pragma: no cover - a journal written by another state
+            msg = f"stream {self.spec.name!r}: journal entry {entry.lsn} replays as a duplicate"
+            raise StoreError(msg)
+        batch.lsn = entry.lsn
+        batch.replay = True
+        batch.applied = {n for n, w in self.windows.items() if w.lsn >= entry.lsn}
+        self._apply(batch, nonblocking=False)
+        self._finish(batch)
+
+    @_locked
+    def resume(self, batch: Batch) -> AppendResult:
+        """Finish a :class:`Deferred` batch (may wait for Redis)."""
+        with _gc_paused(batch.result.rows_applied):
+            self._apply(batch, nonblocking=False)
+            return self._finish(batch)
+
+    def inline_ok(self, n_rows: int, mode: str) -> bool:
+        """Whether a batch may be tried on the event loop: small, no reorder buffer, no window
+        that journals (a Redis round trip per batch) or is reloading, and either one row or
+        only windows that take a batch in one step (a window cannot stop halfway)."""
+        if n_rows > 256 or self.lateness:
+            return False
+        if self.journal is not None or self.stale:
+            return False
+        one_step = n_rows == 1 or (
+            mode != PER_ROW and all(w.built.batch_safe for w in self.windows.values())
+        )
+        return one_step and all(w.inline_ok for w in self.windows.values())
+
+    # -- the steps of an append
+    def prepare(self, request: Append) -> Batch:
+        """Everything that can refuse the batch, before any window changes."""
+        self._check_windows(request.which)
+        n_rows, cols = self.decode(request.columns)
+        if n_rows > request.max_rows:
+            raise batch_too_large(n_rows, request.max_rows)
+        self.schema.check_bounded_sums(self.windows, cols)
+        _check_idempotency(request.producer_id, request.sequence)
+        if n_rows == 0:
+            return self._noop(request)
+        if request.producer_id and self.state.producers.is_duplicate(
+            request.producer_id, request.sequence
+        ):
+            return self._duplicate(request)
+        ts = cols[0]
+        columns_of, rows, late, buffered = self._admit(cols)
+        lifted = self._lift(columns_of, rows)
+        released_ts = columns_of[self.spec.timestamp_field]
+        result = AppendResult(rows_applied=len(released_ts), rows_late=late, rows_buffered=buffered)
+        return Batch(request, result, ts, lifted, released_ts, late)
+
+    def _check_windows(self, which: Sequence[str]) -> None:
+        for w in which:
+            if w not in self.windows:
+                msg = f"stream {self.spec.name!r} has no window {w!r}"
+                raise not_found(Reason.WINDOW_NOT_FOUND, msg)
+
+    def _noop(self, request: Append) -> Batch:
+        """No rows: acknowledged without a trace (no batch counted, no sequence, the
+        producer's sequence not taken, no result); FINAL answers the current results."""
+        res = AppendResult()
+        if request.mode == FINAL:
+            res.results = self._results(request.which)
+        elif request.mode == PER_ROW:
+            res.row_results = {
+                n: self.windows[n].row_results([], []) for n in (request.which or self.windows)
+            }
+        return Batch(request, res, [], {}, [], 0, noop=True)
+
+    def _duplicate(self, request: Append) -> Batch:
+        """A producer's sequence already applied: counted, nothing applied."""
+        self.state.batches_duplicate += 1
+        res = AppendResult(duplicate=True)
+        if request.mode == FINAL:
+            res.results = self._results(request.which)
+        return Batch(request, res, [], {}, [], 0)
+
+    def _admit(
+        self, cols: list[list[Any]]
+    ) -> tuple[dict[str, list[Any]], list[dict[str, Any]] | None, int, int]:
+        """The rows that pass the lateness rule and leave the reorder buffer: (their columns
+        by name, the same as rows when the buffer made them, rows late, rows buffered)."""
+        rows_idx, late = self.reorder.admit(self.state, cols[0])
+        if rows_idx is not None:
+            cols = [[c[i] for i in rows_idx] for c in cols]
+        names = self.order
+        if not self.lateness:
+            return dict(zip(names, cols, strict=True)), None, late, 0
+        rows = [dict(zip(names, r, strict=True)) for r in zip(*cols, strict=True)]
+        rows, buffered = self.reorder.release(self.state, rows)
+        return {n: [r[n] for r in rows] for n in names}, rows, late, buffered
+
+    def _lift(
+        self, columns_of: dict[str, list[Any]], rows: list[dict[str, Any]] | None
+    ) -> dict[str, list[Any]]:
+        """The batch lifted for every window before any changes: a refused row changes
+        nothing. A window lifts whole columns, or else the rows one by one."""
+        lifted: dict[str, list[Any]] = {}
+        for name, win in self.windows.items():
+            if win.lift_columns is not None:
+                lifted[name] = win.lift_columns(columns_of)
+                continue
+            if rows is None:
+                cols = [columns_of[n] for n in self.order]
+                rows = [dict(zip(self.order, r, strict=True)) for r in zip(*cols, strict=True)]
+            lift = win.lift
+            try:
+                lifted[name] = [lift(r) for r in rows]
+            except (TypeError, ValueError) as ex:
+                raise invalid(
+                    "columns", f"window {name!r} refused a row: {clip(str(ex))}", Reason.BAD_VALUES
+                ) from None
+        return lifted
+
+    def _apply(self, batch: Batch, *, nonblocking: bool) -> None:
+        request = batch.request
+        pid = request.producer_id or None
+        seq = request.sequence if request.producer_id else None
+        for name, win in self.windows.items():
+            if name in batch.applied:
+                continue
+            per_row: tuple[list[Any], list[int]] | None = None
+            if request.mode == PER_ROW and (not request.which or name in request.which):
+                per_row = ([], [])
+            totals, sizes = per_row or (None, None)
+            try:
+                batch.evicted[name] = win.engine.apply_lifted(
+                    batch.lifted[name],
+                    pid,
+                    seq,
+                    per_item=not win.built.batch_safe,
+                    totals=totals,
+                    sizes=sizes,
+                    nonblocking=nonblocking,
+                )
+            except WouldBlock:
+                raise Deferred(batch) from None
+            except StoreError as ex:
+                if self.journal is not None:
+                    # journaled: recovery replays the batch into every window that lacks it
+                    self.stale = True
+                if batch.replay:
+                    raise
+                raise store_unavailable(self.spec.name, ex, window=name) from None
+            if per_row is not None:
+                batch.per_row[name] = per_row
+            batch.applied.add(name)
+            win.lsn = batch.lsn
+
+    def _finish(self, batch: Batch) -> AppendResult:
+        """Commit the stream's state and build the answer."""
+        st = self.state
+        ts = batch.ts
+        result = batch.result
+        if ts:
+            high = max(ts)
+            st.seen = high if st.seen is None else max(st.seen, high)
+        if batch.released_ts:
+            last = batch.released_ts[-1]
+            st.newest = last if st.newest is None else max(st.newest, last)
+        st.rows_appended += result.rows_applied
+        st.rows_late += batch.late
+        st.batches_appended += 1
+        st.sequence += 1
+        st.lsn = batch.lsn
+        if batch.request.producer_id:
+            st.producers.record(batch.request.producer_id, batch.request.sequence)
+        self.batches += 1
+        finals: dict[str, WindowResult] = {}
+        for n, w in self.windows.items():
+            w.sequence = st.sequence
+            w.timestamp = st.newest or 0
+            finals[n] = r = w.result(batch.evicted.get(n, 0))
+            w.history.append(r)
+        if batch.request.mode == FINAL:
+            result.results = {n: finals[n] for n in batch.request.which or finals}
+        for name, (totals, sizes) in batch.per_row.items():
+            result.row_results[name] = self.windows[name].row_results(totals, sizes)
+        # the batch's temporaries go before the collector resumes (it would walk them all)
+        batch.per_row.clear()
+        batch.lifted.clear()
+        if self.listeners and not batch.replay:
+            for listener in list(self.listeners):
+                listener(self.batches, finals)
+        return result
+
+    def _results(self, which: Sequence[str]) -> dict[str, WindowResult]:
+        return {n: self.windows[n].result() for n in which or self.windows}

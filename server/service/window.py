@@ -1,0 +1,150 @@
+"""One window of a stream (:class:`Window`): its definition, compiled record and engine, and
+what it answers: its current result, the results kept for readers behind (``history``),
+per-row results as typed columns, its stats and info."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Mapping
+from typing import Any
+
+from mtawindows.v1 import convert
+from mtawindows.v1.types import (
+    Field,
+    FieldType,
+    OutputSpec,
+    StreamSpec,
+    WindowInfo,
+    WindowResult,
+    WindowSpec,
+)
+
+from .catalog import Built, Output, columnar_lifter
+from .cel import CelPolicy
+
+
+class Window:
+    """One window of a stream: its definition, compiled record and policy, and engine."""
+
+    def __init__(
+        self,
+        stream: StreamSpec,
+        spec: WindowSpec,
+        built: Built,
+        engine: Any,
+        *,
+        history: int = 1000,
+        sequence: int = 0,
+    ) -> None:
+        self.stream = stream
+        self.spec = spec
+        self.built = built
+        self.engine = engine
+        self.outputs: list[Output] = built.outputs
+        self.output_specs = [
+            OutputSpec(o.name, o.type, tuple(Field(p, t) for p, t in o.parts))
+            for o in built.outputs
+        ]
+        self.type_tags = convert.output_types(self.output_specs)
+        self.lift = built.monoid.lift
+        # output name -> (its index in the record's aggregate, its field monoid's lower or
+        # None when that is the identity function)
+        self._lowers = built.monoid.field_lowers()
+        nan_fields = {f.name for f in stream.fields if f.allow_nan}
+        self.lift_columns = columnar_lifter(built.monoid, nan_fields)
+        # the stream's batch count when the window last changed, and the newest timestamp then:
+        # every result carries them, so readers can follow results by sequence
+        self.sequence = sequence
+        self.timestamp = 0
+        self.history: collections.deque[WindowResult] = collections.deque(maxlen=max(1, history))
+        # lsn of the last journal entry (append) this window holds; saved with its checkpoints
+        self.lsn = 0
+
+    @property
+    def inline_ok(self) -> bool:
+        """May a small batch be tried on the event loop (not reloading)? A stream with a
+        journal never tries (:meth:`Stream.inline_ok`)."""
+        return not self.engine.stale
+
+    @property
+    def window_id(self) -> str | None:
+        return self.engine.window_id  # type: ignore[no-any-return]
+
+    def values(self, lowered: Mapping[str, Any], size: int) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for o in self.outputs:
+            v = lowered[o.name]
+            if size == 0 and o.nullable_when_empty:
+                v = None
+            elif o.split is not None and v is not None:
+                v = dict(zip((p for p, _ in o.parts), o.split(v), strict=True))
+            out[o.name] = v
+        return out
+
+    def result(self, evicted: int = 0) -> WindowResult:
+        # first: a window reloading after a store failure does it here, before its size
+        lowered = self.engine.query()
+        size = len(self.engine)
+        return WindowResult(
+            self.spec.name,
+            self.values(lowered, size),
+            size,
+            evicted,
+            self.sequence,
+            self.timestamp,
+        )
+
+    def results_after(self, after: int, limit: int) -> list[WindowResult]:
+        """Results with a sequence above ``after``, oldest first, at most ``limit``. Only the
+        last ``history`` results are kept: a reader further behind gets the oldest kept (the
+        gap shows in their sequences); with none kept (after a restart), the current one."""
+        if after >= self.sequence:
+            return []
+        kept = [r for r in self.history if r.sequence > after]
+        if not kept or kept[-1].sequence != self.sequence:
+            kept = [self.result()]
+        return kept[:limit]
+
+    def columns(self, totals: list[tuple[Any, ...]], sizes: list[int]) -> dict[str, Any]:
+        """Per-row results as typed columns (struct outputs split into ``name.part``), from
+        the window's lifted aggregate after each row, lowered one output at a time."""
+        cols: dict[str, tuple[str, list[Any]]] = {}
+        empty = 0 in sizes
+        for o in self.outputs:
+            i, lower = self._lowers[o.name]
+            vs = [t[i] for t in totals] if lower is None else [lower(t[i]) for t in totals]
+            if empty and o.nullable_when_empty:
+                vs = [None if s == 0 else v for v, s in zip(vs, sizes, strict=True)]
+            if o.split is None:
+                cols[o.name] = (o.type, vs)
+                continue
+            split = o.split
+            parts = [split(v) if v is not None else None for v in vs]
+            for j, (p, t) in enumerate(o.parts):
+                cols[f"{o.name}.{p}"] = (t, [None if x is None else x[j] for x in parts])
+        return cols
+
+    def row_results(self, totals: list[tuple[Any, ...]], sizes: list[int]) -> dict[str, Any]:
+        """:meth:`columns`, and the window's size after each row as ``__size``."""
+        return self.columns(totals, sizes) | {"__size": (FieldType.INT64.value, sizes)}
+
+    def stats(self, late_rows: int) -> dict[str, int]:
+        s = self.engine.stats()
+        store = s.get("store", {})
+        policy = self.built.policy
+        return {
+            "size": s["size"],
+            "levels": s["levels"],
+            "inserted": s["inserted"],
+            "evicted": s["evicted"],
+            "bulk_evictions": s["bulk_evictions"],
+            "store_round_trips": store.get("round_trips", 0),
+            "cache_misses": store.get("misses", 0),
+            "store_bytes_read": store.get("bytes_read", 0),
+            "store_bytes_written": store.get("bytes_written", 0),
+            "late_rows": late_rows,
+            "policy_errors": policy.error_count if isinstance(policy, CelPolicy) else 0,
+        }
+
+    def info(self, late_rows: int) -> WindowInfo:
+        return WindowInfo(self.spec, self.stats(late_rows), self.output_specs)

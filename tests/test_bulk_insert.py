@@ -17,6 +17,8 @@ from mtawindows.server.policies import CountPolicy
 
 from .cases import CASES, STORES
 
+pytestmark = [pytest.mark.slow]
+
 BATCH = AmortizedMTA.BULK_INSERT_MIN
 
 

@@ -36,6 +36,8 @@ from mtawindows.server.cel import (
 from .service_support import ServerProcess
 from .test_cel import RECORD, _bool_expr
 
+pytestmark = [pytest.mark.server, pytest.mark.redis]
+
 AGGS = (Aggregation("n", "count"), Aggregation("s", "sum", "x"), Aggregation("m", "max", "x"))
 FIELD = "spec.policy.expression.cel"
 LIMITS = CelLimits()  # the server's defaults: 4096 bytes, nesting 64

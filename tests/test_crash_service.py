@@ -16,6 +16,8 @@ import pytest
 
 from .crash_harness import run_campaign
 
+pytestmark = [pytest.mark.slow, pytest.mark.server, pytest.mark.redis]
+
 
 @pytest.mark.parametrize("mode", ["server", "redis", "both"])
 def test_kill_9_loses_no_acknowledged_row(tmp_path: Path, mode: str) -> None:

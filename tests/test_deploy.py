@@ -19,6 +19,8 @@ from mtawindows.server.embedded import EmbeddedRedis
 
 from .service_support import ServerProcess
 
+pytestmark = [pytest.mark.server, pytest.mark.redis]
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -25,6 +25,8 @@ from mtawindows.server.naive import NaiveWindow
 from mtawindows.server.policies import CountPolicy
 from mtawindows.server.store import RedisStore
 
+pytestmark = [pytest.mark.slow, pytest.mark.server, pytest.mark.redis]
+
 ALGS = [AmortizedMTA, LogMTA]
 MONOID = Record(n=Count(), s=Sum("v"), t=Max("t"), cat=Concat("v"))
 

@@ -24,6 +24,8 @@ from mtawindows.server.store import MemoryStore
 
 from .cases import ALGORITHMS, CASES, STORES
 
+pytestmark = [pytest.mark.slow]
+
 
 class WindowMachine(RuleBasedStateMachine):
     """One window under test and its oracle, driven by random pushes, inserts, enforcements,

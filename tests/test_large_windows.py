@@ -11,6 +11,8 @@ from mtawindows.server.mta import AmortizedMTA, LogMTA
 from mtawindows.server.policies import CountPolicy, TimeRangePolicy
 from mtawindows.server.store import MemoryStore
 
+pytestmark = [pytest.mark.slow]
+
 REC = Record(n=Count(), s=Sum(), first=First(), last=Last(), hi=Max())
 
 

@@ -17,6 +17,8 @@ from mtawindows.server.policies import AnyOf, CountPolicy, TimeRangePolicy
 from mtawindows.server.redis_store import RedisStore
 from mtawindows.server.store import WouldBlock
 
+pytestmark = [pytest.mark.slow, pytest.mark.redis]
+
 MONOID = Record(n=Count(), s=Sum("v"), m=Max("t"), c=Concat("v"))
 
 

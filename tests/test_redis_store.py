@@ -284,6 +284,7 @@ def test_local_memory_stays_logarithmic_and_evicted_blocks_are_deleted(redis_url
 
 
 # ----------------------------------------------------------------------------- crashes
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["AMTA", "LMTA"])
 def test_sigkill_at_random_points_loses_nothing_acknowledged(
     redis_url: str, algorithm: str

@@ -32,6 +32,8 @@ from mtawindows.v1 import windows_pb2 as pb
 
 from .service_support import ServerProcess, free_port
 
+pytestmark = [pytest.mark.server, pytest.mark.redis]
+
 AGGS = (Aggregation("n", "count"), Aggregation("s", "sum", "x"), Aggregation("m", "max", "x"))
 
 

@@ -37,6 +37,8 @@ from mtawindows.client import (
 
 from .service_support import BIN, ServerProcess
 
+pytestmark = [pytest.mark.server, pytest.mark.redis]
+
 S = 1_000_000_000
 Rows = list[dict[str, Any]]
 

@@ -33,6 +33,8 @@ from mtawindows.spark_connector.transform import sliding_aggregate
 from .service_support import ServerProcess, free_port
 from .spark_support import spark_session
 
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.server, pytest.mark.redis]
+
 T0 = 1_700_000_000
 AGGS = (
     Aggregation("mx", "max", "mem"),

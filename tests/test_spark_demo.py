@@ -9,6 +9,8 @@ import pytest
 
 from mtawindows.spark_connector import demo
 
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.server, pytest.mark.redis]
+
 
 def test_demo_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"

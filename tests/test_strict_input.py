@@ -45,6 +45,8 @@ from mtawindows.v1 import windows_pb2 as pb
 
 from .service_support import BIN, ServerProcess, free_port
 
+pytestmark = [pytest.mark.server, pytest.mark.redis]
+
 AGGS = (Aggregation("n", "count"), Aggregation("s", "sum", "x"), Aggregation("m", "max", "x"))
 STREAMS = ("s", "b")
 LONG = "a" * 100_000  # far past every limit, and past gRPC's 16 KiB metadata limit if echoed

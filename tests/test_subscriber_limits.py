@@ -37,6 +37,8 @@ from mtawindows.v1 import windows_pb2_grpc as pb_grpc
 
 from .service_support import ServerProcess
 
+pytestmark = [pytest.mark.server, pytest.mark.redis]
+
 KIB = 1024
 # count, sum and the last row's text: a result is about as large as the text appended
 AGGS = (Aggregation("n", "count"), Aggregation("s", "sum", "x"), Aggregation("t", "last", "tag"))

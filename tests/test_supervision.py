@@ -45,9 +45,14 @@ from mtawindows.server.embedded import server_binary
 
 from .service_support import BIN, ServerProcess
 
-pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="reads /proc to find the valkey processes"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not sys.platform.startswith("linux"), reason="reads /proc to find the valkey processes"
+    ),
+    pytest.mark.slow,
+    pytest.mark.server,
+    pytest.mark.redis,
+]
 
 ROWS = 20  # rows per batch, each x = 1.0: a window's count and sum tell how many batches it has
 AGGS = (Aggregation("n", "count"), Aggregation("s", "sum", "x"))

@@ -12,30 +12,28 @@ at a time with the same semantics as the MTA windows (longest prefix P with
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from itertools import chain
 from typing import Any
 
 from ..sentinels import UNSET
 from .monoids import Monoid
-from .policies import bind_policy
+from .prefix import PrefixWindow
 
 __all__ = ["TwoStacks"]
 
 
-class TwoStacks:
+class TwoStacks(PrefixWindow):
     algorithm = "TWOSTACKS"
 
     def __init__(self, monoid: Monoid, policy: Any) -> None:
-        self.monoid = monoid
-        self.policy = policy
-        self._policy = bind_policy(policy, monoid)
+        super().__init__(monoid, policy)
         self._combine = monoid.combine
         self._identity = monoid.identity
         # front: list of (value, aggregate of value and everything newer in front); top = oldest
         self._front: list[tuple[Any, Any]] = []
         self._back: list[Any] = []
         self._back_agg: Any = monoid.identity
-        self._total: Any = UNSET
 
     def __len__(self) -> int:
         return len(self._front) + len(self._back)
@@ -66,47 +64,18 @@ class TwoStacks:
             self._total = total
         return total
 
-    def query(self) -> Any:
-        return self.monoid.lower(self.aggregate())
-
-    def _item(self, k: int) -> Any:
-        front = self._front
-        if k < len(front):
-            return front[-1 - k][0]
-        return self._back[k - len(front)]
-
-    def _plan(self) -> int:
-        n = len(self)
-        if n == 0:
-            return 0
-        total = self.aggregate()
-        policy = self._policy
-        combine = self._combine
-        sub = self._item(0)
-        if not policy(total, sub):
-            return 0
-        k = 1
-        while k < n:
-            cand = combine(sub, self._item(k))
-            if not policy(total, cand):
-                break
-            sub = cand
-            k += 1
-        return k
+    def _oldest_first(self) -> Iterator[Any]:
+        return chain((v for v, _ in reversed(self._front)), self._back)
 
     def _evict(self, k: int) -> None:
+        if not k:
+            return
         front = self._front
         for _ in range(k):
             if not front:
                 self._flip()
             front.pop()
         self._total = UNSET
-
-    def enforce(self) -> int:
-        k = self._plan()
-        if k:
-            self._evict(k)
-        return k
 
     def push(self, x: Any) -> Any:
         self.insert(x)

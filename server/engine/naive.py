@@ -8,25 +8,22 @@ semantics (the longest prefix P with ``policy(total, agg(P))``).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..sentinels import UNSET
 from .monoids import Monoid
-from .policies import bind_policy
+from .prefix import PrefixWindow
 
 __all__ = ["NaiveWindow"]
 
 
-class NaiveWindow:
+class NaiveWindow(PrefixWindow):
     algorithm = "NAIVE"
 
     def __init__(self, monoid: Monoid, policy: Any) -> None:
-        self.monoid = monoid
-        self.policy = policy
-        self._policy = bind_policy(policy, monoid)
+        super().__init__(monoid, policy)
         self._items: deque[Any] = deque()
-        self._total: Any = UNSET
         self.inserted = 0
         self.evicted = 0
 
@@ -46,9 +43,6 @@ class NaiveWindow:
             self._total = acc
         return self._total
 
-    def query(self) -> Any:
-        return self.monoid.lower(self.aggregate())
-
     def insert(self, x: Any) -> None:
         u = self.monoid.lift(x)
         self.monoid.combine(self.aggregate(), u)  # refuse what the monoid cannot combine
@@ -56,22 +50,8 @@ class NaiveWindow:
         self._total = UNSET
         self.inserted += 1
 
-    def _plan(self) -> int:
-        items = self._items
-        if not items:
-            return 0
-        total = self.aggregate()
-        combine = self.monoid.combine
-        policy = self._policy
-        sub: Any = UNSET
-        k = 0
-        for u in items:
-            cand = u if sub is UNSET else combine(sub, u)
-            if not policy(total, cand):
-                break
-            sub = cand
-            k += 1
-        return k
+    def _oldest_first(self) -> Iterator[Any]:
+        return iter(self._items)
 
     def _evict(self, k: int) -> None:
         for _ in range(k):
@@ -79,11 +59,6 @@ class NaiveWindow:
         if k:
             self._total = UNSET
             self.evicted += k
-
-    def enforce(self) -> int:
-        k = self._plan()
-        self._evict(k)
-        return k
 
     def push(self, x: Any) -> Any:
         self.insert(x)

@@ -15,6 +15,9 @@ function, under ``TYPE_CHECKING`` or not (a lazy import is still a dependency). 
 from __future__ import annotations
 
 import ast
+import importlib
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -220,3 +223,80 @@ def test_no_cycle_between_server_layers_or_packages() -> None:
 def test_the_cycle_finder_finds_cycles() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+# the flat layout's module paths (README, users, earlier tests) and where each moved
+MOVED = {
+    "mtawindows.server.monoids": "mtawindows.server.engine.monoids",
+    "mtawindows.server.policies": "mtawindows.server.engine.policies",
+    "mtawindows.server.laws": "mtawindows.server.engine.laws",
+    "mtawindows.server.naive": "mtawindows.server.engine.naive",
+    "mtawindows.server.baselines": "mtawindows.server.engine.baselines",
+    "mtawindows.server.validate": "mtawindows.server.engine.validate",
+    "mtawindows.server.demo": "mtawindows.server.engine.demo",
+    "mtawindows.server.mta": "mtawindows.server.engine.mta",
+    "mtawindows.server.redis_store": "mtawindows.server.storage.redis_store",
+    "mtawindows.server.codecs": "mtawindows.server.storage.codecs",
+    "mtawindows.server.embedded": "mtawindows.server.storage.embedded",
+    "mtawindows.server.journal": "mtawindows.server.storage.journal",
+    "mtawindows.server.catalog": "mtawindows.server.service.catalog",
+    "mtawindows.server.cel": "mtawindows.server.service.cel",
+    "mtawindows.server.inputs": "mtawindows.server.service.inputs",
+    "mtawindows.server.fanout": "mtawindows.server.service.fanout",
+    "mtawindows.server.grpc_server": "mtawindows.server.transport.grpc_server",
+    "mtawindows.server.metrics": "mtawindows.server.transport.metrics",
+    "mtawindows.client.types": "mtawindows.v1.types",
+    "mtawindows.client.convert": "mtawindows.v1.convert",
+    "mtawindows.client.proto.windows_pb2": "mtawindows.v1.windows_pb2",
+    "mtawindows.client.proto.windows_pb2_grpc": "mtawindows.v1.windows_pb2_grpc",
+}
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_the_flat_layout_paths_are_the_moved_modules(old: str) -> None:
+    assert importlib.import_module(old) is importlib.import_module(MOVED[old])
+
+
+def test_the_names_users_import_from_old_paths() -> None:
+    from mtawindows.server.engine.amta import AmortizedMTA
+    from mtawindows.server.engine.lmta import LogMTA
+    from mtawindows.server.mta import AmortizedMTA as A
+    from mtawindows.server.mta import LogMTA as L
+    from mtawindows.server.mta import WindowCorruptedError  # noqa: F401
+    from mtawindows.server.sentinels import EMPTY as E
+    from mtawindows.server.service import Deferred, Limits, Registry, ServiceError, Stream, Window
+    from mtawindows.server.storage.memory import MemoryStore
+    from mtawindows.server.storage.redis_store import RedisStore
+    from mtawindows.server.store import EMPTY, TieredLevel
+    from mtawindows.server.store import MemoryStore as M
+    from mtawindows.server.store import RedisStore as R
+
+    assert (AmortizedMTA, LogMTA, MemoryStore, RedisStore, E) == (A, L, M, R, EMPTY)
+    assert all((TieredLevel, Deferred, Limits, Registry, ServiceError, Stream, Window))
+
+
+def test_importing_the_server_loads_no_client_and_the_client_no_server() -> None:
+    code = (
+        "import importlib, pkgutil, sys\n"
+        "import mtawindows.{top} as p\n"
+        "for m in pkgutil.walk_packages(p.__path__, p.__name__ + '.'):\n"
+        "    if not m.name.endswith('__main__'):\n"
+        "        importlib.import_module(m.name)\n"
+        "bad = sorted(n for n in sys.modules if n in {forbidden!r}\n"
+        "             or n.startswith(tuple(f + '.' for f in {forbidden!r})))\n"
+        "print(len([n for n in sys.modules if n.startswith(p.__name__)]), bad)\n"
+    )
+    for top, forbidden in (
+        ("server", ("mtawindows.client", "mtawindows.spark_connector", "mtawindows.cli")),
+        ("client", ("mtawindows.server", "mtawindows.spark_connector", "mtawindows.cli")),
+        ("v1", ("mtawindows.server", "mtawindows.client", "mtawindows.spark_connector")),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-c", code.format(top=top, forbidden=forbidden)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout.split(" ", 1)
+        assert int(out[0]) > 3, (top, out)
+        assert out[1].strip() == "[]", (top, out[1])

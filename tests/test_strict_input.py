@@ -608,6 +608,10 @@ class Boom:
 def factory(field, params):
     if "boom" in params:
         raise RuntimeError(SECRET)
+    if "base" in params:
+        raise BaseException(SECRET)
+    if "exit" in params:
+        raise SystemExit(SECRET)
     return Boom(field)
 """
 
@@ -659,9 +663,16 @@ def test_internal_errors_carry_an_id_and_no_exception_text(plugin_server: Server
         e = refused(srv, c, lambda: c.append("p", {"ts": [5], "x": [13.0]}), "INTERNAL",
                     "INTERNAL", ("p",))  # fmt: skip
         id2 = _internal(e)
-    assert id1 != id2  # a fresh id per error
+        ids = [id1, id2]
+        for kind in ("base", "exit"):  # not an Exception: still an answer, never a hang
+            bad = WindowSpec("p", f"w_{kind}", (Aggregation("b", "boom", "x", {kind: "1"}),),
+                             Policy.count(3), storage=Storage("memory"))  # fmt: skip
+            e = refused(srv, c, lambda b=bad: c.create_window(b), "INTERNAL", "INTERNAL", ("p",))
+            ids.append(_internal(e))
+        assert c.query("p", "w").values["b"] == 2.0  # and the server goes on
+    assert len(set(ids)) == len(ids)  # a fresh id per error
     log = srv.log.read_text()
-    for error_id in (id1, id2):  # the log explains what the caller only names
+    for error_id in ids:  # the log explains what the caller only names
         line = next(line for line in log.splitlines() if error_id in line)
         assert SECRET in line
     assert max(len(line) for line in log.splitlines()) < 16_384  # the 100k text clipped

@@ -60,6 +60,10 @@ NEEDS_STORE = frozenset(
 )
 
 
+# what ends a call by itself: the handler lets these through unmapped
+_PASS_THROUGH = (asyncio.CancelledError, GeneratorExit, KeyboardInterrupt, grpc.aio.AbortError)
+
+
 class WindowServicer(pb_grpc.WindowServiceServicer):
     def __init__(self, registry: Registry, metrics: Metrics, *, workers: int = 8) -> None:
         self.registry = registry
@@ -112,8 +116,10 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         self, method: str, context: grpc.aio.ServicerContext, ex: BaseException
     ) -> NoReturn:
         """End the call for ``ex``: counted, logged and sent as ``status.py`` maps it.
-        Cancellations, a generator's exit and an abort already sent go on as they are."""
-        if not isinstance(ex, Exception) or isinstance(ex, grpc.aio.AbortError):
+        Cancellations, a generator's exit, Ctrl-C and an abort already sent go on as they
+        are; any other BaseException (a plugin's ``SystemExit`` or bare ``BaseException`` on
+        a worker thread) is an internal error like the rest, never a call left hanging."""
+        if isinstance(ex, _PASS_THROUGH):
             raise ex
         end = status.failure(method, ex)
         self.metrics.errors.labels(method, end.code, end.reason).inc()

@@ -79,7 +79,7 @@ class Failure:
     status: grpc.Status
 
 
-def failure(method: str, ex: Exception) -> Failure:
+def failure(method: str, ex: BaseException) -> Failure:
     """The end of ``method`` that ``ex`` escaped from: a refusal (logged at info, bounded) or
     an internal error (logged with its traceback under a fresh id, which the client gets)."""
     refusal = refusal_of(method, ex)
@@ -105,7 +105,7 @@ def failure(method: str, ex: Exception) -> Failure:
     return Failure(refusal.code, refusal.reason, refusal_status(refusal))
 
 
-def refusal_of(method: str, ex: Exception) -> ServiceError | None:
+def refusal_of(method: str, ex: BaseException) -> ServiceError | None:
     """``ex`` as the refusal the client gets; None when it is no refusal (internal)."""
     if isinstance(ex, ServiceError):
         return ex

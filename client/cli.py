@@ -403,8 +403,14 @@ def guarded(command: Callable[[argparse.Namespace], int], args: argparse.Namespa
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The client commands alone (``mtawindows`` adds ``serve``: :mod:`mtawindows.cli`)."""
-    return guarded(run, build_parser().parse_args(argv))
+    """The client commands (``mtawindows`` joins ``serve`` to them: :mod:`mtawindows.cli`).
+    ``serve`` given here, as the flat layout's ``python -m mtawindows.client.cli serve`` did,
+    hands this process over to ``python -m mtawindows.server`` (same pid, same flags): the
+    client never imports the server."""
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["serve"]:
+        os.execv(sys.executable, [sys.executable, "-m", "mtawindows.server", *args[1:]])
+    return guarded(run, build_parser().parse_args(args))
 
 
 if __name__ == "__main__":

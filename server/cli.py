@@ -184,7 +184,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """``python -m mtawindows.server`` and the ``mtawindows-server`` script."""
+    script = os.path.basename(sys.argv[0])
+    prog = script if script.startswith("mtawindows") else "python -m mtawindows.server"
+    args = build_parser(prog).parse_args(argv)
     try:
         return cmd_serve(args)
     except (OSError, ValueError) as ex:  # a taken port, a bad tokens file, ...

@@ -1,17 +1,19 @@
 """``mtawindows.server.store``, the flat layout's path of the stores and level queues (kept
 working): :mod:`~mtawindows.server.storage.protocol`, :mod:`~mtawindows.server.storage.memory`,
-:mod:`~mtawindows.server.storage.levels`, :mod:`~mtawindows.server.storage.redis_store`."""
+:mod:`~mtawindows.server.engine.levels`, :mod:`~mtawindows.server.storage.redis_store`."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .engine.levels import Level, MemoryLevel, TieredLevel
 from .sentinels import EMPTY
-from .storage.levels import Level, MemoryLevel, TieredLevel
 from .storage.memory import MemoryStore
 from .storage.protocol import (
     CorruptDataError,
+    Pair,
     PairStore,
+    SealedPair,
     StoreError,
     StoreStats,
     StoreUnavailableError,
@@ -28,8 +30,10 @@ __all__ = [
     "Level",
     "MemoryLevel",
     "MemoryStore",
+    "Pair",
     "PairStore",
     "RedisStore",
+    "SealedPair",
     "StoreError",
     "StoreStats",
     "StoreUnavailableError",

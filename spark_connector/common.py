@@ -9,7 +9,7 @@ from .arrow import rechunk, sorted_batches, to_stream_table
 from .clients import client_for, client_of, owner
 from .errors import ConnectorError, explained
 from .options import ConnectorOptions, split_endpoints
-from .schemas import check_columns, output_struct_type
+from .schemas import check_columns, output_struct_type, spark_type_name
 from .streams import SCRATCH_MARK, KeyedStreams, is_scratch
 from .tasks import CHUNKS_PER_BATCH, TaskChunks
 
@@ -31,6 +31,7 @@ __all__ = [
     "owner",
     "rechunk",
     "sorted_batches",
+    "spark_type_name",
     "split_endpoints",
     "to_stream_table",
 ]

@@ -31,7 +31,7 @@ from .errors import ConnectorError, explained
 from .options import ConnectorOptions
 from .readers import ResultsReader, ResultsStreamReader, read_schema, results_schema
 from .schemas import check_columns
-from .writer import MtaBatchWriter, MtaCommitMessage, Pusher, StreamWriter
+from .writer import MtaBatchWriter, MtaCommitMessage, Pusher, StreamWriter, push
 
 
 class MtaWindowsDataSource(DataSource):
@@ -84,6 +84,7 @@ __all__ = [
     "ResultsReader",
     "ResultsStreamReader",
     "StreamWriter",
+    "push",
     "results_schema",
     "split_by_key",
 ]

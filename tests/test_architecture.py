@@ -41,7 +41,7 @@ ALLOWED = {
 }
 # the server's layers, bottom first; a module may import its own layer and the ones below
 SERVER_LAYERS = ["sentinels", "storage", "engine", "service", "transport", "cli"]
-SERVER_TOP = {"cli", "__main__"}  # the entry point sits on every layer
+SERVER_TOP = {"cli", "__main__", "demo"}  # entry points sit on every layer
 
 
 def modules() -> dict[str, Path]:
@@ -233,7 +233,6 @@ MOVED = {
     "mtawindows.server.naive": "mtawindows.server.engine.naive",
     "mtawindows.server.baselines": "mtawindows.server.engine.baselines",
     "mtawindows.server.validate": "mtawindows.server.engine.validate",
-    "mtawindows.server.demo": "mtawindows.server.engine.demo",
     "mtawindows.server.mta": "mtawindows.server.engine.mta",
     "mtawindows.server.redis_store": "mtawindows.server.storage.redis_store",
     "mtawindows.server.codecs": "mtawindows.server.storage.codecs",
@@ -300,3 +299,15 @@ def test_importing_the_server_loads_no_client_and_the_client_no_server() -> None
         ).stdout.split(" ", 1)
         assert int(out[0]) > 3, (top, out)
         assert out[1].strip() == "[]", (top, out[1])
+
+
+def test_the_engine_sees_storage_only_through_its_protocol() -> None:
+    allowed = {"mtawindows.server.storage", "mtawindows.server.storage.protocol"}
+    bad = [
+        f"{m}:{line} imports {t}"
+        for m, edges in GRAPH.items()
+        if server_layer(m) == "engine"
+        for t, line in edges
+        if server_layer(t) == "storage" and t not in allowed
+    ]
+    assert not bad, "\n".join(bad)

@@ -18,9 +18,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from ..sentinels import EMPTY, UNSET
-from ..storage.levels import TieredLevel
 from ..storage.protocol import PairStore
 from .ledger import Ledger
+from .levels import TieredLevel
 
 __all__ = ["WindowState", "replay", "restore", "snapshot"]
 

@@ -30,8 +30,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..sentinels import EMPTY, UNSET
-from ..storage.levels import MemoryLevel, TieredLevel
 from ..storage.protocol import PairStore, WindowStore
+from .levels import MemoryLevel, TieredLevel
 
 __all__ = ["LevelForest"]
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from ..sentinels import EMPTY
-from ..storage.levels import TieredLevel
 from .laws import approx_equal
+from .levels import TieredLevel
 
 __all__ = ["InvariantError", "check_window"]
 

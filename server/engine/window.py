@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, NoReturn
 
 from ..sentinels import UNSET
+from ..storage import reopen_store
 from ..storage.protocol import PairStore, StoreError
 from . import checkpoint
 from .forest import LevelForest
@@ -109,11 +110,9 @@ class MTAWindow(LevelForest):
         operation). ``options`` go to :class:`~mtawindows.server.storage.redis_store.RedisStore`
         (block and cache sizes, ``durable``, ...) or to the window (``debug``,
         ``bulk_factor``)."""
-        from ..storage.redis_store import RedisStore
-
         own = {k: options.pop(k) for k in ("debug", "bulk_factor") if k in options}
         try:
-            store = RedisStore.reopen(window_id, url=url, **options)
+            store = reopen_store(window_id, url=url, **options)
         except LookupError as ex:
             msg = f"{cls.__name__}.open: {ex}"
             raise LookupError(msg) from None

@@ -11,10 +11,19 @@ batch's columns against the schema), ``reorder`` (the lateness rule and reorder 
 ``mtawindows.server.service`` was one module in the flat layout; its public names stay here.
 """
 
-from .batch import FINAL, NONE, PER_ROW, Deferred
-from .errors import ServiceError
+from .batch import FINAL, NONE, PER_ROW, Batch, Deferred
+from .errors import (
+    ServiceError,
+    batch_too_large,
+    invalid,
+    new_error_id,
+    store_failed,
+    store_unavailable,
+)
 from .limits import Limits
 from .registry import Registry
+from .specs import STREAM_NAME, check_policy_numbers, check_storage, check_stream_spec
+from .state import SEQUENCE_GAP_AFTER_CRASH, StreamState
 from .stream import Stream
 from .window import Window
 
@@ -22,10 +31,22 @@ __all__ = [
     "FINAL",
     "NONE",
     "PER_ROW",
+    "SEQUENCE_GAP_AFTER_CRASH",
+    "STREAM_NAME",
+    "Batch",
     "Deferred",
     "Limits",
     "Registry",
     "ServiceError",
     "Stream",
+    "StreamState",
     "Window",
+    "batch_too_large",
+    "check_policy_numbers",
+    "check_storage",
+    "check_stream_spec",
+    "invalid",
+    "new_error_id",
+    "store_failed",
+    "store_unavailable",
 ]

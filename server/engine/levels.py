@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol, runtime_checkable
 
-from .protocol import Pair, PairStore, SealedPair, WouldBlock
+from ..storage.protocol import Pair, PairStore, SealedPair, WouldBlock
 
 __all__ = ["Level", "MemoryLevel", "TieredLevel"]
 

@@ -33,9 +33,10 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest
 
-# while working: lint, types and the tests not marked slow or spark (about a minute)
+# while working: lint, types and the tests not marked slow or spark, fewer hypothesis examples
+# (about a minute); `make test` stays the whole suite
 test-fast: lint typecheck
-	$(BIN)/python -m pytest -m "not slow and not spark" -q
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-fast} $(BIN)/python -m pytest -m "not slow and not spark" -q
 
 format: $(STAMP)
 	$(BIN)/ruff format .

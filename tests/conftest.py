@@ -1,6 +1,7 @@
 """Shared fixtures and hypothesis profiles.
 
-Profiles: ``ci`` (default, bounded for a 2-core CI box) and ``thorough`` (local soak):
+Profiles: ``ci`` (default, bounded for a 2-core CI box), ``fast`` (``make test-fast``) and
+``thorough`` (local soak):
 ``HYPOTHESIS_PROFILE=thorough .venv/bin/pytest --timeout 0 tests/test_engine_state_machine.py``
 (about half an hour).
 """
@@ -26,6 +27,14 @@ settings.register_profile(
     "thorough",
     max_examples=400,
     stateful_step_count=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+settings.register_profile(  # make test-fast: a quick look while working
+    "fast",
+    max_examples=15,
+    stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     print_blob=True,

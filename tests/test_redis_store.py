@@ -133,6 +133,7 @@ def test_codec_choice_follows_the_monoid() -> None:
 
 
 # ----------------------------------------------------------------------------- life cycle
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", ALGS)
 @pytest.mark.parametrize("monoid", [REC, NUM], ids=["msgpack", "struct"])
 @pytest.mark.parametrize("durable", [False, True])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -339,7 +340,16 @@ def value_to_proto(v: Any, type_name: str = "") -> pb.Value:
         )
     if isinstance(v, Sequence | set | frozenset):
         return pb.Value(list_value=pb.ValueList(values=[value_to_proto(x) for x in v]))
-    return pb.Value(string_value=repr(v))
+    if isinstance(v, numbers.Integral):  # numpy's ints, ...
+        return value_to_proto(int(v), type_name)
+    if isinstance(v, numbers.Real):  # Decimal is no Real; Fraction, numpy's floats are
+        return pb.Value(double_value=float(v))
+    # never a repr: it may hold what is not the caller's to see (an address, a secret)
+    msg = (
+        f"a value of type {type(v).__name__} has no wire form: expected None, bool, int, "
+        "float, str, a mapping or a sequence of those"
+    )
+    raise TypeError(msg)
 
 
 def value_from_proto(m: pb.Value) -> Any:

@@ -1,6 +1,7 @@
 """Storage: the :class:`~.protocol.PairStore` protocol the engine writes level pairs through
 and the :class:`~.protocol.CheckpointedWindow` protocol a store sees its window through; the
-memory and Redis stores, their codecs, the embedded Redis and the service's stream journal.
+memory and Redis stores, their codecs, the embedded Redis (with its data-directory lock and its
+child processes) and the service's stream journal.
 Imports nothing above it (the engine reaches it, never the other way round).
 
 :func:`reopen_store` finds a window's durable store again by its id: the engine reopens a

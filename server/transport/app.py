@@ -27,7 +27,8 @@ from mtawindows.v1 import windows_pb2 as pb
 
 from ..service.limits import Limits
 from ..service.registry import Registry
-from ..storage.embedded import DataDirLock, EmbeddedRedis, EmbeddedRedisError
+from ..storage.datadir import DataDirLock
+from ..storage.embedded import EmbeddedRedis, EmbeddedRedisError
 from ..storage.protocol import StoreError, StoreUnavailableError
 from .auth import TokenAuth
 from .metrics import Metrics

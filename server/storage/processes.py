@@ -1,0 +1,157 @@
+"""Child processes that die with their owner, and a look at other processes.
+
+On Linux a child is started through a few lines of Python (:data:`_DIE_WITH_PARENT`, see
+:func:`dying_with_parent`) that set ``PR_SET_PDEATHSIG`` to SIGKILL and then ``exec`` the real
+program, so the kernel kills it when the process that started it dies, however it dies (kill -9
+included). The signal follows the *thread* that forked the child, so every child is started
+(:func:`spawn`) from one daemon thread that lives as long as the process; a forked process
+starts a thread of its own. :func:`_process` reads what a pid runs (``/proc``, else ``ps``),
+:func:`_servers_naming` finds the Redis-compatible servers on a socket, :func:`_describe_exit`
+says how a child ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from queue import SimpleQueue
+from typing import Any, TypeVar
+
+_LINUX = sys.platform.startswith("linux")
+_T = TypeVar("_T")
+
+# Run by ``python -I -S -c`` between fork and the server's exec: ask for SIGKILL when the
+# parent dies, then make sure the parent did not die before that (argv[1] is its pid).
+_DIE_WITH_PARENT = """\
+import ctypes, os, sys
+try:
+    ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+except Exception:
+    pass
+if os.getppid() != int(sys.argv[1]):
+    sys.exit("mtawindows: the owner of this embedded Redis died before it started")
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def dying_with_parent(args: list[str]) -> list[str]:
+    """The command line that runs ``args`` killed with this process (on Linux, through
+    :data:`_DIE_WITH_PARENT`; elsewhere ``args`` as they are)."""
+    if _LINUX and sys.executable:
+        owner = str(os.getpid())
+        return [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, owner, *args]
+    return args
+
+
+class _Spawner:
+    """Starts child processes from one daemon thread that lives as long as the process: Linux
+    sends ``PR_SET_PDEATHSIG`` when the *thread* that forked the child exits, so a child
+    started from ``asyncio.to_thread`` or a pool thread could be killed while its owner lives."""
+
+    def __init__(self) -> None:
+        self._jobs: SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._guard = threading.Lock()
+
+    def call(self, fn: Callable[[], _T]) -> _T:
+        with self._guard:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="mtaw-spawner", daemon=True)
+                self._thread.start()
+        fut: Future[_T] = Future()
+        self._jobs.put((fn, fut))
+        return fut.result()
+
+    def _loop(self) -> None:
+        while True:
+            fn, fut = self._jobs.get()
+            try:
+                fut.set_result(fn())
+            except BaseException as ex:
+                fut.set_exception(ex)
+
+
+_spawner = _Spawner()
+
+
+def _reset_spawner() -> None:  # a forked child starts with no thread of its own
+    global _spawner
+    _spawner = _Spawner()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_spawner)
+
+
+def spawn(fn: Callable[[], _T]) -> _T:
+    """``fn()`` (which starts a child process) run on the spawner thread of this process."""
+    return _spawner.call(fn)
+
+
+def _process(pid: int) -> tuple[str, str] | None:
+    """(executable name, command line) of process ``pid``; None if there is none or it is a
+    zombie."""
+    if _LINUX:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            if stat.rpartition(")")[2].split()[:1] == ["Z"]:
+                return None
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return None
+        cmd = raw.replace(b"\0", b" ").decode(errors="replace")
+        try:
+            exe = os.readlink(f"/proc/{pid}/exe")
+        except OSError:  # another user's process: its title's first word
+            exe = cmd.split(" ", 1)[0]
+        return Path(exe).name, cmd
+    try:
+        out = subprocess.run(
+            ["ps", "-o", "stat=,command=", "-p", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    state, _, cmd = out.partition(" ")
+    if not out or state.startswith("Z"):
+        return None
+    cmd = cmd.strip()
+    return Path(cmd.split(" ", 1)[0]).name, cmd
+
+
+def _alive(pid: int) -> bool:
+    return _process(pid) is not None
+
+
+def _servers_naming(socket: str, pids: list[int] | None = None) -> list[int]:
+    """The live Redis-compatible servers (valkey-server, redis-server and their fork children,
+    by executable) among ``pids`` (default: every process, Linux only) whose command line
+    names ``socket`` (valkey shows its unix socket in its process title)."""
+    if pids is None:
+        if not _LINUX:
+            return []
+        pids = [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()]
+    found = []
+    for pid in pids:
+        proc = _process(pid) if pid != os.getpid() else None
+        if proc is not None and proc[0].startswith(("valkey", "redis-")) and socket in proc[1]:
+            found.append(pid)
+    return found
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+        return f"killed by signal {-code}"
+    return f"exited with status {code}"

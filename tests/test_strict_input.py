@@ -582,6 +582,8 @@ def test_log_lines_stay_bounded(server: ServerProcess, stub: Any, client: Window
 # --------------------------------------------------------------------------- internal errors
 
 PLUGIN = """
+import asyncio
+
 SECRET = "s3cret-internal-detail /var/lib/mtaw"
 
 
@@ -610,11 +612,24 @@ def factory(field, params):
         raise RuntimeError(SECRET)
     if "base" in params:
         raise BaseException(SECRET)
-    if "exit" in params:
-        raise SystemExit(SECRET)
+    raising = {
+        "exit": SystemExit,
+        "interrupt": KeyboardInterrupt,
+        "genexit": GeneratorExit,
+        "cancel": asyncio.CancelledError,
+    }
+    for name, kind in raising.items():
+        if name in params:
+            raise kind(SECRET)
     boom = Boom(field)
     if "opaque" in params:  # a result with no wire form (its repr holds an address)
         boom.lower = lambda agg: object()
+    if "lower_interrupt" in params:  # on whatever thread lowers the result
+
+        def lower(agg):
+            raise KeyboardInterrupt(SECRET)
+
+        boom.lower = lower
     return boom
 """
 
@@ -667,7 +682,8 @@ def test_internal_errors_carry_an_id_and_no_exception_text(plugin_server: Server
                     "INTERNAL", ("p",))  # fmt: skip
         id2 = _internal(e)
         ids = [id1, id2]
-        for kind in ("base", "exit"):  # not an Exception: still an answer, never a hang
+        for kind in ("base", "exit", "interrupt", "genexit", "cancel"):  # no Exception: still an
+            # answer (never a hang, never the server's end)
             bad = WindowSpec("p", f"w_{kind}", (Aggregation("b", "boom", "x", {kind: "1"}),),
                              Policy.count(3), storage=Storage("memory"))  # fmt: skip
             e = refused(srv, c, lambda b=bad: c.create_window(b), "INTERNAL", "INTERNAL", ("p",))
@@ -677,19 +693,32 @@ def test_internal_errors_carry_an_id_and_no_exception_text(plugin_server: Server
                             Policy.count(3), storage=Storage("memory"))  # fmt: skip
         c.create_window(opaque)
         c.append("p", {"ts": [6], "x": [1.0]})
+        interrupt = WindowSpec("p", "w_interrupt",
+                               (Aggregation("b", "boom", "x", {"lower_interrupt": "1"}),),
+                               Policy.count(3), storage=Storage("memory"))  # fmt: skip
+        c.create_window(interrupt)
+        for results in ("none", "final"):  # a small append lowers on the event loop's thread
+            with pytest.raises(MtaWindowsError) as info:
+                c.append("p", {"ts": [7], "x": [1.0]}, results=results, windows=["w_interrupt"])
+            assert (info.value.code, info.value.reason) == ("INTERNAL", "INTERNAL")
+            ids.append(_internal(info.value))
+            assert srv.health() == "SERVING"
+        c.delete_window("p", "w_interrupt")
         with pytest.raises(MtaWindowsError) as info:  # a result with no wire form: no repr
             c.query("p", "w_opaque")
         assert (info.value.code, info.value.reason) == ("INTERNAL", "INTERNAL")
         assert "object at 0x" not in str(info.value)
         opaque_id = _internal(info.value)
-        assert c.query("p", "w").values["b"] == 3.0  # the row went in; the rest goes on
+        # the rows went in (a broken lower fails the answer, after the windows took the rows)
+        assert c.query("p", "w").values["b"] == 5.0
         assert srv.health() == "SERVING"
     assert len({*ids, opaque_id}) == len(ids) + 1  # a fresh id per error
     log = srv.log.read_text()
     assert "no wire form" in next(line for line in log.splitlines() if opaque_id in line)
-    for error_id in ids:  # the log explains what the caller only names
+    for error_id in ids:  # the log explains what the caller only names (its traceback)
         line = next(line for line in log.splitlines() if error_id in line)
-        assert SECRET in line
+        assert "Traceback" in line or SECRET in line
+    assert sum(SECRET in line for line in log.splitlines() if "internal error" in line) >= 4
     assert max(len(line) for line in log.splitlines()) < 16_384  # the 100k text clipped
 
 

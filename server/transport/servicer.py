@@ -60,8 +60,19 @@ NEEDS_STORE = frozenset(
 )
 
 
-# what ends a call by itself: the handler lets these through unmapped
-_PASS_THROUGH = (asyncio.CancelledError, GeneratorExit, KeyboardInterrupt, grpc.aio.AbortError)
+def _ends_the_call(ex: BaseException, streaming: bool) -> bool:
+    """Whether ``ex`` is the call ending by itself, to let through unmapped: an abort already
+    sent, a cancellation of this very call (its task is being cancelled: a deadline, a
+    client's cancel, a shutdown), or a stream's generator being closed. Anything else, a
+    plugin's KeyboardInterrupt, SystemExit, GeneratorExit or CancelledError included, is an
+    internal error: a real Ctrl-C never reaches a handler (the server takes SIGINT and SIGTERM
+    itself)."""
+    if isinstance(ex, grpc.aio.AbortError):
+        return True
+    if isinstance(ex, asyncio.CancelledError):
+        task = asyncio.current_task()
+        return task is not None and task.cancelling() > 0
+    return streaming and isinstance(ex, GeneratorExit)
 
 
 class WindowServicer(pb_grpc.WindowServiceServicer):
@@ -113,13 +124,16 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             raise status.store_unavailable_refusal(method, self.store_down)
 
     async def fail(
-        self, method: str, context: grpc.aio.ServicerContext, ex: BaseException
+        self,
+        method: str,
+        context: grpc.aio.ServicerContext,
+        ex: BaseException,
+        *,
+        streaming: bool = False,
     ) -> NoReturn:
-        """End the call for ``ex``: counted, logged and sent as ``status.py`` maps it.
-        Cancellations, a generator's exit, Ctrl-C and an abort already sent go on as they
-        are; any other BaseException (a plugin's ``SystemExit`` or bare ``BaseException`` on
-        a worker thread) is an internal error like the rest, never a call left hanging."""
-        if isinstance(ex, _PASS_THROUGH):
+        """End the call for ``ex``: counted, logged and sent as ``status.py`` maps it, unless
+        the call is ending by itself (:func:`_ends_the_call`); never a call left hanging."""
+        if _ends_the_call(ex, streaming):
             raise ex
         end = status.failure(method, ex)
         self.metrics.errors.labels(method, end.code, end.reason).inc()
@@ -419,7 +433,7 @@ def _guard_stream(servicer: WindowServicer, method: str, fn: Callable[..., Any])
             async for event in events:
                 yield event
         except BaseException as ex:
-            await servicer.fail(method, context, ex)
+            await servicer.fail(method, context, ex, streaming=True)
         finally:
             if events is not None:  # the handler's own cleanup runs now, not at collection
                 await events.aclose()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import sys
 import time
@@ -43,9 +44,14 @@ def telemetry(seed: int) -> Iterator[dict[str, Any]]:
         yield {"ts": ts, "mem_gib": max(value, 0.0)}
 
 
+def _prog() -> str:
+    script = os.path.basename(sys.argv[0])
+    return script if script.startswith("mtawindows") else "python -m mtawindows.server.demo"
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
-        prog="python -m mtawindows.server.demo",
+        prog=_prog(),
         description="Stream generated telemetry through an MTA window of the last 10 minutes.",
     )
     ap.add_argument("--items", type=int, default=300_000, help="readings to stream [300000]")
@@ -130,7 +136,7 @@ def _stream(args: argparse.Namespace, window: Any, monoid: Any, policy: Any) -> 
                 f"{out['mean']:>7.2f} {out['sd'] or 0:>7.3f} {st['evicted']:>9,} "
                 f"{st['bulk_evictions']:>5} {us:>8.2f}"
             )
-        if args.check_every and i % args.check_every == 0:
+        if args.check_every and (i % args.check_every == 0 or i >= args.items):  # + the last
             newest = row["ts"]
             recent = [r for r in recent if newest - r["ts"] < args.range]
             oracle = NaiveWindow(monoid, policy)

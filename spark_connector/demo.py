@@ -61,7 +61,7 @@ def generate(spark: Any, hosts: int, hours: int, every: float, folder: Path) -> 
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="mtawindows-spark-demo", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="mtawindows-demo", description=__doc__.split("\n")[0])
     p.add_argument("--hosts", type=int, default=12)
     p.add_argument("--hours", type=int, default=6)
     p.add_argument("--every", type=float, default=2.0, help="seconds between readings")

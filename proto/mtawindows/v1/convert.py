@@ -391,7 +391,8 @@ def result_to_proto(r: WindowResult, types: Mapping[str, str]) -> pb.WindowResul
 def result_from_proto(m: pb.WindowResult) -> WindowResult:
     return WindowResult(
         window=m.window,
-        values={k: value_from_proto(v) for k, v in m.values.items()},
+        # a protobuf map has no order: by name, so that the same result prints the same
+        values={k: value_from_proto(m.values[k]) for k in sorted(m.values)},
         size=m.size,
         evicted=m.evicted,
         sequence=m.sequence,

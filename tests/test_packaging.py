@@ -1,4 +1,5 @@
-"""The layout promises: three sub-packages of the implicit namespace `mtawindows`, and no
+"""The layout promises: the sub-packages of the implicit namespace `mtawindows` (all of them in
+the distribution), and no
 generic top-level `server` or `client` module installed."""
 
 from __future__ import annotations
@@ -35,3 +36,19 @@ def test_public_engine_api_names() -> None:
     for cls in (AmortizedMTA, LogMTA, NaiveWindow):
         for attr in ("insert", "enforce", "query", "push", "extend", "__len__"):
             assert callable(getattr(cls, attr)), (cls, attr)
+
+
+def test_every_package_folder_is_in_the_distribution() -> None:
+    """setuptools takes an explicit package list (the folders map onto ``mtawindows.*`` by
+    package-dir): a sub-package missing from it would be missing from every install."""
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    tool = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(tool["packages"])
+    found = set()
+    for package, folder in tool["package-dir"].items():
+        for init in (root / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(root / folder).parts
+            found.add(".".join((package, *rel)))
+    assert found == listed

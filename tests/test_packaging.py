@@ -1,6 +1,5 @@
 """The layout promises: the sub-packages of the implicit namespace `mtawindows` (all of them in
-the distribution), and no
-generic top-level `server` or `client` module installed."""
+the distribution), and no generic top-level `server` or `client` module installed."""
 
 from __future__ import annotations
 

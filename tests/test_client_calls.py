@@ -174,3 +174,17 @@ def test_async_client_follows_the_same_policy(scripted: ScriptedServer) -> None:
 def test_bad_token_opens_no_channel() -> None:
     with pytest.raises(ValueError, match="token: expected a bearer token"):
         WindowClient(TARGET, token="has space")
+
+
+def test_a_value_that_does_not_fit_its_column_is_named_before_any_call() -> None:
+    schema = {"x": "DOUBLE", "n": "INT64"}
+    for rows, where in (
+        (
+            {"ts": [1, 2], "x": [1.0, "abc"], "n": [1, 2]},
+            "column 'x': expected DOUBLE values, got str 'abc' at row 1",
+        ),
+        ([{"ts": 1, "x": 1.0, "n": 2**70}], "column 'n': expected INT64 values, got int"),
+    ):
+        with pytest.raises(TypeError) as info:
+            append_request("s", rows, schema, None, None, "none", ())
+        assert where in str(info.value)

@@ -423,15 +423,27 @@ def column_to_proto(name: str, type_name: str, values: Sequence[Any]) -> pb.Colu
         fill: Any = {"doubles": math.nan, "strings": "", "bools": False}.get(kind, 0)
         values = [fill if v is None else v for v in values]
     col = pb.Column(name=name, nulls=nulls if has_null else ())
-    if kind == "doubles":
-        col.doubles.values.extend(values)
-    elif kind == "strings":
-        col.strings.values.extend(values)
-    elif kind == "bools":
-        col.bools.values.extend(values)
-    else:
-        getattr(col, kind).values.extend(values)
+    packed = getattr(col, kind).values
+    try:
+        packed.extend(values)
+    except (TypeError, ValueError):
+        raise _bad_value(name, type_name, values) from None
     return col
+
+
+def _bad_value(name: str, type_name: str, values: Sequence[Any]) -> TypeError:
+    """The error for a column whose values protobuf refused: the column, the type it expected
+    and the first value that does not fit (shown short)."""
+    probe = getattr(pb.Column(), _KIND_OF_TYPE[type_name]).values
+    for i, v in enumerate(values):
+        try:
+            probe.append(v)
+        except (TypeError, ValueError):
+            return TypeError(
+                f"column {show(name)}: expected {type_name} values, got {type(v).__name__} "
+                f"{show(v)} at row {i}"
+            )
+    return TypeError(f"column {show(name)}: expected {type_name} values")  # pragma: no cover
 
 
 def column_from_proto(col: pb.Column) -> tuple[str, list[Any]]:

@@ -22,12 +22,8 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 
-# mypy sees the packages under their import names through a tree of links (see pyproject)
-TYPETREE := build/typecheck/mtawindows
+# mypy sees the packages under their import names through .typecheck/ (links; see pyproject)
 typecheck: $(STAMP)
-	@mkdir -p $(TYPETREE)
-	@ln -sfn ../../../proto/mtawindows/v1 $(TYPETREE)/v1
-	@for p in server client spark_connector cli; do ln -sfn ../../../$$p $(TYPETREE)/$$p; done
 	$(BIN)/mypy
 
 unit: $(STAMP)

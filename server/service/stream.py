@@ -74,13 +74,9 @@ class Stream:
     def __init__(self, spec: StreamSpec) -> None:
         self.spec = spec
         self.schema = Schema(spec)
-        self.types = self.schema.types
-        self.nan_ok = self.schema.nan_ok
-        self.order = self.schema.order
         self.windows: dict[str, Window] = {}
         self.state = StreamState()
         self.reorder = Reorder(spec)
-        self.lateness = self.reorder.lateness
         self.batches = 0
         self.listeners: list[Callable[[int, Mapping[str, WindowResult]], None]] = []
         # Held by every operation on the stream's windows and state, on whatever thread runs
@@ -193,7 +189,7 @@ class Stream:
         """Whether a batch may be tried on the event loop: small, no reorder buffer, no window
         that journals (a Redis round trip per batch) or is reloading, and either one row or
         only windows that take a batch in one step (a window cannot stop halfway)."""
-        if n_rows > 256 or self.lateness:
+        if n_rows > 256 or self.reorder.lateness:
             return False
         if self.journal is not None or self.stale:
             return False
@@ -258,8 +254,8 @@ class Stream:
         rows_idx, late = self.reorder.admit(self.state, cols[0])
         if rows_idx is not None:
             cols = [[c[i] for i in rows_idx] for c in cols]
-        names = self.order
-        if not self.lateness:
+        names = self.schema.order
+        if not self.reorder.lateness:
             return dict(zip(names, cols, strict=True)), None, late, 0
         rows = [dict(zip(names, r, strict=True)) for r in zip(*cols, strict=True)]
         rows, buffered = self.reorder.release(self.state, rows)
@@ -276,8 +272,9 @@ class Stream:
                 lifted[name] = win.lift_columns(columns_of)
                 continue
             if rows is None:
-                cols = [columns_of[n] for n in self.order]
-                rows = [dict(zip(self.order, r, strict=True)) for r in zip(*cols, strict=True)]
+                names = self.schema.order
+                cols = [columns_of[n] for n in names]
+                rows = [dict(zip(names, r, strict=True)) for r in zip(*cols, strict=True)]
             lift = win.lift
             try:
                 lifted[name] = [lift(r) for r in rows]

@@ -178,13 +178,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         try:
             check_limits(text, CelLimits(limits.max_cel_bytes, limits.max_cel_depth))
         except CelError as ex:
-            raise ServiceError(
-                "INVALID_ARGUMENT",
-                ex.code,
-                f"spec.policy.expression.cel: {ex}",
-                [("spec.policy.expression.cel", str(ex))],
-                ex.metadata,
-            ) from None
+            raise invalid("spec.policy.expression.cel", str(ex), ex.code, ex.metadata) from None
 
     async def DeleteWindow(self, request: pb.DeleteWindowRequest, context: Any) -> Any:
         self.registry.window(request.stream, request.name)

@@ -47,6 +47,22 @@ class Reason(StrEnum):
         "are idempotent)",
     )
     SERVER_STOPPING = "SERVER_STOPPING", "the server is stopping: call again later or elsewhere"
+    # -- the cluster
+    NOT_OWNER = (
+        "NOT_OWNER",
+        "another server owns the stream (FAILED_PRECONDITION): call it at metadata owner "
+        "(host:port); its member id and lease token are owner_id and token",
+    )
+    STREAM_MOVING = (
+        "STREAM_MOVING",
+        "the stream has no live owner right now (its server died or hands it over): retry "
+        "after metadata retry_after_ms, anywhere (UNAVAILABLE)",
+    )
+    FENCED = (
+        "FENCED",
+        "this server lost the stream's lease while writing (a newer owner exists): nothing was "
+        "applied; call the owner (UNAVAILABLE, the server's own record)",
+    )
     # -- streams and windows
     STREAM_NOT_FOUND = "STREAM_NOT_FOUND", "no stream of that name"
     WINDOW_NOT_FOUND = (

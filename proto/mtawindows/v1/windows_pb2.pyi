@@ -511,3 +511,47 @@ class SubscribeEvent(_message.Message):
     batch: int
     result: WindowResult
     def __init__(self, batch: _Optional[int] = ..., result: _Optional[_Union[WindowResult, _Mapping]] = ...) -> None: ...
+
+class ClusterMember(_message.Message):
+    __slots__ = ("id", "address", "incarnation", "heartbeat_age_ms", "streams")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    address: str
+    incarnation: str
+    heartbeat_age_ms: int
+    streams: int
+    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., incarnation: _Optional[str] = ..., heartbeat_age_ms: _Optional[int] = ..., streams: _Optional[int] = ...) -> None: ...
+
+class StreamOwner(_message.Message):
+    __slots__ = ("stream", "member", "address", "token")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    member: str
+    address: str
+    token: int
+    def __init__(self, stream: _Optional[str] = ..., member: _Optional[str] = ..., address: _Optional[str] = ..., token: _Optional[int] = ...) -> None: ...
+
+class GetClusterMapRequest(_message.Message):
+    __slots__ = ("streams",)
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    streams: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, streams: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ClusterMap(_message.Message):
+    __slots__ = ("self", "members", "owners", "lease_ms")
+    SELF_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    OWNERS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    self: str
+    members: _containers.RepeatedCompositeFieldContainer[ClusterMember]
+    owners: _containers.RepeatedCompositeFieldContainer[StreamOwner]
+    lease_ms: int
+    def __init__(self_, self: _Optional[str] = ..., members: _Optional[_Iterable[_Union[ClusterMember, _Mapping]]] = ..., owners: _Optional[_Iterable[_Union[StreamOwner, _Mapping]]] = ..., lease_ms: _Optional[int] = ...) -> None: ...

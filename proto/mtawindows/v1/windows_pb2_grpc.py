@@ -94,6 +94,11 @@ class WindowServiceStub:
                 request_serializer=mtawindows_dot_v1_dot_windows__pb2.ReadResultsRequest.SerializeToString,
                 response_deserializer=mtawindows_dot_v1_dot_windows__pb2.ReadResultsResponse.FromString,
                 _registered_method=True)
+        self.GetClusterMap = channel.unary_unary(
+                '/mtawindows.v1.WindowService/GetClusterMap',
+                request_serializer=mtawindows_dot_v1_dot_windows__pb2.GetClusterMapRequest.SerializeToString,
+                response_deserializer=mtawindows_dot_v1_dot_windows__pb2.ClusterMap.FromString,
+                _registered_method=True)
 
 
 class WindowServiceServicer:
@@ -171,6 +176,12 @@ class WindowServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetClusterMap(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WindowServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -233,6 +244,11 @@ def add_WindowServiceServicer_to_server(servicer, server):
                     servicer.ReadResults,
                     request_deserializer=mtawindows_dot_v1_dot_windows__pb2.ReadResultsRequest.FromString,
                     response_serializer=mtawindows_dot_v1_dot_windows__pb2.ReadResultsResponse.SerializeToString,
+            ),
+            'GetClusterMap': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetClusterMap,
+                    request_deserializer=mtawindows_dot_v1_dot_windows__pb2.GetClusterMapRequest.FromString,
+                    response_serializer=mtawindows_dot_v1_dot_windows__pb2.ClusterMap.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -559,6 +575,33 @@ class WindowService:
             '/mtawindows.v1.WindowService/ReadResults',
             mtawindows_dot_v1_dot_windows__pb2.ReadResultsRequest.SerializeToString,
             mtawindows_dot_v1_dot_windows__pb2.ReadResultsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetClusterMap(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mtawindows.v1.WindowService/GetClusterMap',
+            mtawindows_dot_v1_dot_windows__pb2.GetClusterMapRequest.SerializeToString,
+            mtawindows_dot_v1_dot_windows__pb2.ClusterMap.FromString,
             options,
             channel_credentials,
             insecure,

@@ -11,6 +11,7 @@ COPY proto ./proto
 COPY server ./server
 COPY client ./client
 COPY spark_connector ./spark_connector
+COPY cli ./cli
 RUN pip install . && pip install grpcio-health-checking \
     && useradd --system --uid 10001 mtaw && mkdir -p /data && chown mtaw /data
 

@@ -92,6 +92,13 @@ def add_serve_flags(s: argparse.ArgumentParser) -> None:
     _flag(s, "--host", "bind address", default="127.0.0.1")
     _flag(s, "--port", "port, 0 = any", kind=int, default=50051)
     _flag(s, "--port-file", "write the bound port here")
+    _flag(
+        s,
+        "--workers",
+        "server processes on this node, each a member of the cluster, on ports port..port+N-1",
+        kind=int,
+        default=1,
+    )
     s.add_argument(
         "--reuse-port",
         action="store_true",
@@ -109,6 +116,28 @@ def add_serve_flags(s: argparse.ArgumentParser) -> None:
         kind=int,
         default=5,
     )
+    _flag(
+        s,
+        "--advertise",
+        "host:port clients reach this server at, its member id in the cluster (default: the "
+        "bound host and port)",
+    )
+    _flag(
+        s,
+        "--lease-ms",
+        "lease of a stream's owner: a dead server's streams move after it (renewed every quarter)",
+        kind=int,
+        default=2000,
+    )
+    _flag(
+        s,
+        "--redis-wait-replicas",
+        "replicas that must hold a durable write before it is acknowledged (Redis WAIT; 0 = "
+        "do not wait)",
+        kind=int,
+        default=0,
+    )
+    _flag(s, "--redis-wait-ms", "how long WAIT waits for them", kind=int, default=1000)
     _flag(s, "--tls-cert", "PEM certificate")
     _flag(s, "--tls-key", "PEM private key")
     _flag(
@@ -147,6 +176,10 @@ def build_parser(prog: str = "python -m mtawindows.server") -> argparse.Argument
 def cmd_serve(args: argparse.Namespace) -> int:
     tokens = load_tokens(args.tokens_file, os.environ)  # first: a bad source starts nothing
     setup_logging(args.log_level, args.log_format)
+    if args.workers != 1:  # a supervisor of N server processes (server/workers.py)
+        from .workers import run_workers
+
+        return run_workers(args, build_parser())
     cfg = ServeConfig(
         host=args.host,
         port=args.port,
@@ -174,6 +207,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         port_file=args.port_file,
         reuse_port=args.reuse_port,
         redis_restarts=args.redis_restarts,
+        advertise=args.advertise,
+        lease_ms=args.lease_ms,
+        wait_replicas=args.redis_wait_replicas,
+        wait_ms=args.redis_wait_ms,
     )
     try:
         serve(cfg)

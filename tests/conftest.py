@@ -9,10 +9,12 @@ Profiles: ``ci`` (default, bounded for a 2-core CI box), ``fast`` (``make test-f
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+from .cluster_support import RedisClusterProcesses
 from .redis_support import redis_url as _redis_url
 
 settings.register_profile(
@@ -54,3 +56,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def redis_url() -> str:
     """``REDIS_URL``, else a testcontainers Redis if Docker answers, else the embedded server."""
     return _redis_url()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterProcesses]:
+    """A real Redis Cluster for the session: six valkey-server processes on loopback, three
+    primaries with a replica each (:mod:`.cluster_support`). A test that damages a cluster
+    (a failover) starts its own :class:`RedisClusterProcesses` instead."""
+    with RedisClusterProcesses() as cluster:
+        yield cluster

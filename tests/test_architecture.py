@@ -41,7 +41,7 @@ ALLOWED = {
 }
 # the server's layers, bottom first; a module may import its own layer and the ones below
 SERVER_LAYERS = ["sentinels", "storage", "engine", "service", "transport", "cli"]
-SERVER_TOP = {"cli", "__main__", "demo"}  # entry points sit on every layer
+SERVER_TOP = {"cli", "__main__", "demo", "workers"}  # entry points sit on every layer
 
 
 def modules() -> dict[str, Path]:

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import clip
 
+from ..storage.cluster import FencedError
+
 log = logging.getLogger("mtawindows.service")
 
 
@@ -75,8 +77,22 @@ def store_failed(
 
 
 def store_unavailable(stream: str, ex: BaseException, window: str | None = None) -> ServiceError:
+    if isinstance(ex, FencedError):
+        return fenced_out(stream)
     where = f"stream {stream!r}" + (f", window {window!r}" if window else "")
     return store_failed(where, ex, {"stream": stream})
+
+
+def fenced_out(stream: str) -> ServiceError:
+    """A write of ``stream`` was refused by its fence (a newer owner holds it), or the stream
+    left this server while the call waited: nothing of the call was applied. The server's own
+    record: the gRPC layer drops the stream and answers where its owner is."""
+    return ServiceError(
+        "UNAVAILABLE",
+        Reason.FENCED,
+        f"stream {stream!r} moved to another server while this call ran; nothing was applied",
+        metadata={"stream": stream},
+    )
 
 
 def not_found(reason: str, message: str, **metadata: str) -> ServiceError:

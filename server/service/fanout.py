@@ -237,6 +237,14 @@ class Fanout:
         for sub in list(subs or ()):
             self._end(sub, _gone(stream, window))
 
+    def stream_moved(self, stream: str, ending: Ending) -> None:
+        """End the subscriptions of a stream this server no longer owns with ``ending`` (the
+        new owner's address): subscribers resubscribe there and catch up with ReadResults."""
+        feed = self.feeds.get(stream)
+        for subs in list(feed.windows.values()) if feed is not None else ():
+            for sub in list(subs):
+                self._end(sub, ending)
+
     def shutdown(self) -> None:
         """The server is stopping: end every subscription (UNAVAILABLE, ``SERVER_STOPPING``)
         so that a graceful stop does not wait its whole grace period for calls that never end

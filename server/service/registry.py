@@ -1,7 +1,18 @@
 """The registry of a server's streams (:class:`Registry`): create and delete streams and
 windows, their definitions persisted in Redis next to the windows' data, each stream's flush
-(checkpoints and saved state) and its recovery, and the restore of everything at start-up,
-so a restarted server reopens every window where its last acknowledged batch left it.
+(checkpoints and saved state) and its recovery; opening a stream from Redis (:meth:`adopt`: a
+restarted server, or a new owner, reopens every window where its last acknowledged batch left
+it) and letting it go (:meth:`release` with a last flush, :meth:`drop` without a write).
+
+Keys of a stream, all under its hash tag (one Redis Cluster slot; see storage/cluster.py and
+storage/journal.py)::
+
+    {prefix}:svc:{<stream>}:def      hash    "spec": StreamSpec; "w:<window>": its record
+    {prefix}:svc:{<stream>}:journal / :state / :lease / :fence
+    {prefix}:{<stream>}:w:<id>:...   the windows' data
+    {prefix}:svc:index               set     every stream's name (the only key of all)
+
+Every write of a stream goes through its fence (the owner's token) when it has one.
 
 Calls on one stream must be serialized by the caller (the gRPC layer holds a per-stream lock
 and runs them on worker threads); different streams run in parallel.
@@ -16,12 +27,15 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import redis
+
 from mtawindows.v1 import convert
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import StreamInfo, StreamSpec, WindowInfo, WindowResult, WindowSpec
 
 from ..engine.mta import AmortizedMTA, LogMTA
+from ..storage.cluster import Fence, Op, fenced, stream_tag
 from ..storage.journal import StreamJournal
 from ..storage.protocol import StoreError
 from .catalog import Built, DefinitionError, build_window
@@ -52,20 +66,33 @@ class Registry:
     """All streams of a server, their definitions persisted under ``{prefix}:svc:*`` in Redis."""
 
     def __init__(
-        self, redis_url: str | None, *, limits: Limits | None = None, prefix: str = "mtaw"
+        self,
+        redis_url: str | None,
+        *,
+        limits: Limits | None = None,
+        prefix: str = "mtaw",
+        wait: Callable[..., Any] | None = None,
     ) -> None:
-        import redis
-
+        from ..storage.connect import connect
         from ..storage.embedded import default_url
 
         self.url = redis_url or default_url()
         self.limits = limits or Limits()
         self.prefix = prefix
-        self.redis: Any = redis.Redis.from_url(self.url, socket_timeout=10)
+        self.redis: Any = connect(self.url, timeout=10)
+        self.wait = wait  # journal writes wait for replicas through it (storage.connect)
         self.streams: dict[str, Stream] = {}
-        self.guard = threading.Lock()  # create/delete of streams and windows
+        self.guard = threading.RLock()  # create/delete/adopt/release of streams and windows
 
     # -- keys
+    @property
+    def index_key(self) -> str:
+        return f"{self.prefix}:svc:index"
+
+    def _def_key(self, stream: str) -> str:
+        return f"{stream_tag(self.prefix, stream)}:def"
+
+    # the layout before streams had keys of their own (migrated by restore)
     @property
     def _streams_key(self) -> str:
         return f"{self.prefix}:svc:streams"
@@ -77,6 +104,13 @@ class Registry:
     @property
     def _state_key(self) -> str:
         return f"{self.prefix}:svc:state"
+
+    def _write(self, s: Stream, ops: list[Op]) -> None:
+        """A fenced write of the stream's definitions (a refusal: FENCED, nothing written)."""
+        try:
+            fenced(self.redis, s.fence, ops)
+        except (StoreError, redis.RedisError) as ex:
+            raise store_unavailable(s.spec.name, ex) from None
 
     # -- lookup
     def stream(self, name: str) -> Stream:
@@ -111,7 +145,8 @@ class Registry:
                 raise store_unavailable(stream, ex, window=name) from None
 
     # -- streams
-    def create_stream(self, spec: StreamSpec) -> StreamInfo:
+    def create_stream(self, spec: StreamSpec, fence: Fence | None = None) -> StreamInfo:
+        """Create a stream (under ``fence``, the lease the caller took for its name)."""
         check_stream_spec(spec)
         with self.guard:
             if spec.name in self.streams:
@@ -128,15 +163,21 @@ class Registry:
                     f"the server holds its limit of {self.limits.max_streams} streams; delete one first",
                 )
             blob = convert.stream_spec_to_proto(spec).SerializeToString()
-            s = self._new_stream(spec)
-            s.state_store.delete()  # leftovers of an earlier stream of that name
-            self.redis.hset(self._streams_key, spec.name, blob)
+            s = self._new_stream(spec, fence)
+            try:
+                s.state_store.delete()  # leftovers of an earlier stream of that name
+            except StoreError as ex:
+                raise store_unavailable(spec.name, ex) from None
+            key = self._def_key(spec.name)
+            self._write(s, [("DEL", key, ()), ("HSET", key, ("spec", blob))])
+            self.redis.sadd(self.index_key, spec.name)
             self.streams[spec.name] = s
             return s.info()
 
-    def _new_stream(self, spec: StreamSpec) -> Stream:
+    def _new_stream(self, spec: StreamSpec, fence: Fence | None = None) -> Stream:
         s = Stream(spec)
-        s.state_store = StreamJournal(self.redis, self.prefix, spec.name)
+        s.fence = fence
+        s.state_store = StreamJournal(self.redis, self.prefix, spec.name, fence, wait=self.wait)
         s.recover = functools.partial(self._recover_stream, s)
         return s
 
@@ -145,9 +186,13 @@ class Registry:
             s = self.stream(name)
             for wname in list(s.windows):
                 self._drop_window(s, wname)
-            self.redis.hdel(self._streams_key, name)
-            self.redis.hdel(self._state_key, name)
-            s.state_store.delete()
+            try:
+                s.state_store.delete()
+            except StoreError as ex:
+                raise store_unavailable(name, ex) from None
+            self._write(s, [("DEL", self._def_key(name), ())])
+            self.redis.srem(self.index_key, name)
+            s.gone = True
             del self.streams[name]
 
     # -- windows
@@ -179,8 +224,9 @@ class Registry:
                     ex.metadata,
                 ) from None
             s.ensure_current()  # the new window joins at the stream's state: the current one
-            window_id = uuid.uuid4().hex if spec.storage.kind == "redis" else ""
-            engine = self._engine(spec, built, window_id, new=True)
+            # "s:<hex>": the window's keys share its stream's hash tag (and fence)
+            window_id = f"s:{uuid.uuid4().hex}" if spec.storage.kind == "redis" else ""
+            engine = self._engine(s, spec, built, window_id)
             w = Window(
                 s.spec,
                 spec,
@@ -195,9 +241,8 @@ class Registry:
             if engine.store is not None:  # its first checkpoint says where it joined
                 engine.flush(meta=self._window_meta(s, w, state_json(s.state)))
             record = pb.WindowInfo(spec=convert.window_spec_to_proto(spec))
-            self.redis.hset(
-                self._windows_key, f"{spec.stream}/{spec.name}", _window_blob(record, window_id)
-            )
+            blob = _window_blob(record, window_id)
+            self._write(s, [("HSET", self._def_key(spec.stream), (f"w:{spec.name}", blob))])
             s.windows[spec.name] = w
             self._journal_if_durable(s)
             return w.info(s.state.rows_late)
@@ -210,8 +255,8 @@ class Registry:
             self._journal_if_durable(s)
 
     def _drop_window(self, s: Stream, name: str) -> None:
+        self._write(s, [("HDEL", self._def_key(s.spec.name), (f"w:{name}",))])
         w = s.windows.pop(name)
-        self.redis.hdel(self._windows_key, f"{s.spec.name}/{name}")
         store = w.engine.store
         if store is not None and hasattr(store, "delete_window"):
             try:
@@ -220,7 +265,7 @@ class Registry:
             except StoreError:  # pragma: no cover - logged, keys expire with the data
                 log.warning("could not delete the data of window %s/%s", s.spec.name, name)
 
-    def _engine(self, spec: WindowSpec, built: Built, window_id: str, *, new: bool) -> Any:
+    def _engine(self, s: Stream, spec: WindowSpec, built: Built, window_id: str) -> Any:
         cls = AmortizedMTA if spec.algorithm == "AMTA" else LogMTA
         if spec.storage.kind == "memory":
             return cls(built.monoid, built.policy)
@@ -232,7 +277,11 @@ class Registry:
             "durable": False,
             "checkpoint_every": 1 << 62,
             "prefix": self.prefix,
+            "fence": s.fence,
         }
+        if window_id.startswith("s:"):  # keys under the stream's hash tag
+            window_id = window_id[2:]
+            opts["tag"] = s.spec.name
         if spec.storage.block_size:
             opts["block_size"] = spec.storage.block_size
         if spec.storage.cache_size:
@@ -314,8 +363,6 @@ class Registry:
                     if w.engine.store is not None:
                         w.engine.reload()
             blob = s.state_store.load_state()
-            if blob is None:  # saved by an earlier release
-                blob = self.redis.hget(self._state_key, s.spec.name)
             journaled = s.journal is not None
             state = state_from_json(blob, journaled=journaled) if blob else StreamState()
             metas = {
@@ -355,33 +402,122 @@ class Registry:
         s.stale = False
 
     def restore(self) -> int:
-        """Load every stream and window definition, reopen the windows and recover each
-        stream's state (replaying its journal); returns windows."""
+        """Open every stream of the Redis (a server that owns them all: no cluster); returns
+        the windows opened."""
+        self.migrate()
         count = 0
-        for name, blob in self.redis.hgetall(self._streams_key).items():
-            spec = convert.stream_spec_from_proto(pb.StreamSpec.FromString(blob))
-            self.streams[name.decode()] = self._new_stream(spec)
-        for key, blob in self.redis.hgetall(self._windows_key).items():
-            sname, _, wname = key.decode().partition("/")
-            s = self.streams.get(sname)
-            if s is None:
-                continue
-            info, window_id = _window_from_blob(blob)
-            wspec = convert.window_spec_from_proto(info.spec)
-            built = build_window(s.spec, wspec)
-            engine = self._engine(wspec, built, window_id, new=False)
-            s.windows[wname] = Window(
-                s.spec, wspec, built, engine, history=self.limits.result_history
-            )
-            count += 1
-        for s in self.streams.values():
-            if any(w.spec.storage.durable for w in s.windows.values()):
-                s.journal = s.state_store
-            self._recover_stream(s, reload=False)
-            if s.journal is None:
-                # from now on a stop without a final flush is unclean
-                s.state_store.save_state(state_json(s.state))
+        for raw in sorted(self.redis.smembers(self.index_key)):
+            s = self.adopt(raw.decode() if isinstance(raw, bytes) else str(raw))
+            count += len(s.windows) if s is not None else 0
         return count
+
+    def names(self) -> list[str]:
+        """Every stream's name in the Redis (the index), sorted."""
+        raw = self.redis.smembers(self.index_key)
+        return sorted(r.decode() if isinstance(r, bytes) else str(r) for r in raw)
+
+    def exists(self, name: str) -> bool:
+        return bool(self.redis.sismember(self.index_key, name))
+
+    def adopt(self, name: str, fence: Fence | None = None) -> Stream | None:
+        """Open stream ``name`` from Redis (its definitions, its windows from their checkpoints,
+        its state, then its journal's entries after that state), under ``fence``; None when
+        there is no such stream. A stream already open is returned as is."""
+        with self.guard:
+            s = self.streams.get(name)
+            if s is not None:
+                return s
+            defs = self.redis.hgetall(self._def_key(name))
+            spec_blob = defs.pop(b"spec", None)
+            if spec_blob is None:
+                return None
+            spec = convert.stream_spec_from_proto(pb.StreamSpec.FromString(spec_blob))
+            s = self._new_stream(spec, fence)
+            try:
+                for key, blob in sorted(defs.items()):
+                    wname = key.decode()[2:]
+                    info, window_id = _window_from_blob(blob)
+                    wspec = convert.window_spec_from_proto(info.spec)
+                    built = build_window(s.spec, wspec)
+                    engine = self._engine(s, wspec, built, window_id)
+                    s.windows[wname] = Window(
+                        s.spec, wspec, built, engine, history=self.limits.result_history
+                    )
+                if any(w.spec.storage.durable for w in s.windows.values()):
+                    s.journal = s.state_store
+                self._recover_stream(s, reload=False)
+                if s.journal is None:
+                    # from now on a stop without a final flush is unclean
+                    s.state_store.save_state(state_json(s.state))
+            except BaseException:
+                self._abandon(s)
+                raise
+            self.streams[name] = s
+            return s
+
+    def release(self, name: str) -> None:
+        """Let stream ``name`` go with a last flush (its windows' checkpoints and its state, so
+        the next owner opens it without replaying much), then close its windows' stores."""
+        with self.guard:
+            s = self.streams.pop(name, None)
+        if s is None:
+            return
+        with s.lock:
+            try:
+                if not s.gone:
+                    self.flush(s, final=True)
+            except (StoreError, ServiceError):
+                log.warning("last flush of stream %s before its move failed", name)
+            s.gone = True
+            self._abandon(s, closing=True)
+
+    def drop(self, name: str) -> None:
+        """Forget stream ``name`` without writing anything (another server owns it now)."""
+        with self.guard:
+            s = self.streams.pop(name, None)
+        if s is not None:
+            with s.lock:
+                s.gone = True
+                self._abandon(s)
+
+    def _abandon(self, s: Stream, *, closing: bool = False) -> None:
+        """Close the stores of ``s``'s windows: after their queued writes (``closing``), or
+        dropping them unwritten."""
+        for w in s.windows.values():
+            store = w.engine.store
+            if store is None:
+                continue
+            try:
+                if closing:
+                    store.close()
+                elif hasattr(store, "abandon"):
+                    store.abandon()
+            except Exception:  # pragma: no cover - logged; the next owner reopens from Redis
+                log.exception("closing the store of window %s/%s", s.spec.name, w.spec.name)
+
+    def migrate(self) -> None:
+        """Definitions saved by an earlier release (two hashes for all streams) go to each
+        stream's own keys (idempotent: servers starting together may all run it)."""
+        old = self.redis.hgetall(self._streams_key)
+        if not old:
+            return
+        windows = self.redis.hgetall(self._windows_key)
+        states = self.redis.hgetall(self._state_key)
+        for raw_name, blob in old.items():
+            name = raw_name.decode()
+            mapping: dict[Any, Any] = {"spec": blob}
+            for key, wblob in windows.items():
+                sname, _, wname = key.decode().partition("/")
+                if sname == name:
+                    mapping[f"w:{wname}"] = wblob
+            self.redis.hset(self._def_key(name), mapping=mapping)
+            state = states.get(raw_name)
+            journal = StreamJournal(self.redis, self.prefix, name)
+            if state is not None and journal.load_state() is None:
+                journal.save_state(state)
+            self.redis.sadd(self.index_key, name)
+        self.redis.delete(self._streams_key, self._windows_key, self._state_key)
+        log.info("definitions of %d streams moved to their own keys", len(old))
 
     def close(self) -> None:
         for s in self.streams.values():

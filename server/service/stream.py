@@ -20,11 +20,12 @@ from typing import Any, TypeVar
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import AppendResult, StreamInfo, StreamSpec, WindowResult, clip, show
 
+from ..storage.cluster import Fence
 from ..storage.journal import JournalEntry, StreamJournal
 from ..storage.protocol import StoreError, WouldBlock
 from .batch import FINAL, NONE, PER_ROW, Append, Batch, Deferred
 from .columns import Columns, Schema
-from .errors import batch_too_large, invalid, not_found, store_unavailable
+from .errors import batch_too_large, fenced_out, invalid, not_found, store_unavailable
 from .reorder import Reorder
 from .state import StreamState
 from .window import Window
@@ -90,6 +91,10 @@ class Stream:
         self.state_store: StreamJournal  # the stream's keys in Redis (set by the registry)
         self.stale = False
         self.recover: Callable[[], None] = lambda: None
+        # the owner's fencing token (a cluster member's streams; None: unfenced), and whether
+        # the stream left this server (released or fenced out): every call then refuses
+        self.fence: Fence | None = None
+        self.gone = False
         # the checkpoints queued by the last flush: (lsn, state JSON, futures)
         self.pending_state: tuple[int, str, list[Any]] | None = None
 
@@ -154,7 +159,10 @@ class Stream:
     def ensure_current(self) -> None:
         """Before a call that reads or changes the windows: a journaled stream whose journal or
         windows failed is rebuilt from Redis first (a window must not reload its checkpoint
-        alone: it would lose the journal's entries after it)."""
+        alone: it would lose the journal's entries after it). A stream that left this server
+        refuses (FENCED): the caller is sent to its owner."""
+        if self.gone or (self.fence is not None and self.fence.lost):
+            raise fenced_out(self.spec.name)
         if self.journal is None:
             return
         if self.stale or any(w.engine.stale for w in self.windows.values()):

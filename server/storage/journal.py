@@ -36,15 +36,16 @@ from typing import Any
 
 import redis
 
+from .cluster import Fence, FencedError, Op, fenced, is_fenced, stream_tag
 from .codecs import packb, unpackb
-from .protocol import CorruptDataError, StoreUnavailableError
+from .protocol import CorruptDataError, StoreError, StoreUnavailableError
 
 __all__ = ["JournalEntry", "StreamJournal", "stream_keys"]
 
 
 def stream_keys(prefix: str, stream: str) -> tuple[str, str]:
     """(journal key, state key) of ``stream``: one hash tag, one slot."""
-    tag = f"{prefix}:svc:{{{stream}}}"
+    tag = stream_tag(prefix, stream)
     return f"{tag}:journal", f"{tag}:state"
 
 
@@ -61,13 +62,36 @@ class JournalEntry:
 class StreamJournal:
     """The journal and saved state of one stream (see the module docstring)."""
 
-    def __init__(self, client: Any, prefix: str, stream: str) -> None:
+    def __init__(
+        self,
+        client: Any,
+        prefix: str,
+        stream: str,
+        fence: Fence | None = None,
+        *,
+        wait: Any = None,
+    ) -> None:
         self._client = client
         self.stream = stream
         self.journal_key, self.state_key = stream_keys(prefix, stream)
         self.first = 1  # lsn of the journal's first entry (entries are contiguous)
+        self.fence = fence  # the owner's: every write is refused once a newer owner exists
+        # cluster.replicas_waiter: replicas must hold an entry before it is acknowledged
+        self.wait = wait
+
+    def _write(self, ops: list[Op]) -> Any:
+        if self.wait is not None:
+            write = lambda pipe: fenced(self._client, self.fence, ops, pipe=pipe)  # noqa: E731
+            return self.wait(self._client, ops[0][1], write)
+        return fenced(self._client, self.fence, ops)
 
     def _fail(self, ex: Exception, doing: str) -> Exception:
+        if isinstance(ex, StoreError):
+            return ex
+        if is_fenced(ex):
+            if self.fence is not None:
+                self.fence.lost = True
+            return FencedError(f"stream {self.stream!r}: {doing}: {ex}")
         if isinstance(ex, redis.ResponseError) and "WRONGTYPE" in str(ex):
             return CorruptDataError(f"stream {self.stream!r}: {doing}: {ex}")
         return StoreUnavailableError(
@@ -88,8 +112,8 @@ class StreamJournal:
         cols = {name: [kind, values] for name, (kind, values) in columns.items()}  # no copy
         blob = packb([lsn, producer_id, sequence, mode, list(which), cols])
         try:
-            self._client.rpush(self.journal_key, blob)
-        except redis.RedisError as ex:
+            self._write([("RPUSH", self.journal_key, (blob,))])
+        except (redis.RedisError, StoreError) as ex:
             raise self._fail(ex, f"journal the batch of lsn {lsn}") from ex
 
     def entries(self) -> list[JournalEntry]:
@@ -131,13 +155,12 @@ class StreamJournal:
     def commit_state(self, blob: str | bytes, lsn: int) -> None:
         """Save the state at ``lsn`` and drop the entries it covers, atomically."""
         drop = lsn - self.first + 1
+        ops: list[Op] = [("SET", self.state_key, (blob,))]
+        if drop > 0:
+            ops.append(("LTRIM", self.journal_key, (drop, -1)))
         try:
-            pipe = self._client.pipeline(transaction=True)
-            pipe.set(self.state_key, blob)
-            if drop > 0:
-                pipe.ltrim(self.journal_key, drop, -1)
-            pipe.execute()
-        except redis.RedisError as ex:
+            fenced(self._client, self.fence, ops)
+        except (redis.RedisError, StoreError) as ex:
             raise self._fail(ex, f"save the stream's state at lsn {lsn}") from ex
         if drop > 0:
             self.first = lsn + 1
@@ -145,18 +168,19 @@ class StreamJournal:
     def save_state(self, blob: str | bytes) -> None:
         """Save the state of a stream that keeps no journal."""
         try:
-            self._client.set(self.state_key, blob)
-        except redis.RedisError as ex:
+            fenced(self._client, self.fence, [("SET", self.state_key, (blob,))])
+        except (redis.RedisError, StoreError) as ex:
             raise self._fail(ex, "save the stream's state") from ex
 
     def drop_journal(self) -> None:
         try:
-            self._client.delete(self.journal_key)
-        except redis.RedisError as ex:
+            fenced(self._client, self.fence, [("DEL", self.journal_key, ())])
+        except (redis.RedisError, StoreError) as ex:
             raise self._fail(ex, "drop the journal") from ex
 
     def delete(self) -> None:
         try:
-            self._client.delete(self.journal_key, self.state_key)
-        except redis.RedisError as ex:
+            ops: list[Op] = [("DEL", self.journal_key, ()), ("DEL", self.state_key, ())]
+            fenced(self._client, self.fence, ops)
+        except (redis.RedisError, StoreError) as ex:
             raise self._fail(ex, "delete the stream's keys") from ex

@@ -52,10 +52,10 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
+from .cluster import Fence, FencedError, Op, fenced
 from .codecs import CodecError, codec_for, packb, stamp, stamps, unpackb
+from .connect import connect, is_unavailable
 from .protocol import (
     CheckpointedWindow,
     CorruptDataError,
@@ -80,9 +80,11 @@ class WindowKeys:
 
     __slots__ = ("checkpoint", "log", "meta", "prefix", "tag")
 
-    def __init__(self, prefix: str, window_id: str) -> None:
+    def __init__(self, prefix: str, window_id: str, tag: str | None = None) -> None:
         self.prefix = prefix
-        self.tag = f"{prefix}:{{{window_id}}}"
+        # a window of the service shares its stream's hash tag (one slot: the stream's fence
+        # guards every write); a window on its own has a tag of its own
+        self.tag = f"{prefix}:{{{tag}}}:w:{window_id}" if tag else f"{prefix}:{{{window_id}}}"
         self.meta = f"{self.tag}:meta"
         self.checkpoint = f"{self.tag}:ckpt"
         self.log = f"{self.tag}:log"
@@ -152,8 +154,9 @@ def _checked_url(url: Any, window_id: Any, prefix: Any, timeout: Any) -> str:
         msg = f"RedisStore: prefix must be 1-128 characters of letters, digits and _.:-, got {prefix!r}"
         raise ValueError(msg)
     url = _resolve(url)
-    if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
-        msg = f"RedisStore: url must start with redis://, rediss:// or unix://, got {url!r}"
+    schemes = ("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")
+    if not isinstance(url, str) or not url.startswith(schemes):
+        msg = f"RedisStore: url must start with one of {', '.join(schemes)}, got {_safe_url(str(url))!r}"
         raise ValueError(msg)
     return url
 
@@ -184,6 +187,8 @@ class RedisStore:
         codec: Any = None,
         timeout: float = 5.0,
         prefix: str = "mtaw",
+        tag: str | None = None,
+        fence: Fence | None = None,
     ) -> None:
         check_sizes(
             "RedisStore", block_size, cache_size, refill_at, checkpoint_every=checkpoint_every
@@ -197,17 +202,14 @@ class RedisStore:
         self.durable = bool(durable)
         self.checkpoint_every = checkpoint_every
         self.timeout = float(timeout)
-        self.keys = WindowKeys(prefix, self.window_id)
+        self.keys = WindowKeys(prefix, self.window_id, tag)
+        # the owner's fencing token (the service's windows): every write is refused by Redis
+        # once a newer owner holds the stream (FencedError); None: unfenced
+        self.fence = fence
         self.stats = StoreStats()
         self.codec: Any = codec
         self._salt = zlib.crc32(self.keys.tag.encode())
-        self._client = redis.Redis.from_url(
-            url,
-            socket_timeout=self.timeout,
-            socket_connect_timeout=self.timeout,
-            retry=Retry(NoBackoff(), 1),
-            health_check_interval=0,
-        )
+        self._client = connect(url, timeout=self.timeout, retries=1)
         self._exec = self._new_executor()
         # set by the window for a call made with nonblocking=True (the service's event loop):
         # a miss, a refill in flight or write back-pressure raises WouldBlock meanwhile
@@ -251,12 +253,12 @@ class RedisStore:
         where = f"window {self.window_id!r} at {_safe_url(self.url)}"
         if isinstance(ex, StoreError):
             return ex
+        if isinstance(ex, redis.ResponseError) and str(ex).startswith("FENCED"):
+            return FencedError(f"{where}: {doing}: {ex}")
         if isinstance(ex, redis.ResponseError) and "WRONGTYPE" in str(ex):
             msg = f"{where}: {doing}: a key of the window holds another type of data ({ex})"
             return CorruptDataError(msg)
-        if isinstance(
-            ex, redis.ConnectionError | redis.TimeoutError | redis.BusyLoadingError | OSError
-        ):
+        if is_unavailable(ex) or isinstance(ex, redis.BusyLoadingError | OSError):
             msg = (
                 f"{where}: {doing}: Redis is unavailable ({type(ex).__name__}: {ex}); the "
                 "window reloads its last durable state once Redis answers again"
@@ -335,26 +337,27 @@ class RedisStore:
         codec = self.codec
         stop = start + len(pairs)
         checks = self._checks(level, start, stop)
-        pipe = self._client.pipeline(transaction=False)
         bs = self.block_size
         size = codec.record_size
         nbytes = 0
+        ops: list[Op] = []
         if size:
             data = codec.encode_run(pairs, checks)
             nbytes = len(data)
             for b, lo, hi in self._segments(start, stop):
                 chunk = data[(lo - start) * size : (hi - start) * size]
-                pipe.setrange(self.keys.block(level, b), (lo - b * bs) * size, chunk)
+                ops.append(("SETRANGE", self.keys.block(level, b), ((lo - b * bs) * size, chunk)))
         else:
             enc = codec.encode_record
             for b, lo, hi in self._segments(start, stop):
-                mapping: dict[Any, Any] = {}
+                args: list[Any] = []
                 for p in range(lo, hi):
                     rec = enc(pairs[p - start], checks[p - start])
                     nbytes += len(rec)
-                    mapping[p - b * bs] = rec
-                pipe.hset(self.keys.block(level, b), mapping=mapping)
-        pipe.execute()
+                    args.append(p - b * bs)
+                    args.append(rec)
+                ops.append(("HSET", self.keys.block(level, b), args))
+        fenced(self._client, self.fence, ops)
         st = self.stats
         st.round_trips += 1
         st.bytes_written += nbytes
@@ -489,9 +492,10 @@ class RedisStore:
             "read the window definition", lambda: self._client.hgetall(self.keys.meta)
         )
         if not raw:
+            fields = [x for kv in desc.items() for x in kv]
             self._direct(
                 "create the window",
-                lambda: self._client.hset(self.keys.meta, mapping=desc),  # type: ignore[arg-type]
+                lambda: fenced(self._client, self.fence, [("HSET", self.keys.meta, fields)]),
             )
             self._attached = True
             return
@@ -590,7 +594,10 @@ class RedisStore:
         if self.durable:
             lsn = self._lsn + 1
             entry = packb((lsn, op, producer, seq, self.codec.pack_values(items)))
-            self._direct("append to the log", lambda: self._client.rpush(self.keys.log, entry))
+            self._direct(
+                "append to the log",
+                lambda: fenced(self._client, self.fence, [("RPUSH", self.keys.log, (entry,))]),
+            )
             self._lsn = lsn
             self._untrimmed += 1
             st = self.stats
@@ -640,11 +647,10 @@ class RedisStore:
         self._untrimmed = 0
 
         def commit() -> None:
-            pipe = self._client.pipeline(transaction=True)
-            pipe.set(self.keys.checkpoint, blob)
+            ops: list[Op] = [("SET", self.keys.checkpoint, (blob,))]
             if trim:
-                pipe.ltrim(self.keys.log, trim, -1)
-            pipe.execute()
+                ops.append(("LTRIM", self.keys.log, (trim, -1)))
+            fenced(self._client, self.fence, ops)  # one script: atomic
             self.stats.round_trips += 1
             self.stats.bytes_written += len(blob)
 
@@ -663,7 +669,7 @@ class RedisStore:
     def _do_delete(self, level: int, lo: int, hi: int) -> None:
         for b0 in range(lo, hi, 256):
             keys = [self.keys.block(level, b) for b in range(b0, min(hi, b0 + 256))]
-            self._client.unlink(*keys)
+            fenced(self._client, self.fence, [("UNLINK", k, ()) for k in keys])
             self.stats.round_trips += 1
             self.stats.blocks_deleted += len(keys)
 
@@ -681,6 +687,13 @@ class RedisStore:
         if self._failed is not None:
             raise self._failed
 
+    def abandon(self) -> None:
+        """Drop the queued I/O unwritten and close the connections: the window's stream moved
+        to another owner (its writes would be refused anyway)."""
+        self._failed = FencedError(f"window {self.window_id!r}: the store was abandoned")
+        self._exec.shutdown(wait=True, cancel_futures=True)
+        self._client.close()
+
     def close(self) -> None:
         """Stop the background thread (after the queued I/O) and close the connections."""
         self._exec.shutdown(wait=True)
@@ -691,16 +704,20 @@ class RedisStore:
         self._exec.shutdown(wait=True, cancel_futures=True)
         self._exec = self._new_executor()
 
+        def unlink(keys: list[Any]) -> int:
+            fenced(self._client, self.fence, [("UNLINK", k, ()) for k in keys])
+            return len(keys)
+
         def go() -> int:
             n = 0
             batch: list[Any] = []
             for key in self._client.scan_iter(match=self.keys.pattern, count=1000):
                 batch.append(key)
                 if len(batch) >= 500:
-                    n += self._client.unlink(*batch)
+                    n += unlink(batch)
                     batch = []
             if batch:
-                n += self._client.unlink(*batch)
+                n += unlink(batch)
             return n
 
         return self._direct("delete the window", go)
@@ -711,7 +728,11 @@ class RedisStore:
     ) -> bool:
         """Whether a window with this id exists at ``url``."""
         url = _resolve(url)
-        client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        try:
+            client = connect(url, timeout=timeout)
+        except redis.RedisError as ex:
+            msg = f"window {window_id!r} at {_safe_url(url)}: Redis is unavailable ({ex})"
+            raise StoreUnavailableError(msg) from ex
         try:
             return bool(client.exists(WindowKeys(prefix, window_id).meta))
         except redis.RedisError as ex:
@@ -724,7 +745,7 @@ class RedisStore:
 def wait_for(url: str, timeout: float = 10.0) -> None:
     """Block until the Redis at ``url`` answers PING (tests, restarts)."""
     deadline = time.monotonic() + timeout
-    client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+    client = connect(url, timeout=1)
     try:
         while True:
             try:

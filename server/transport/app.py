@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,9 @@ from grpc_reflection.v1alpha import reflection
 from mtawindows.v1 import windows_pb2 as pb
 
 from ..service.limits import Limits
+from ..service.ownership import Ownership
 from ..service.registry import Registry
+from ..storage.cluster import replicas_waiter
 from ..storage.datadir import DataDirLock
 from ..storage.embedded import EmbeddedRedis, EmbeddedRedisError
 from ..storage.protocol import StoreError, StoreUnavailableError
@@ -64,6 +67,20 @@ class ServeConfig:
     redis_restarts: int = 5
     redis_restart_window: float = 300.0
     supervise_interval: float = 0.2
+    # the cluster: this member's address for clients (None: host:port as bound), the lease of
+    # a stream's owner, and the replicas a durable write waits for (Redis WAIT) and how long
+    advertise: str | None = None
+    lease_ms: int = 2000
+    wait_replicas: int = 0
+    wait_ms: int = 1000
+
+
+def advertised(host: str, port: int) -> str:
+    """The address this server gives clients and the cluster: ``host:port``, this machine's
+    name when bound to every interface."""
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = socket.gethostname()
+    return f"{host}:{port}"
 
 
 def default_data_dir() -> Path:
@@ -102,6 +119,8 @@ class Server:
         self.health = health.aio.HealthServicer()
         self.port = 0
         self.registry: Registry | None = None
+        self.cluster: Ownership | None = None
+        self.advertise = ""
         self.servicer: WindowServicer | None = None
         self._restored = False
         self._stopping = False
@@ -130,21 +149,36 @@ class Server:
             self.embedded = EmbeddedRedis(data / "redis")
             await asyncio.to_thread(self.embedded.start)
             url = self.embedded.url
-        registry = self.registry = Registry(url, limits=cfg.limits)
+        wait = replicas_waiter(cfg.wait_replicas, cfg.wait_ms)
+        registry = self.registry = Registry(url, limits=cfg.limits, wait=wait)
+        servicer = self.servicer = WindowServicer(
+            registry, Metrics(lambda: servicer.window_stats()), workers=cfg.workers
+        )
+        member = self.advertise = cfg.advertise or advertised(cfg.host, self.port)
+        cluster = self.cluster = Ownership(
+            registry,
+            member=member,
+            address=member,
+            lease_ms=cfg.lease_ms,
+            wait=wait,
+            exclusive=self.embedded is not None,
+        )
+        servicer.join(cluster)
         try:
-            restored = await asyncio.to_thread(registry.restore)
+            await asyncio.to_thread(registry.migrate)
+            await asyncio.to_thread(cluster.start)
         except (StoreError, redis.RedisError) as ex:
             msg = f"could not load the streams and windows from Redis: {ex}"
             raise OSError(msg) from ex
         self._restored = True
-        servicer = self.servicer = WindowServicer(
-            registry, Metrics(lambda: servicer.window_stats()), workers=cfg.workers
-        )
+        restored = sum(len(s.windows) for s in list(registry.streams.values()))
         await self._serve(server, servicer)
         log.info(
             "serving",
             extra={
                 "address": f"{cfg.host}:{self.port}",
+                "member": member,
+                "streams_owned": len(registry.streams),
                 "redis": url,
                 "windows_restored": restored,
                 "tls": bool(cfg.tls_cert),
@@ -323,6 +357,8 @@ class Server:
             self.servicer.fanout.shutdown()  # Subscribe calls never end by themselves
         if self.server is not None:
             await self.server.stop(self.config.grace)
+        if self.cluster is not None:  # hand every stream over (flushed), leave the cluster
+            await asyncio.to_thread(self.cluster.stop)
         if self.registry is not None:
             await asyncio.to_thread(self.registry.close)
         if self.servicer is not None:
@@ -351,6 +387,9 @@ class Server:
         if self.server is not None:
             with contextlib.suppress(Exception):
                 await self.server.stop(None)
+        if self.cluster is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.cluster.stop, release=self._restored)
         if self.registry is not None:
             with contextlib.suppress(Exception):
                 if self._restored:

@@ -35,6 +35,7 @@ from ..service.cel import CelError, CelLimits, check_limits
 from ..service.errors import ServiceError, invalid
 from ..service.fanout import Ending, Fanout, Subscription
 from ..service.inputs import check_request
+from ..service.ownership import Ownership
 from ..service.registry import Registry
 from ..service.stream import Stream
 from . import decode, status
@@ -56,8 +57,10 @@ NEEDS_STORE = frozenset(
         "Append",
         "Query",
         "ReadResults",
+        "GetClusterMap",
     }
 )
+MAX_OWNER_LOOKUPS = 1000  # streams one GetClusterMap may ask about
 
 
 def _ends_the_call(ex: BaseException, streaming: bool) -> bool:
@@ -90,6 +93,51 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         # why the store cannot be used (set by the server's supervisor while the embedded
         # Redis is down): calls in NEEDS_STORE are refused as UNAVAILABLE meanwhile
         self.store_down: str | None = None
+        # the cluster (None: this server owns every stream of its Redis, unfenced)
+        self.cluster: Ownership | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def join(self, cluster: Ownership) -> None:
+        """Serve as a member of ``cluster``: calls are routed through it; a stream moves only
+        while none of its calls is in flight; its subscriptions end with the new owner."""
+        self.cluster = cluster
+        self.loop = asyncio.get_running_loop()
+        cluster.serialize = self._serialized
+        cluster.on_moved = self._moved
+
+    def _serialized(self, stream: str, fn: Callable[[], T]) -> T:
+        """``fn()`` under the stream's call lock (from a thread that is not the loop's)."""
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return fn()
+
+        async def under_lock() -> T:
+            async with self.lock(stream):
+                return await self.run(fn)
+
+        return asyncio.run_coroutine_threadsafe(under_lock(), loop).result()
+
+    def _moved(self, stream: str, answer: ServiceError) -> None:
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return
+        ending = Ending(answer.code, answer.reason, answer.message, dict(answer.metadata))
+        loop.call_soon_threadsafe(self.fanout.stream_moved, stream, ending)
+
+    async def owned(self, name: str) -> Stream:
+        """Stream ``name`` if this server serves it now; else NOT_OWNER (where it is),
+        STREAM_MOVING or STREAM_NOT_FOUND."""
+        cluster = self.cluster
+        if cluster is None:
+            return self.registry.stream(name)
+        s = self.registry.streams.get(name)
+        if s is not None and cluster.fresh(name):
+            return s
+        return await self.run(cluster.route, name)
+
+    async def window_of(self, stream: str, window: str) -> tuple[Stream, Any]:
+        s = await self.owned(stream)
+        return s, self.registry.window(stream, window)
 
     def lock(self, stream: str) -> asyncio.Lock:
         lk = self.locks.get(stream)
@@ -135,6 +183,8 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         the call is ending by itself (:func:`_ends_the_call`); never a call left hanging."""
         if _ends_the_call(ex, streaming):
             raise ex
+        if isinstance(ex, ServiceError) and ex.reason == Reason.FENCED and self.cluster:
+            ex = await self.run(self.cluster.lost, ex.metadata.get("stream", ""))
         end = status.failure(method, ex)
         self.metrics.errors.labels(method, end.code, end.reason).inc()
         await context.abort_with_status(end.status)
@@ -142,33 +192,80 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
 
     # -- streams
     async def CreateStream(self, request: pb.CreateStreamRequest, context: Any) -> pb.StreamInfo:
-        info = await self.run(self.registry.create_stream, decode.stream_spec(request))
+        spec = decode.stream_spec(request)
+        cluster = self.cluster
+        if cluster is None:
+            info = await self.run(self.registry.create_stream, spec)
+            return convert.stream_info_to_proto(info)
+        async with self.lock(spec.name):
+            fence = await self.run(cluster.claim, spec.name)
+            ok = False
+            try:
+                info = await self.run(self.registry.create_stream, spec, fence)
+                ok = True
+            finally:
+                cluster.created(spec.name, ok)
         return convert.stream_info_to_proto(info)
 
     async def DeleteStream(self, request: pb.DeleteStreamRequest, context: Any) -> Any:
-        self.registry.stream(request.name)
+        await self.owned(request.name)
         async with self.lock(request.name):
-            stream = self.registry.stream(request.name)
+            stream = await self.owned(request.name)
             await self.run(self.registry.delete_stream, request.name)
+            if self.cluster is not None:
+                await self.run(self.cluster.deleted, request.name)
             for listener in list(stream.listeners):
                 listener(-1, {})
         self.locks.pop(request.name, None)
         return pb.DeleteStreamResponse()
 
     async def ListStreams(self, request: pb.ListStreamsRequest, context: Any) -> Any:
+        """The streams this server owns (a cluster-aware client asks every member)."""
         infos = [s.info() for s in list(self.registry.streams.values())]
         return pb.ListStreamsResponse(streams=[convert.stream_info_to_proto(i) for i in infos])
 
     async def GetStream(self, request: pb.GetStreamRequest, context: Any) -> pb.StreamInfo:
-        return convert.stream_info_to_proto(self.registry.stream(request.name).info())
+        return convert.stream_info_to_proto((await self.owned(request.name)).info())
+
+    async def GetClusterMap(self, request: pb.GetClusterMapRequest, context: Any) -> Any:
+        """The live members and the owners of the streams asked about."""
+        if len(request.streams) > MAX_OWNER_LOOKUPS:
+            raise invalid(
+                "streams",
+                f"expected at most {MAX_OWNER_LOOKUPS} names, got {len(request.streams)}",
+            )
+        return await self.run(self._cluster_map, list(request.streams))
+
+    def _cluster_map(self, streams: list[str]) -> pb.ClusterMap:
+        cluster = self.cluster
+        if cluster is None:
+            return pb.ClusterMap(self="", lease_ms=0)
+        out = pb.ClusterMap(self=cluster.member, lease_ms=cluster.lease_ms)
+        for mid in sorted(cluster.live()):
+            m = cluster.membership.members.get(mid)
+            if m is None:  # this server, before its first heartbeat answered
+                out.members.add(id=mid, address=cluster.address, incarnation=cluster.incarnation)
+                continue
+            out.members.add(
+                id=m.id,
+                address=m.address,
+                incarnation=m.incarnation,
+                heartbeat_age_ms=m.age_ms,
+                streams=m.streams,
+            )
+        for name in streams:
+            member, address, token = cluster.owner_of(name)
+            out.owners.add(stream=name, member=member, address=address, token=token)
+        return out
 
     # -- windows
     async def CreateWindow(self, request: pb.CreateWindowRequest, context: Any) -> pb.WindowInfo:
         spec = decode.window_spec(request)
         if spec.policy.kind == "expression":  # before anything parses it
             await self.run(self._check_cel, spec.policy.cel)
-        self.registry.stream(spec.stream)
+        await self.owned(spec.stream)
         async with self.lock(spec.stream):
+            await self.owned(spec.stream)
             info = await self.run(self.registry.create_window, spec)
         return convert.window_info_to_proto(info)
 
@@ -181,27 +278,28 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             raise invalid("spec.policy.expression.cel", str(ex), ex.code, ex.metadata) from None
 
     async def DeleteWindow(self, request: pb.DeleteWindowRequest, context: Any) -> Any:
-        self.registry.window(request.stream, request.name)
+        await self.window_of(request.stream, request.name)
         async with self.lock(request.stream):
+            await self.window_of(request.stream, request.name)
             await self.run(self.registry.delete_window, request.stream, request.name)
             self.fanout.window_deleted(request.stream, request.name)
         return pb.DeleteWindowResponse()
 
     async def GetWindow(self, request: pb.GetWindowRequest, context: Any) -> pb.WindowInfo:
-        s = self.registry.stream(request.stream)
-        w = self.registry.window(request.stream, request.name)
+        s, w = await self.window_of(request.stream, request.name)
         return convert.window_info_to_proto(w.info(s.state.rows_late))
 
     async def ListWindows(self, request: pb.ListWindowsRequest, context: Any) -> Any:
-        s = self.registry.stream(request.stream)
+        s = await self.owned(request.stream)
         infos = [w.info(s.state.rows_late) for w in list(s.windows.values())]
         return pb.ListWindowsResponse(windows=[convert.window_info_to_proto(i) for i in infos])
 
     # -- data
     async def Append(self, request: pb.AppendRequest, context: Any) -> pb.AppendResponse:
-        stream = self.registry.stream(request.stream)
+        await self.owned(request.stream)
         mode = decode.result_mode(request)
         async with self.lock(request.stream):
+            stream = await self.owned(request.stream)  # it may have moved meanwhile
             if not request.arrow_ipc and stream.inline_ok(decode.rows_hint(request), mode):
                 # small batch: on the loop unless a window would wait for Redis
                 try:
@@ -266,8 +364,9 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         return out
 
     async def Query(self, request: pb.QueryRequest, context: Any) -> pb.WindowResult:
-        w = self.registry.window(request.stream, request.window)
+        _, w = await self.window_of(request.stream, request.window)
         async with self.lock(request.stream):
+            _, w = await self.window_of(request.stream, request.window)
             r = await self.run(self.registry.result, request.stream, request.window)
         return convert.result_to_proto(r, w.type_tags)
 
@@ -278,9 +377,10 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
                 f"expected a number >= 0, got after_sequence={request.after_sequence}, "
                 f"limit={request.limit}",
             )
-        w = self.registry.window(request.stream, request.window)
+        await self.window_of(request.stream, request.window)
         limit = min(request.limit or 1000, 10_000)
         async with self.lock(request.stream):
+            _, w = await self.window_of(request.stream, request.window)
             got = await self.run(w.results_after, request.after_sequence, limit)
             latest = w.sequence
         return pb.ReadResultsResponse(
@@ -314,11 +414,10 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             self.fanout.unsubscribe(sub)
 
     async def _subscribe(self, request: pb.SubscribeRequest) -> Subscription:
-        self.registry.window(request.stream, request.window)
+        await self.window_of(request.stream, request.window)
         async with self.lock(request.stream):
             # again under the lock: the stream or window may have gone meanwhile
-            stream = self.registry.stream(request.stream)
-            window = self.registry.window(request.stream, request.window)
+            stream, window = await self.window_of(request.stream, request.window)
             limit = self.registry.limits.max_subscribers
             if self.fanout.count >= limit:
                 raise ServiceError(
@@ -343,8 +442,15 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
     async def flush_all(self) -> None:
         for name, stream in list(self.registry.streams.items()):
             async with self.lock(name):
+                if stream.gone:
+                    continue
                 try:
                     await self.run(functools.partial(self.registry.flush, stream, wait=False))
+                except ServiceError as ex:
+                    if ex.reason == Reason.FENCED and self.cluster is not None:
+                        await self.run(self.cluster.lost, name)
+                    else:
+                        log.warning("periodic flush failed: %s", ex, extra={"stream": name})
                 except Exception:
                     log.exception("periodic flush failed", extra={"stream": name})
 

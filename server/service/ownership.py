@@ -1,0 +1,388 @@
+"""Which streams this server owns (:class:`Ownership`): membership, leases, placement and the
+moves between servers.
+
+A server is a **member** of the cluster of every server on its Redis (storage/cluster.py): it
+heartbeats every quarter lease, and each heartbeat answers the live members. A stream is
+**placed** by rendezvous hashing over the live members (:func:`mtawindows.v1.placement.place`)
+and **owned** under a lease whose fencing token guards every write of its data.
+
+- A call about a stream this server does not own (:meth:`Ownership.route`) is answered with the
+  owner (``NOT_OWNER``: the lease holder, or the member the stream is placed on when nobody
+  holds it), or, when the stream is placed here and free, opens it here (:meth:`adopt`: take the
+  lease, load it from Redis). A stream whose holder died waits for the lease to run out:
+  ``STREAM_MOVING`` with the time left.
+- Every tick renews the leases this server holds (one pipelined round trip); one it lost (a
+  newer owner's token in the fence) is dropped at once, nothing written. Between renewals a
+  stream is served only while its local lease deadline (the renewal's send time plus 80% of the
+  lease) has not passed, so a server that was paused past its lease renews (and finds out)
+  before it serves the stream again.
+- **Rebalancing** (each tick): a stream owned here but now placed on another live member is
+  released (a last flush, then the lease); a stream placed here that nobody holds is adopted.
+  Moving a stream costs its local state only (tails, heads, caches): the rest is in Redis.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from mtawindows.v1.placement import place
+from mtawindows.v1.reasons import Reason
+
+from ..storage.cluster import Fence, Lease, Leases, Membership, Waiter
+from ..storage.protocol import StoreError
+from .errors import ServiceError, not_found
+from .registry import Registry
+from .stream import Stream
+
+__all__ = ["Ownership", "not_owner"]
+
+log = logging.getLogger("mtawindows.cluster")
+
+_SAFE_SHARE = 0.8  # of a lease, counted from its renewal's send time: this server serves it
+
+
+def not_owner(stream: str, member: str, address: str, token: int = 0) -> ServiceError:
+    """FAILED_PRECONDITION, ``NOT_OWNER``: call ``address`` for ``stream``."""
+    return ServiceError(
+        "FAILED_PRECONDITION",
+        Reason.NOT_OWNER,
+        f"stream {stream!r} is served by {address} (member {member}); call it there",
+        metadata={"stream": stream, "owner": address, "owner_id": member, "token": str(token)},
+    )
+
+
+def moving(stream: str, retry_after_ms: int, why: str) -> ServiceError:
+    """UNAVAILABLE, ``STREAM_MOVING``: no live owner right now; retry after the delay."""
+    return ServiceError(
+        "UNAVAILABLE",
+        Reason.STREAM_MOVING,
+        f"stream {stream!r} has no live owner right now ({why}); retry in {retry_after_ms} ms",
+        metadata={"stream": stream, "retry_after_ms": str(retry_after_ms)},
+    )
+
+
+class Ownership:
+    """This server's streams in the cluster (see the module docstring).
+
+    ``member`` is this server's id and ``address`` where clients reach it (both its advertised
+    ``host:port``); ``lease_ms`` the lease of a stream's owner. ``serialize(stream, fn)`` runs
+    ``fn`` when no call of the stream is in flight (the gRPC layer's per-stream lock); moves
+    go through it. ``on_moved(stream, error)`` is told when a stream left this server, with the
+    answer its callers get (subscriptions end with it).
+    """
+
+    def __init__(
+        self,
+        registry: Registry,
+        *,
+        member: str,
+        address: str,
+        lease_ms: int = 2000,
+        wait: Waiter | None = None,
+        exclusive: bool = False,
+    ) -> None:
+        if lease_ms < 200:
+            msg = f"lease_ms must be at least 200, got {lease_ms}"
+            raise ValueError(msg)
+        self.registry = registry
+        self.member = member
+        self.address = address
+        self.lease_ms = int(lease_ms)
+        self.incarnation = uuid.uuid4().hex[:16]
+        client = registry.redis
+        self.leases = Leases(
+            client, registry.prefix, member, self.incarnation, address, self.lease_ms, wait
+        )
+        self.membership = Membership(
+            client, registry.prefix, member, self.incarnation, address, self.lease_ms
+        )
+        # the store was just started by this server (the embedded Redis): whoever is recorded
+        # in it is dead, so at start-up it takes every stream at once instead of after leases
+        self.exclusive = exclusive
+        self._forcing = False
+        self.fences: dict[str, Fence] = {}  # the streams this server holds
+        self.deadlines: dict[str, float] = {}  # stream -> serve it until (monotonic)
+        self.lock = threading.RLock()  # adopt / release / drop, one at a time
+        self.serialize: Callable[[str, Callable[[], Any]], Any] = lambda _s, fn: fn()
+        self.on_moved: Callable[[str, ServiceError], None] = lambda _s, _e: None
+        self.interval = self.lease_ms / 4000
+        self.moves = 0  # streams released or dropped (metrics, tests)
+        self.adopted = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_names: list[str] = []
+
+    # -- life cycle
+    def start(self) -> None:
+        """Join (a first heartbeat), take the streams placed here, then tick in a thread."""
+        if self.exclusive:
+            self.membership.reset()
+        self.membership.beat(0)
+        self._forcing = self.exclusive
+        try:
+            self.rebalance()
+        finally:
+            self._forcing = False
+        self._thread = threading.Thread(target=self._loop, name="mtaw-cluster", daemon=True)
+        self._thread.start()
+
+    def stop(self, *, release: bool = True) -> None:
+        """Stop ticking; with ``release`` let every stream go (flushed) and leave the cluster,
+        so the others take the streams at once instead of after the lease."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if not release:
+            return
+        for name in list(self.fences):
+            try:
+                self.release(name)
+            except Exception:  # pragma: no cover - logged; the lease runs out instead
+                log.exception("releasing stream %s at shutdown", name)
+        try:
+            self.membership.beat(0, leave=True)
+        except StoreError:  # pragma: no cover - the member times out instead
+            log.warning("could not leave the cluster: it forgets this member after its TTL")
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.tick()
+            except StoreError as ex:
+                log.warning("cluster tick failed: %s", ex)
+            except Exception:  # pragma: no cover - logged, the next tick tries again
+                log.exception("cluster tick failed")
+
+    def tick(self) -> None:
+        """Heartbeat, renew the leases held, rebalance."""
+        self.membership.beat(len(self.fences))
+        self.renew()
+        self.rebalance()
+
+    # -- leases
+    def renew(self, names: list[str] | None = None) -> None:
+        """Renew the leases held (or those of ``names``); drop the streams whose lease is lost."""
+        with self.lock:
+            fences = {n: self.fences[n] for n in (names or list(self.fences)) if n in self.fences}
+        if not fences:
+            return
+        sent = time.monotonic()
+        held = self.leases.renew(fences)
+        for name, ok in held.items():
+            if ok:
+                self.deadlines[name] = sent + self.lease_ms * _SAFE_SHARE / 1000
+            else:
+                log.warning("lost the lease of stream %s: another server owns it", name)
+                self.lost(name)
+
+    def fresh(self, name: str) -> bool:
+        """Whether this server may serve ``name`` now without asking Redis."""
+        return time.monotonic() < self.deadlines.get(name, 0.0) and name in self.fences
+
+    def live(self) -> list[str]:
+        """The ids of the live members as last seen (this one always among them), sorted."""
+        return sorted({*self.membership.members, self.member})
+
+    def placed(self, name: str) -> str:
+        """The member stream ``name`` is placed on."""
+        return place(name, self.live()) or self.member
+
+    # -- moves
+    def adopt(self, name: str) -> Stream | None:
+        """Take ``name``'s lease and open it here: the Stream, or None when another member
+        holds the lease or there is no such stream (the lease is then let go)."""
+        with self.lock:
+            s = self.registry.streams.get(name)
+            if s is not None and name in self.fences:
+                return s
+            sent = time.monotonic()
+            ours, _other = self.leases.acquire(name, force=self._forcing)
+            if ours is None:
+                return None
+            fence = Fence(self.leases.keys(name)[1], ours.token)
+            self.fences[name] = fence
+            self.deadlines[name] = sent + self.lease_ms * _SAFE_SHARE / 1000
+            try:
+                s = self.registry.adopt(name, fence)
+            except BaseException:
+                self._let_go(name, fence)
+                raise
+            if s is None:
+                self._let_go(name, fence)
+                return None
+            self.adopted += 1
+            log.info("stream %s adopted (token %d)", name, fence.token, extra={"stream": name})
+            return s
+
+    def claim(self, name: str) -> Fence:
+        """The lease of a stream about to be created here (CreateStream): NOT_OWNER when
+        another member holds it or it is placed on another live member. A stream that exists
+        is opened (the caller then finds it there)."""
+        s = self.registry.streams.get(name)
+        if s is not None and s.fence is not None:
+            return s.fence
+        self._redirect_unless_here(name)
+        with self.lock:
+            if self.registry.exists(name):
+                s = self.adopt(name)
+                if s is not None and s.fence is not None:
+                    return s.fence
+                self._redirect_unless_here(name)
+            sent = time.monotonic()
+            ours, other = self.leases.acquire(name)
+            if ours is None:
+                raise self._answer(name, other)
+            fence = Fence(self.leases.keys(name)[1], ours.token)
+            self.fences[name] = fence
+            self.deadlines[name] = sent + self.lease_ms * _SAFE_SHARE / 1000
+            return fence
+
+    def created(self, name: str, ok: bool) -> None:
+        """After CreateStream under :meth:`claim`'s fence: keep the lease, or let it go."""
+        if not ok:
+            with self.lock:
+                fence = self.fences.get(name)
+                if fence is not None and name not in self.registry.streams:
+                    self._let_go(name, fence)
+
+    def deleted(self, name: str) -> None:
+        """After DeleteStream: the lease goes (the fence key stays: a stream created again
+        under this name gets a newer token than any writer of the old one)."""
+        with self.lock:
+            fence = self.fences.get(name)
+            if fence is not None:
+                self._let_go(name, fence)
+
+    def release(self, name: str) -> None:
+        """Hand ``name`` over: a last flush, the lease let go, callers sent to the new owner."""
+
+        def go() -> None:
+            with self.lock:
+                fence = self.fences.get(name)
+                if fence is None:
+                    return
+                self.registry.release(name)
+                self._let_go(name, fence)
+                self.moves += 1
+
+        self.serialize(name, go)
+        self.on_moved(name, self._where(name))
+        log.info("stream %s released", name, extra={"stream": name})
+
+    def lost(self, name: str) -> ServiceError:
+        """``name``'s lease was lost (a refused write, a failed renewal): forget the stream
+        without writing; returns the answer its callers get."""
+        with self.lock:
+            had = self.fences.pop(name, None)
+            self.deadlines.pop(name, None)
+            self.registry.drop(name)
+            if had is not None:
+                self.moves += 1
+        answer = self._where(name)
+        if had is not None:
+            self.on_moved(name, answer)
+        return answer
+
+    def _let_go(self, name: str, fence: Fence) -> None:
+        self.fences.pop(name, None)
+        self.deadlines.pop(name, None)
+        try:
+            self.leases.release(name, fence.token)
+        except StoreError:  # the lease runs out instead
+            log.warning("could not release the lease of stream %s", name)
+
+    def rebalance(self) -> None:
+        """Release the streams placed elsewhere now; adopt the free ones placed here."""
+        live = self.live()
+        for name in list(self.fences):
+            target = place(name, live)
+            if target is not None and target != self.member:
+                self.release(name)
+        try:
+            names = self.registry.names()
+        except Exception as ex:
+            log.warning("could not list the streams: %s", ex)
+            return
+        self._last_names = names
+        mine = [n for n in names if n not in self.fences and place(n, live) == self.member]
+        if not mine:
+            return
+        for name, holder in zip(mine, self.leases.holders(mine), strict=True):
+            if holder is not None and holder.member != self.member and not self._forcing:
+                continue  # the holder lets it go (or its lease runs out)
+            try:
+                self.adopt(name)
+            except (StoreError, ServiceError) as ex:
+                log.warning("could not adopt stream %s: %s", name, ex)
+
+    # -- routing
+    def route(self, name: str) -> Stream:
+        """The stream ``name`` if this server may serve it now (renewing or adopting it when
+        needed), else raise where it is (NOT_OWNER, STREAM_MOVING) or that it does not exist."""
+        s = self.registry.streams.get(name)
+        if s is not None and name in self.fences:
+            if self.fresh(name):
+                return s
+            self.renew([name])  # a paused server finds out here before it serves again
+            if self.fresh(name):
+                return s
+        self._redirect_unless_here(name)
+        if not self.registry.exists(name):
+            raise not_found(Reason.STREAM_NOT_FOUND, f"no stream named {name!r}", stream=name)
+        s = self.adopt(name)
+        if s is None:
+            holder = self.leases.holder(name)
+            if holder is None and not self.registry.exists(name):
+                raise not_found(Reason.STREAM_NOT_FOUND, f"no stream named {name!r}", stream=name)
+            raise self._answer(name, holder)
+        return s
+
+    def _redirect_unless_here(self, name: str) -> None:
+        """Raise where ``name`` is when it is not (to be) here: its holder's address, or the
+        live member it is placed on when nobody holds it."""
+        holder = self.leases.holder(name)
+        if holder is not None and holder.member != self.member:
+            raise self._answer(name, holder)
+        if holder is None:
+            target = self.placed(name)
+            if target != self.member:
+                member = self.membership.members.get(target)
+                address = member.address if member is not None else target
+                raise not_owner(name, target, address)
+
+    def _answer(self, name: str, holder: Lease | None) -> ServiceError:
+        """Where ``name`` is, for a caller: its live holder (NOT_OWNER), or STREAM_MOVING."""
+        if holder is None:
+            return moving(name, 100, "its lease was just let go")
+        if holder.member in self.membership.members:
+            return not_owner(name, holder.member, holder.address, holder.token)
+        wait = max(50, min(holder.ttl_ms or self.lease_ms, self.lease_ms))
+        return moving(name, wait, f"its owner {holder.address} stopped heartbeating")
+
+    def _where(self, name: str) -> ServiceError:
+        """The answer for a stream that just left this server."""
+        try:
+            holder = self.leases.holder(name)
+        except StoreError:
+            holder = None
+        if holder is not None and holder.member != self.member:
+            return self._answer(name, holder)
+        target = self.placed(name)
+        if target != self.member:
+            member = self.membership.members.get(target)
+            return not_owner(name, target, member.address if member is not None else target)
+        return moving(name, 100, "it is being handed over")
+
+    def owner_of(self, name: str) -> tuple[str, str, int]:
+        """(member, address, token) of ``name``'s live owner; ("", "", 0) when none."""
+        holder = self.leases.holder(name)
+        if holder is None or (
+            holder.member != self.member and holder.member not in self.membership.members
+        ):
+            return "", "", 0
+        return holder.member, holder.address, holder.token

@@ -1,0 +1,416 @@
+"""Membership, leases and fencing (server/storage/cluster.py, server/service/ownership.py),
+on a real Redis and real server processes.
+
+The promises attacked here: one writer per stream (a stale owner's every write is refused by
+Redis, atomically, whatever it was paused in the middle of), a live owner per stream (a dead
+one's streams move within the lease), and moves that lose nothing acknowledged.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import redis
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from mtawindows.server.service.ownership import Ownership
+from mtawindows.server.service.registry import Registry
+from mtawindows.server.storage.cluster import (
+    Fence,
+    FencedError,
+    Leases,
+    Membership,
+    fenced,
+)
+from mtawindows.server.storage.embedded import EmbeddedRedis
+from mtawindows.server.storage.journal import StreamJournal
+from mtawindows.v1 import windows_pb2 as pb
+from mtawindows.v1 import windows_pb2_grpc as pb_grpc
+from mtawindows.v1.placement import place
+from mtawindows.v1.types import Field, StreamSpec
+
+from .service_support import ServerProcess, free_port
+
+pytestmark = [pytest.mark.redis]
+
+
+def _prefix() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[Any]:
+    c = redis.Redis.from_url(redis_url)
+    yield c
+    c.close()
+
+
+# --------------------------------------------------------------------------- leases
+
+
+def test_a_lease_has_one_holder_and_each_acquisition_a_newer_token(client: Any) -> None:
+    prefix = _prefix()
+    a = Leases(client, prefix, "a:1", "inc-a", "a:1", ttl_ms=1000)
+    b = Leases(client, prefix, "b:1", "inc-b", "b:1", ttl_ms=1000)
+    ours, other = a.acquire("s")
+    assert ours is not None and other is None and ours.member == "a:1"
+    theirs, holder = b.acquire("s")
+    assert theirs is None and holder is not None and holder.member == "a:1"
+    assert holder.token == ours.token
+    assert b.holder("s") == a.holder("s")
+    # a restarted incarnation of the same member takes it back at once, with a newer token
+    a2 = Leases(client, prefix, "a:1", "inc-a2", "a:1", ttl_ms=1000)
+    again, _ = a2.acquire("s")
+    assert again is not None and again.token > ours.token
+    # the first incarnation cannot renew it any more: the fence moved on
+    assert a.renew({"s": Fence(a.keys("s")[1], ours.token)}) == {"s": False}
+    assert a2.renew({"s": Fence(a.keys("s")[1], again.token)}) == {"s": True}
+    # released: free for anyone; b's token is newer still
+    assert a2.release("s", again.token)
+    got, _ = b.acquire("s")
+    assert got is not None and got.token > again.token
+
+
+def test_a_lease_runs_out_and_another_member_takes_it(client: Any) -> None:
+    prefix = _prefix()
+    a = Leases(client, prefix, "a:1", "i", "a:1", ttl_ms=200)
+    b = Leases(client, prefix, "b:1", "j", "b:1", ttl_ms=200)
+    ours, _ = a.acquire("s")
+    assert ours is not None
+    assert b.acquire("s")[0] is None
+    deadline = time.monotonic() + 5
+    while a.holder("s") is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    theirs, _ = b.acquire("s")
+    assert theirs is not None and theirs.token == ours.token + 1
+    # a forced acquisition (a store this server just started) takes it from any holder
+    forced, _ = a.acquire("s", force=True)
+    assert forced is not None and forced.token == theirs.token + 1
+
+
+def test_a_stale_token_writes_nothing_not_even_half_a_write(client: Any) -> None:
+    prefix = _prefix()
+    a = Leases(client, prefix, "a:1", "i", "a:1", ttl_ms=1000)
+    b = Leases(client, prefix, "b:1", "j", "b:1", ttl_ms=1000)
+    ours, _ = a.acquire("s")
+    assert ours is not None
+    fence_a = Fence(a.keys("s")[1], ours.token)
+    tag = "{s}"
+    k1, k2 = f"{prefix}:{tag}:x", f"{prefix}:{tag}:y"
+    fenced(client, fence_a, [("SET", k1, ("1",)), ("RPUSH", k2, ("a",))])
+    assert client.get(k1) == b"1"
+    a.release("s", ours.token)
+    theirs, _ = b.acquire("s")
+    assert theirs is not None
+    with pytest.raises(FencedError, match="FENCED"):
+        fenced(client, fence_a, [("SET", k1, ("2",)), ("RPUSH", k2, ("b",))])
+    assert fence_a.lost
+    assert client.get(k1) == b"1" and client.lrange(k2, 0, -1) == [b"a"]
+    fenced(client, Fence(b.keys("s")[1], theirs.token), [("SET", k1, ("3",))])
+    assert client.get(k1) == b"3"
+
+
+def test_the_journal_of_a_stale_owner_refuses_every_write(client: Any) -> None:
+    prefix = _prefix()
+    a = Leases(client, prefix, "a:1", "i", "a:1", ttl_ms=1000)
+    ours, _ = a.acquire("s")
+    assert ours is not None
+    j = StreamJournal(client, prefix, "s", Fence(a.keys("s")[1], ours.token))
+    j.append(1, "p", 1, "NONE", [], {"x": ("doubles", [1.0])})
+    a.acquire("s", force=True)  # a newer owner (same member, new token)
+    for write in (
+        lambda: j.append(2, "p", 2, "NONE", [], {"x": ("doubles", [2.0])}),
+        lambda: j.commit_state("{}", 1),
+        lambda: j.save_state("{}"),
+        j.drop_journal,
+        j.delete,
+    ):
+        with pytest.raises(FencedError):
+            write()
+    assert [e.lsn for e in j.entries()] == [1]
+    assert j.load_state() is None
+
+
+def test_members_see_each_other_and_forget_the_silent(client: Any) -> None:
+    prefix = _prefix()
+    a = Membership(client, prefix, "a:1", "i", "a:1", ttl_ms=300)
+    b = Membership(client, prefix, "b:1", "j", "b:1", ttl_ms=300)
+    a.beat(3)
+    seen = b.beat(0)
+    assert sorted(seen) == ["a:1", "b:1"] and seen["a:1"].streams == 3
+    time.sleep(0.5)  # a stops beating
+    assert sorted(b.beat(0)) == ["b:1"]
+    a.beat(0, leave=False)
+    assert sorted(b.beat(0)) == ["a:1", "b:1"]
+    a.beat(0, leave=True)
+    assert sorted(b.beat(0)) == ["b:1"]
+
+
+# --------------------------------------------------------------------------- ownership
+
+
+def _columns(ts: list[int], xs: list[float]) -> dict[str, tuple[str, list[Any]]]:
+    return {"ts": ("TIMESTAMP", ts), "x": ("DOUBLE", xs)}
+
+
+def _registry(url: str, prefix: str) -> Registry:
+    return Registry(url, prefix=prefix)
+
+
+def _make(reg: Registry, own: Ownership, name: str, durable: bool = True) -> None:
+    from mtawindows.v1.types import Aggregation, Policy, Storage, WindowSpec
+
+    fence = own.claim(name)
+    reg.create_stream(StreamSpec(name, (Field("x", "DOUBLE"),)), fence)
+    reg.create_window(
+        WindowSpec(
+            name,
+            "w",
+            (Aggregation("n", "count"), Aggregation("s", "sum", "x")),
+            Policy.count(10_000),
+            storage=Storage("redis", durable=durable, block_size=16, cache_size=16),
+        )
+    )
+
+
+def test_streams_move_when_a_member_joins_and_nothing_acknowledged_is_lost(
+    redis_url: str,
+) -> None:
+    prefix = _prefix()
+    ra, rb = _registry(redis_url, prefix), _registry(redis_url, prefix)
+    a = Ownership(ra, member="a:1", address="a:1", lease_ms=1000)
+    a.membership.beat(0)
+    names = [f"s{i}" for i in range(12)]
+    for n in names:
+        _make(ra, a, n)
+    for k, n in enumerate(names):
+        ra.streams[n].append(_columns(list(range(1, 101)), [float(k)] * 100))
+    b = Ownership(rb, member="b:1", address="b:1", lease_ms=1000)
+    b.membership.beat(0)
+    a.membership.beat(len(names))
+    a.rebalance()  # releases the streams placed on b (flushed)
+    moved = [n for n in names if place(n, ["a:1", "b:1"]) == "b:1"]
+    assert moved and sorted(set(names) - set(ra.streams)) == sorted(moved)
+    b.rebalance()  # adopts them
+    assert sorted(rb.streams) == sorted(moved)
+    for n in moved:
+        r = rb.result(n, "w")
+        assert r.values["n"] == 100 and r.values["s"] == 100.0 * names.index(n)
+        assert rb.streams[n].fence is not None
+    # a write of a by a stale handle of a moved stream is refused: nothing applied
+    a.stop(release=True)
+    b.stop(release=True)
+    ra.close()
+    rb.close()
+
+
+def test_a_paused_owner_loses_the_stream_and_every_write_it_tries_is_refused(
+    redis_url: str,
+) -> None:
+    """In process: owner a is 'paused' (no renewals) past its lease, b takes the stream and
+    writes; a, resumed, still holding its Stream object, tries to append and flush: refused
+    by Redis, and b's window holds exactly the rows acknowledged by either."""
+    prefix = _prefix()
+    ra, rb = _registry(redis_url, prefix), _registry(redis_url, prefix)
+    a = Ownership(ra, member="a:1", address="a:1", lease_ms=300)
+    a.membership.beat(0)
+    _make(ra, a, "s")
+    sa = ra.streams["s"]
+    sa.append(_columns([1, 2, 3], [1.0, 2.0, 3.0]))  # acknowledged by a
+    time.sleep(0.5)  # a is paused: its lease and its membership run out
+    b = Ownership(rb, member="b:1", address="b:1", lease_ms=300)
+    b.membership.beat(0)
+    got = b.route("s")  # placed on b now (a is not live): adopted
+    assert got is rb.streams["s"]
+    got.append(_columns([4], [10.0]))
+    # a resumes: its stale Stream tries to write
+    with pytest.raises(Exception, match=r"moved|FENCED|nothing was applied"):
+        sa.append(_columns([5, 6], [100.0, 100.0]))
+    with pytest.raises(Exception):  # noqa: B017 - a flush is refused too (FENCED)
+        ra.flush(sa, final=True)
+    assert sa.fence is not None and sa.fence.lost
+    # and a's own check sends callers to b
+    a.renew()
+    assert "s" not in ra.streams
+    r = rb.result("s", "w")
+    assert r.values["n"] == 4 and r.values["s"] == 16.0
+    b.stop()
+    ra.close()
+    rb.close()
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _reason(ex: grpc.RpcError) -> tuple[str, dict[str, str]]:
+    st = rpc_status.from_call(ex)  # type: ignore[arg-type]
+    assert st is not None
+    for d in st.details:
+        info = error_details_pb2.ErrorInfo()
+        if d.Unpack(info):
+            return info.reason, dict(info.metadata)
+    return "", {}
+
+
+@pytest.fixture
+def shared_redis(tmp_path: Path) -> Iterator[str]:
+    srv = EmbeddedRedis(tmp_path / "redis").start()
+    yield srv.url
+    srv.stop()
+
+
+def _spec(name: str) -> pb.StreamSpec:
+    return pb.StreamSpec(
+        name=name, timestamp_field="ts", fields=[pb.FieldSpec(name="x", type=pb.DOUBLE)]
+    )
+
+
+def _window(name: str) -> pb.WindowSpec:
+    return pb.WindowSpec(
+        stream=name,
+        name="w",
+        aggregations=[
+            pb.Aggregation(name="n", monoid="count"),
+            pb.Aggregation(name="s", monoid="sum", field="x"),
+        ],
+        policy=pb.SlidePolicy(count=pb.CountPolicy(size=100_000)),
+        storage=pb.Storage(kind=pb.REDIS, durable=True),
+    )
+
+
+def _append(stream: str, ts: list[int], xs: list[float], seq: int) -> pb.AppendRequest:
+    return pb.AppendRequest(
+        stream=stream,
+        columns=[
+            pb.Column(name="ts", timestamps=pb.Int64List(values=ts)),
+            pb.Column(name="x", doubles=pb.DoubleList(values=xs)),
+        ],
+        producer_id="test",
+        sequence=seq,
+    )
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_sigstopped_owner_is_fenced_out_and_stops_serving(
+    shared_redis: str, tmp_path: Path
+) -> None:
+    """SIGSTOP the owner past its lease, let the other server take the stream and write,
+    SIGCONT the old one: what it tries is refused, it serves the stream no more, and the
+    window holds exactly what was acknowledged."""
+    lease = "600"
+    a = ServerProcess(tmp_path / "a", "--redis-url", shared_redis, "--lease-ms", lease).start()
+    b = ServerProcess(tmp_path / "b", "--redis-url", shared_redis, "--lease-ms", lease).start()
+    stubs = {s.target: pb_grpc.WindowServiceStub(grpc.insecure_channel(s.target)) for s in (a, b)}
+    try:
+        # a stream placed on a (its name chosen so), created there
+        name = next(
+            f"s{i}" for i in range(1000) if place(f"s{i}", [a.target, b.target]) == a.target
+        )
+        sa = stubs[a.target]
+        sa.CreateStream(pb.CreateStreamRequest(spec=_spec(name)), timeout=10)
+        sa.CreateWindow(pb.CreateWindowRequest(spec=_window(name)), timeout=10)
+        acked = 0.0
+        rows = 0
+        for seq in range(1, 6):
+            sa.Append(_append(name, [seq], [float(seq)], seq), timeout=10)
+            acked += seq
+            rows += 1
+        # b redirects to a while a lives
+        with pytest.raises(grpc.RpcError) as info:
+            stubs[b.target].Query(pb.QueryRequest(stream=name, window="w"), timeout=10)
+        assert _reason(info.value) == (
+            "NOT_OWNER",
+            {"stream": name, "owner": a.target, "owner_id": a.target, "token": "1"},
+        )
+        assert a.proc is not None
+        os.kill(a.proc.pid, signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 20
+            while True:  # b takes the stream once a's lease ran out
+                try:
+                    stubs[b.target].Append(_append(name, [10], [100.0], 10), timeout=5)
+                    break
+                except grpc.RpcError as ex:
+                    reason, _ = _reason(ex)
+                    assert reason in ("NOT_OWNER", "STREAM_MOVING"), ex
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+            acked += 100.0
+            rows += 1
+        finally:
+            os.kill(a.proc.pid, signal.SIGCONT)
+        # a, resumed, is asked to write: refused, sent to b
+        with pytest.raises(grpc.RpcError) as info:
+            sa.Append(_append(name, [11], [1000.0], 11), timeout=10)
+        reason, meta = _reason(info.value)
+        assert reason == "NOT_OWNER" and meta["owner"] == b.target
+        r = stubs[b.target].Query(pb.QueryRequest(stream=name, window="w"), timeout=10)
+        assert r.values["n"].int_value == rows and r.values["s"].double_value == acked
+        assert "lost the lease" in a.log.read_text() or "adopted" in b.log.read_text()
+    finally:
+        a.stop()
+        b.stop()
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_a_killed_owner_s_streams_move_and_keep_every_acknowledged_row(
+    shared_redis: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    servers = [
+        ServerProcess(tmp_path / f"s{i}", "--redis-url", shared_redis, "--lease-ms", "1000")
+        for i in range(2)
+    ]
+    servers[0].args += ["--port", str(port)]
+    for s in servers:
+        s.start()
+    a, b = servers
+    stub_a = pb_grpc.WindowServiceStub(grpc.insecure_channel(a.target))
+    stub_b = pb_grpc.WindowServiceStub(grpc.insecure_channel(b.target))
+    try:
+        name = next(
+            f"k{i}" for i in range(1000) if place(f"k{i}", [a.target, b.target]) == a.target
+        )
+        stub_a.CreateStream(pb.CreateStreamRequest(spec=_spec(name)), timeout=10)
+        stub_a.CreateWindow(pb.CreateWindowRequest(spec=_window(name)), timeout=10)
+        for seq in range(1, 21):
+            stub_a.Append(_append(name, [seq], [1.0], seq), timeout=10)
+        a.stop(signal.SIGKILL)
+        t0 = time.monotonic()
+        while True:
+            try:
+                r = stub_b.Append(_append(name, [20], [1.0], 20), timeout=5)  # a retry
+                break
+            except grpc.RpcError as ex:
+                assert _reason(ex)[0] in ("NOT_OWNER", "STREAM_MOVING"), ex
+                assert time.monotonic() - t0 < 15
+                time.sleep(0.05)
+        assert r.duplicate  # applied once, before the kill
+        q = stub_b.Query(pb.QueryRequest(stream=name, window="w"), timeout=10)
+        assert q.values["n"].int_value == 20
+        # the killed server comes back on its port: the stream is placed on it again
+        a.start()
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                q = stub_a.Query(pb.QueryRequest(stream=name, window="w"), timeout=5)
+                break
+            except grpc.RpcError as ex:
+                assert _reason(ex)[0] in ("NOT_OWNER", "STREAM_MOVING", ""), ex
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        assert q.values["n"].int_value == 20
+    finally:
+        for s in servers:
+            s.stop()

@@ -414,3 +414,62 @@ def test_a_killed_owner_s_streams_move_and_keep_every_acknowledged_row(
     finally:
         for s in servers:
             s.stop()
+
+
+# --------------------------------------------------------------------------- Redis Cluster
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_servers_on_redis_cluster_survive_a_primary_failover(tmp_path: Path) -> None:
+    """Two servers on a real Redis Cluster (3 primaries, a replica each) with
+    ``--redis-wait-replicas 1``: streams over every primary, definitions, leases, fences and
+    windows across slots; the primary holding a stream is killed: calls fail clearly
+    (UNAVAILABLE) meanwhile, then succeed, and every acknowledged row is there."""
+    from .cluster_support import RedisClusterProcesses
+
+    with RedisClusterProcesses() as rc:
+        args = ("--redis-url", rc.cluster_url, "--redis-wait-replicas", "1", "--lease-ms", "1500")
+        servers = [ServerProcess(tmp_path / f"s{i}", *args).start() for i in range(2)]
+        targets = [s.target for s in servers]
+        stubs = {t: pb_grpc.WindowServiceStub(grpc.insecure_channel(t)) for t in targets}
+
+        def call(name: str, fn: Any, deadline: float = 30.0) -> Any:
+            t = place(name, targets) or targets[0]
+            end = time.monotonic() + deadline
+            while True:
+                try:
+                    return fn(stubs[t])
+                except grpc.RpcError as ex:
+                    reason, meta = _reason(ex)
+                    if reason == "NOT_OWNER":
+                        t = meta["owner"]
+                    elif ex.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > end:
+                        raise
+                    time.sleep(0.1)
+
+        try:
+            names = [f"c{i}" for i in range(9)]
+            slots = {rc.primary_for_key(f"{{{n}}}").address for n in names}
+            assert len(slots) >= 2  # the streams spread over primaries
+            acked: dict[str, int] = {}
+            for n in names:
+                call(n, lambda s, n=n: s.CreateStream(pb.CreateStreamRequest(spec=_spec(n))))
+                call(n, lambda s, n=n: s.CreateWindow(pb.CreateWindowRequest(spec=_window(n))))
+                for seq in range(1, 4):
+                    call(n, lambda s, n=n, seq=seq: s.Append(_append(n, [seq], [1.0], seq)))
+                acked[n] = 3
+            victim = names[0]
+            primary = rc.primary_for_key(f"{{{victim}}}")
+            i = [p.address for p in rc.primaries()].index(primary.address)
+            rc.kill_primary(i)  # returns once its replica is promoted
+            for n in names:  # every acknowledged row survived; appends go on
+                for seq in range(4, 6):
+                    call(n, lambda s, n=n, seq=seq: s.Append(_append(n, [seq], [1.0], seq)))
+                acked[n] += 2
+            for n in names:
+                q = call(n, lambda s, n=n: s.Query(pb.QueryRequest(stream=n, window="w")))
+                assert q.values["n"].int_value == acked[n], n
+        finally:
+            for s in servers:
+                s.stop()

@@ -252,6 +252,27 @@ def check_reply(ex: BaseException, fence: Fence | None) -> BaseException:
     return ex
 
 
+def _node_pipelines(
+    client: Any, names: list[str], key_of: Callable[[str], str]
+) -> list[tuple[list[str], Any]]:
+    """``names`` grouped by the Redis node holding ``key_of(name)``, each group with a plain
+    pipeline on that node (scripts cannot go through a Redis Cluster pipeline); one group on
+    a standalone Redis."""
+    from .connect import is_cluster, pipeline_on_key_node
+
+    if not is_cluster(client):
+        return [(names, client.pipeline(transaction=False))]
+    groups: dict[str, tuple[list[str], Any]] = {}
+    for name in names:
+        key = key_of(name)
+        node = client.get_node_from_key(key)
+        group = groups.get(node.name)
+        if group is None:
+            group = groups[node.name] = ([], pipeline_on_key_node(client, key))
+        group[0].append(name)
+    return list(groups.values())
+
+
 @dataclass(frozen=True)
 class Lease:
     """A stream's lease as Redis holds it (``token`` is the owner's fencing token)."""
@@ -325,29 +346,31 @@ class Leases:
         return (lease, None) if int(ok) == 1 else (None, lease)
 
     def renew(self, fences: dict[str, Fence]) -> dict[str, bool]:
-        """Renew the leases of ``fences`` (stream -> our fence) in one pipelined round trip:
-        stream -> whether we still hold it."""
+        """Renew the leases of ``fences`` (stream -> our fence), one pipelined round trip per
+        Redis node: stream -> whether we still hold it. A stream whose node did not answer is
+        left out (its lease is not extended: it runs out unless a later renewal gets through)."""
         if not fences:
             return {}
         script = _script(self.client, _RENEW)
-        pipe = self.client.pipeline(transaction=False)
-        names = list(fences)
-        for name in names:
-            lease_key, fence_key = self.keys(name)
-            script(
-                keys=[lease_key, fence_key],
-                args=[self.member, self.incarnation, fences[name].token, self.ttl_ms, self.address],
-                client=pipe,
-            )
-        try:
-            replies = pipe.execute(raise_on_error=False)
-        except redis.RedisError as ex:
-            raise self._fail(ex, f"renew {len(names)} leases") from ex
         out: dict[str, bool] = {}
-        for name, r in zip(names, replies, strict=True):
-            if isinstance(r, Exception):
-                raise self._fail(r, f"renew the lease of stream {name!r}")
-            out[name] = int(r) == 1
+        failed: Exception | None = None
+        for names, pipe in _node_pipelines(self.client, list(fences), lambda n: self.keys(n)[0]):
+            for name in names:
+                lease_key, fence_key = self.keys(name)
+                args = [self.member, self.incarnation, fences[name].token, self.ttl_ms]
+                script(keys=[lease_key, fence_key], args=[*args, self.address], client=pipe)
+            try:
+                replies = pipe.execute(raise_on_error=False)
+            except redis.RedisError as ex:
+                failed = ex
+                continue
+            for name, r in zip(names, replies, strict=True):
+                if isinstance(r, Exception):
+                    failed = r
+                    continue
+                out[name] = int(r) == 1
+        if failed is not None and not out:
+            raise self._fail(failed, f"renew {len(fences)} leases")
         return out
 
     def release(self, stream: str, token: int) -> bool:

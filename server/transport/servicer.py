@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn, TypeVar
 
 import grpc
+import redis
 
 from mtawindows.v1 import convert
 from mtawindows.v1 import windows_pb2 as pb
@@ -38,6 +39,7 @@ from ..service.inputs import check_request
 from ..service.ownership import Ownership
 from ..service.registry import Registry
 from ..service.stream import Stream
+from ..storage.protocol import StoreError
 from . import decode, status
 from .metrics import Metrics
 
@@ -451,6 +453,8 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
                         await self.run(self.cluster.lost, name)
                     else:
                         log.warning("periodic flush failed: %s", ex, extra={"stream": name})
+                except (StoreError, redis.RedisError) as ex:  # retried by the next flush
+                    log.warning("periodic flush failed: %s", ex, extra={"stream": name})
                 except Exception:
                     log.exception("periodic flush failed", extra={"stream": name})
 

@@ -1,9 +1,12 @@
 """mtawindows.client: the Python SDK and CLI of the mtawindows gRPC service.
 
-``WindowClient`` / ``AsyncWindowClient`` talk to ``mtawindows serve``; the specs and results are
-the dataclasses of :mod:`mtawindows.v1.types`; errors are the typed exceptions of
-:mod:`mtawindows.client.errors`; :class:`Router` (:mod:`mtawindows.client.routing`) says which of
-several servers holds a stream or a key's stream.
+``WindowClient`` / ``AsyncWindowClient`` talk to ``mtawindows serve``: one server, or a cluster
+of them given by seed addresses (``"a:50051,b:50051"``), each call sent to the server that owns
+its stream (:mod:`mtawindows.client.cluster`: :class:`ClusterMap`, ``client.owner(stream)``).
+The specs and results are the dataclasses of :mod:`mtawindows.v1.types`; errors are the typed
+exceptions of :mod:`mtawindows.client.errors`; :func:`keyed_stream_name` names a key's own
+stream (:mod:`mtawindows.client.routing`; its :class:`Router`, a fixed hash over a list of
+independent servers, is kept for code that shards by hand).
 """
 
 from mtawindows.v1 import convert as convert  # former homes, kept importable from here
@@ -26,6 +29,7 @@ from mtawindows.v1.types import (
 from .aio import AsyncWindowClient
 from .batch_writer import BatchWriter
 from .blocking import WindowClient
+from .cluster import ClusterMap, ClusterMember
 from .errors import (
     AlreadyExistsError,
     DeadlineExceededError,
@@ -34,13 +38,16 @@ from .errors import (
     InvalidArgumentError,
     MtaWindowsError,
     NotFoundError,
+    NotOwnerError,
     OutOfOrderError,
+    RedirectLoopError,
     ResourceExhaustedError,
+    StreamMovingError,
     UnauthenticatedError,
     UnavailableError,
     Violation,
 )
-from .routing import Router, key_of_stream, keyed_stream_name
+from .routing import Router, key_of_stream, keyed_stream_name, split_targets, stable_hash
 
 __all__ = [
     "Aggregation",
@@ -48,6 +55,8 @@ __all__ = [
     "AppendResult",
     "AsyncWindowClient",
     "BatchWriter",
+    "ClusterMap",
+    "ClusterMember",
     "DeadlineExceededError",
     "FailedPreconditionError",
     "Field",
@@ -56,13 +65,16 @@ __all__ = [
     "InvalidArgumentError",
     "MtaWindowsError",
     "NotFoundError",
+    "NotOwnerError",
     "OutOfOrderError",
     "OutputSpec",
     "Policy",
+    "RedirectLoopError",
     "ResourceExhaustedError",
     "Router",
     "Storage",
     "StreamInfo",
+    "StreamMovingError",
     "StreamSpec",
     "UnauthenticatedError",
     "UnavailableError",
@@ -73,4 +85,6 @@ __all__ = [
     "WindowSpec",
     "key_of_stream",
     "keyed_stream_name",
+    "split_targets",
+    "stable_hash",
 ]

@@ -1,14 +1,16 @@
 """The asyncio client :class:`AsyncWindowClient`: the same calls as :class:`WindowClient`, each
-through the grpc.aio stub and awaited (requests, replies, retry policy and errors:
-:mod:`.calls`)."""
+through the grpc.aio stub of the server its stream lives on and awaited (requests, replies,
+retry policy and errors: :mod:`.calls`; the cluster: :mod:`.cluster`)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any, TypeVar
 
-from mtawindows.v1 import windows_pb2_grpc as pb_grpc
+import grpc
+
 from mtawindows.v1.types import (
     AppendResult,
     StreamInfo,
@@ -19,28 +21,38 @@ from mtawindows.v1.types import (
 )
 
 from . import calls
-from .base import ClientBase
+from .base import SUBSCRIBED, ClientBase
 from .channel import DEFAULT_TARGET, credentials, open_aio_channel
+from .cluster import ClusterMap
+from .errors import MtaWindowsError, from_rpc_error
 from .rows import Rows
 
 T = TypeVar("T")
 
 
 class AsyncWindowClient(ClientBase):
-    """The asyncio twin of :class:`WindowClient` (grpc.aio); same methods, awaitable."""
+    """The asyncio twin of :class:`WindowClient` (grpc.aio); same arguments (but
+    ``channel``), same routing over a cluster, same methods, awaitable."""
 
     def __init__(
         self,
-        target: str = DEFAULT_TARGET,
+        target: str | Sequence[str] = DEFAULT_TARGET,
         *,
         token: str | None = None,
         tls: bool | str | None = None,
         timeout: float = 30.0,
-        retries: int = 5,
+        retries: int | None = None,
+        retry_time: float = 10.0,
+        refresh_interval: float = 30.0,
     ) -> None:
-        super().__init__(target, token, timeout, retries)
-        self.channel = open_aio_channel(target, credentials(tls))
-        self.stub = pb_grpc.WindowServiceStub(self.channel)
+        super().__init__(target, token, timeout, retries, retry_time, refresh_interval)
+        self._creds = credentials(tls)
+        first = self.seeds[0]
+        self.channel = open_aio_channel(first, self._creds)
+        self.stub = self._adopt(first, self.channel)  # the first seed's: raw calls
+
+    def _open(self, address: str) -> grpc.aio.Channel:
+        return open_aio_channel(address, self._creds)
 
     async def __aenter__(self) -> AsyncWindowClient:
         return self
@@ -49,14 +61,66 @@ class AsyncWindowClient(ClientBase):
         await self.close()
 
     async def close(self) -> None:
-        await self.channel.close()
+        for channel in self._take_channels():
+            await channel.close()
+
+    # -- the way of a call
+    async def _try(self, address: str, call: calls.Call[Any, T], timeout: float | None) -> T:
+        try:
+            reply = await self._send(address, call, timeout)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err, address) from None
+        self.topology.answered(address)
+        return call.decode(reply)
 
     async def _run(self, call: calls.Call[Any, T], timeout: float | None) -> T:
-        for attempt in self._attempts(call):
-            with attempt:
-                return call.decode(await self._send(call, timeout))
-            await asyncio.sleep(attempt.pause)
-        raise calls.unreachable()
+        course = self._course(call)
+        while True:
+            try:
+                await self._ensure_map(course)
+                return await self._try(course.address(), call, timeout)
+            except MtaWindowsError as ex:
+                step = course.failed(ex)  # raises when the call ends here
+            await asyncio.sleep(step.pause)
+
+    async def _ensure_map(self, course: calls.Course) -> None:
+        if course.lookup or self.topology.needs_refresh():
+            lookup = [course.stream] if course.lookup and course.stream else []
+            course.lookup = False
+            await self._refresh(lookup, strict=not self.topology.known)
+
+    async def _refresh(self, streams: Sequence[str] = (), *, strict: bool = True) -> None:
+        """As :meth:`WindowClient._refresh`."""
+        req = self._map_request(streams)
+        tried: list[str] = []
+        last: MtaWindowsError | None = None
+        for address in self.topology.candidates():
+            tried.append(address)
+            try:
+                reply = await self._stub(address).GetClusterMap(
+                    req, timeout=self._map_timeout(), metadata=self.metadata
+                )
+            except grpc.RpcError as err:
+                last = self._map_failure(err, address)
+                if last is None:
+                    return
+                continue
+            self.topology.learn(reply, address)
+            return
+        failure = self._no_map(tried, last)
+        if strict:
+            raise failure
+
+    # -- the cluster
+    async def cluster_map(self) -> ClusterMap:
+        """As :meth:`WindowClient.cluster_map`."""
+        await self._refresh()
+        return self._cluster_map()
+
+    async def owner(self, stream: str) -> str:
+        """As :meth:`WindowClient.owner`."""
+        await self._refresh([stream])
+        return self.topology.route(stream)
 
     async def create_stream(self, spec: StreamSpec, *, timeout: float | None = None) -> StreamInfo:
         return await self._run(calls.create_stream(spec), timeout)
@@ -66,7 +130,18 @@ class AsyncWindowClient(ClientBase):
         await self._run(calls.delete_stream(name), timeout)
 
     async def list_streams(self, *, timeout: float | None = None) -> list[StreamInfo]:
-        return await self._run(calls.list_streams(), timeout)
+        """As :meth:`WindowClient.list_streams` (the members asked at once)."""
+        call = calls.list_streams()
+        course = self._course(call)
+        while True:
+            try:
+                await self._ensure_map(course)
+                addresses = self.topology.member_addresses()
+                lists = await asyncio.gather(*(self._try(a, call, timeout) for a in addresses))
+                return calls.merge_streams(lists)
+            except MtaWindowsError as ex:
+                step = course.failed(ex)
+            await asyncio.sleep(step.pause)
 
     async def get_stream(self, name: str, *, timeout: float | None = None) -> StreamInfo:
         return await self._run(calls.get_stream(name), timeout)
@@ -128,19 +203,66 @@ class AsyncWindowClient(ClientBase):
 
     async def subscribe(
         self, stream: str, window: str, *, timeout: float | None = None
-    ) -> AsyncIterator[tuple[int, WindowResult]]:
+    ) -> AsyncGenerator[tuple[int, WindowResult], None]:
         """As :meth:`WindowClient.subscribe`: results of every batch applied from the moment
-        the awaited call returns."""
-        call = self._subscription(stream, window, timeout)
-        with calls.typed_errors(self.target):  # errors come with the first read, in practice
-            await call.initial_metadata()
-        return _follow(call, self.target)
+        the awaited call returns, following the stream when it moves."""
+        call = calls.subscribe(stream, window)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        sub, address, first = await self._subscribe(call, deadline, None)
+        return self._follow(call, deadline, sub, address, first)
 
+    async def _subscribe(
+        self, call: calls.Call[Any, Any], deadline: float | None, ended: MtaWindowsError | None
+    ) -> tuple[Any, str, Any]:
+        """As :meth:`WindowClient._subscribe`."""
+        course = self._course(call, retry=self.topology.clustered)
+        step = None if ended is None else calls.resume(course, ended)
+        while True:
+            if step is not None:
+                await asyncio.sleep(step.pause)
+            try:
+                await self._ensure_map(course)
+                address = course.address()
+                sub = self._subscription(address, call, calls.left(deadline))
+                try:
+                    md = await sub.initial_metadata()
+                    if any(k == SUBSCRIBED for k, _ in md or ()):
+                        self.topology.answered(address)
+                        return sub, address, None
+                    first = await sub.read()  # refused, or a server without the header
+                    return sub, address, None if first is grpc.aio.EOF else first
+                except grpc.RpcError as err:
+                    sub.cancel()
+                    raise from_rpc_error(err, address) from None
+            except MtaWindowsError as ex:
+                step = calls.resume(course, ex)
 
-async def _follow(call: Any, target: str) -> AsyncIterator[tuple[int, WindowResult]]:
-    with calls.following(call, target):
-        async for m in call:
-            yield calls.event(m)
+    async def _follow(
+        self,
+        call: calls.Call[Any, Any],
+        deadline: float | None,
+        sub: Any,
+        address: str,
+        first: Any,
+    ) -> AsyncGenerator[tuple[int, WindowResult], None]:
+        try:
+            if first is not None:
+                yield calls.event(first)
+            while True:
+                try:
+                    async for m in sub:
+                        yield calls.event(m)
+                    return
+                except grpc.RpcError as err:
+                    if err.code() == grpc.StatusCode.CANCELLED:  # we went away
+                        return
+                    ended = from_rpc_error(err, address)
+                sub.cancel()
+                sub, address, first = await self._subscribe(call, deadline, ended)
+                if first is not None:
+                    yield calls.event(first)
+        finally:
+            sub.cancel()
 
 
 __all__ = ["AsyncWindowClient"]

@@ -1,47 +1,143 @@
-"""What the blocking and the asyncio client hold and do alike: the server's ``target``, the
-auth header, the default deadline, the retry count, the stub, the per-stream schema cache, and
-how a :class:`~mtawindows.client.calls.Call` goes to the stub (the clients only add the waiting:
-blocking, or awaited)."""
+"""What the blocking and the asyncio client hold and do alike: the seeds and the cluster's
+:class:`~mtawindows.client.cluster.Topology`, one channel per server address (opened on first
+use), the auth header, the default deadline, the retry policy, the per-stream schema cache,
+and how a :class:`~mtawindows.client.calls.Call` goes to a server's stub (the clients only add
+the waiting: blocking, or awaited)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Sequence
 from typing import Any
 
+import grpc
+
+from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1 import windows_pb2_grpc as pb_grpc
 
 from . import calls
 from .channel import auth_metadata
+from .cluster import ClusterMap, Topology, seeds_of
+from .errors import MtaWindowsError, UnavailableError, from_rpc_error
+
+MAP_TIMEOUT = 5.0  # seconds at most for one GetClusterMap (a dead seed must not hold a call)
+SUBSCRIBED = "mtawindows-subscribed"  # the header a server sends once a subscription is live
 
 
 class ClientBase:
-    """``target`` is ``host:port``; ``token`` a bearer token; ``timeout`` the default deadline
-    per call in seconds; ``retries`` tries for idempotent calls."""
+    """``target``: the seeds, ``host:port``, ``"a:1,b:2"`` or a list of those; ``token`` a
+    bearer token; ``timeout`` the default deadline per try in seconds; ``retries`` and
+    ``retry_time`` bound the tries of one call (:class:`~mtawindows.client.calls.Course`);
+    ``refresh_interval`` the cluster map's longest life in seconds."""
 
-    stub: pb_grpc.WindowServiceStub
-
-    def __init__(self, target: str, token: str | None, timeout: float, retries: int) -> None:
-        self.target = target
+    def __init__(
+        self,
+        target: str | Sequence[str],
+        token: str | None,
+        timeout: float,
+        retries: int | None,
+        retry_time: float = 10.0,
+        refresh_interval: float = 30.0,
+    ) -> None:
         self.metadata = auth_metadata(token)  # first: a bad token opens no channel
+        self.seeds = seeds_of(target)
+        self.target = ",".join(self.seeds)
         self.timeout = timeout
+        if retries is not None and retries < 1:
+            msg = f"retries: expected a number of tries >= 1 (or None), got {retries!r}"
+            raise ValueError(msg)
         self.retries = retries
+        self.retry_time = retry_time
+        self.topology = Topology(self.seeds, refresh_interval=refresh_interval)
         self._schemas: dict[str, dict[str, str]] = {}
+        self._channels: dict[str, Any] = {}
+        self._stubs: dict[str, pb_grpc.WindowServiceStub] = {}
+        self._lock = threading.Lock()
 
-    def _attempts(self, call: calls.Call[Any, Any]) -> Iterator[calls.Attempt]:
-        return calls.attempts(self.target, self.retries if call.retry else 1)
+    # -- channels, one per address
+    def _open(self, address: str) -> Any:
+        """A new channel to ``address`` (blocking or grpc.aio: the client's kind)."""
+        raise NotImplementedError
 
-    def _send(self, call: calls.Call[Any, Any], timeout: float | None) -> Any:
+    def _adopt(self, address: str, channel: Any) -> pb_grpc.WindowServiceStub:
+        with self._lock:
+            self._channels[address] = channel
+            stub = self._stubs[address] = pb_grpc.WindowServiceStub(channel)
+            return stub
+
+    def _stub(self, address: str) -> pb_grpc.WindowServiceStub:
+        with self._lock:
+            stub = self._stubs.get(address)
+            if stub is None:
+                channel = self._channels[address] = self._open(address)
+                stub = self._stubs[address] = pb_grpc.WindowServiceStub(channel)
+            return stub
+
+    def _take_channels(self) -> list[Any]:
+        with self._lock:
+            channels = list(self._channels.values())
+            self._channels.clear()
+            self._stubs.clear()
+            return channels
+
+    # -- one call
+    def _course(self, call: calls.Call[Any, Any], retry: bool | None = None) -> calls.Course:
+        return calls.Course(
+            call, self.topology, retries=self.retries, retry_time=self.retry_time, retry=retry
+        )
+
+    def _send(self, address: str, call: calls.Call[Any, Any], timeout: float | None) -> Any:
         """The stub's reply (blocking client) or the awaitable of it (asyncio client)."""
-        send = getattr(self.stub, call.method)
+        send = getattr(self._stub(address), call.method)
         return send(call.request, timeout=timeout or self.timeout, metadata=self.metadata)
 
-    def _subscription(self, stream: str, window: str, timeout: float | None) -> Any:
-        """The Subscribe call; ``timeout`` bounds the whole subscription (None: no bound)."""
-        req = calls.subscribe_request(stream, window)
-        return self.stub.Subscribe(req, timeout=timeout, metadata=self.metadata)
+    def _subscription(self, address: str, call: calls.Call[Any, Any], timeout: float | None) -> Any:
+        """The Subscribe call at ``address``; ``timeout`` bounds it (None: no bound)."""
+        return self._stub(address).Subscribe(call.request, timeout=timeout, metadata=self.metadata)
+
+    def _map_request(self, streams: Sequence[str]) -> pb.GetClusterMapRequest:
+        return pb.GetClusterMapRequest(streams=list(streams))
+
+    def _map_timeout(self) -> float:
+        return min(self.timeout, MAP_TIMEOUT)
+
+    def _map_failure(self, err: grpc.RpcError, address: str) -> MtaWindowsError | None:
+        """A failed GetClusterMap at ``address``: None when the server has none (an older
+        server: then it is a cluster of one, learnt here), else the typed error, which ends
+        the asking at once unless another member may answer (unreachable, timeout, store)."""
+        if err.code() == grpc.StatusCode.UNIMPLEMENTED:
+            self.topology.learn_single(address)
+            return None
+        ex = from_rpc_error(err, address)
+        if ex.code == "UNAVAILABLE" and ex.reason not in ("STORE_UNAVAILABLE",):
+            self.topology.failed(address)
+        if ex.code not in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
+            raise ex
+        return ex
+
+    def _no_map(self, tried: list[str], last: MtaWindowsError | None) -> MtaWindowsError:
+        """The error when no candidate gave the map: the last one's, naming every address
+        asked."""
+        self.topology.fetch_failed()
+        where = tried[0] if len(tried) == 1 else ",".join(tried)
+        if last is None:
+            return UnavailableError("no server to ask for the cluster map", target=where)
+        return type(last)(
+            last.message,
+            code=last.code,
+            reason=last.reason,
+            violations=last.violations,
+            metadata=last.metadata,
+            target=where,
+        )
+
+    def _cluster_map(self) -> ClusterMap:
+        cmap = self.topology.map
+        assert cmap is not None
+        return cmap
 
     def _forget_schema(self, stream: str) -> None:
         self._schemas.pop(stream, None)
 
 
-__all__ = ["ClientBase"]
+__all__ = ["MAP_TIMEOUT", "SUBSCRIBED", "ClientBase"]

@@ -1,15 +1,15 @@
-"""The blocking client :class:`WindowClient`: each call through the blocking stub, retried in a
-loop that sleeps between tries (requests, replies, retry policy and errors: :mod:`.calls`)."""
+"""The blocking client :class:`WindowClient`: each call through the blocking stub of the server
+its stream lives on, in a loop that follows redirects and sleeps between tries (requests,
+replies, retry policy and errors: :mod:`.calls`; the cluster: :mod:`.cluster`)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from typing import Any, TypeVar
 
 import grpc
 
-from mtawindows.v1 import windows_pb2_grpc as pb_grpc
 from mtawindows.v1.types import (
     AppendResult,
     StreamInfo,
@@ -20,35 +20,57 @@ from mtawindows.v1.types import (
 )
 
 from . import calls
-from .base import ClientBase
+from .base import SUBSCRIBED, ClientBase
 from .batch_writer import BatchWriter
 from .channel import DEFAULT_TARGET, credentials, open_channel
+from .cluster import ClusterMap
+from .errors import MtaWindowsError, from_rpc_error
 from .rows import Rows
 
 T = TypeVar("T")
 
 
 class WindowClient(ClientBase):
-    """Blocking client of the window service.
+    """Blocking client of the window service: one server, or a cluster of them.
 
-    ``target`` is ``host:port``; ``token`` a bearer token; ``tls`` True (system roots) or a CA
-    file; ``timeout`` the default deadline per call in seconds; ``retries`` attempts for
-    idempotent calls; ``channel`` an open channel to use instead of one of its own."""
+    ``target``: the seeds, ``host:port``, ``"a:1,b:2"`` or a list of those: any servers of the
+    cluster (one is enough; several survive one being down). The client learns the cluster's
+    members from them (``GetClusterMap``) and sends each call about a stream to the server
+    that owns it, following ``NOT_OWNER`` redirects and waiting out ``STREAM_MOVING``; an
+    older server without cluster support is a cluster of one. ``token`` a bearer token;
+    ``tls`` True (system roots) or a CA file; ``timeout`` the default deadline per try in
+    seconds; ``channel`` an open channel to the first seed to use instead of one of its own.
+
+    Retries (see :class:`~mtawindows.client.calls.Course`): ``retries`` tries at most per
+    call (default: 5 after a timeout or a store failure; while a stream moves or its server
+    is unreachable in a cluster, as many as ``retry_time`` allows); ``retry_time`` seconds of
+    pauses at most per call (default 10: a failover is the lease, 2 s by default, and the
+    new owner opening the stream). Only reads and appends with a ``producer_id`` and
+    ``sequence`` are sent again after their server failed (the same key every time: the new
+    owner acknowledges a batch the old one applied as a duplicate); any call is resent
+    after a ``NOT_OWNER`` or ``STREAM_MOVING`` (nothing was done). ``refresh_interval``:
+    the cluster map's longest life in seconds."""
 
     def __init__(
         self,
-        target: str = DEFAULT_TARGET,
+        target: str | Sequence[str] = DEFAULT_TARGET,
         *,
         token: str | None = None,
         tls: bool | str | None = None,
         timeout: float = 30.0,
-        retries: int = 5,
+        retries: int | None = None,
         channel: grpc.Channel | None = None,
+        retry_time: float = 10.0,
+        refresh_interval: float = 30.0,
     ) -> None:
-        super().__init__(target, token, timeout, retries)
-        creds = credentials(tls)
-        self.channel = channel if channel is not None else open_channel(target, creds)
-        self.stub = pb_grpc.WindowServiceStub(self.channel)
+        super().__init__(target, token, timeout, retries, retry_time, refresh_interval)
+        self._creds = credentials(tls)
+        first = self.seeds[0]
+        self.channel = channel if channel is not None else open_channel(first, self._creds)
+        self.stub = self._adopt(first, self.channel)  # the first seed's: raw calls
+
+    def _open(self, address: str) -> grpc.Channel:
+        return open_channel(address, self._creds)
 
     def __enter__(self) -> WindowClient:
         return self
@@ -57,14 +79,71 @@ class WindowClient(ClientBase):
         self.close()
 
     def close(self) -> None:
-        self.channel.close()
+        for channel in self._take_channels():
+            channel.close()
+
+    # -- the way of a call
+    def _try(self, address: str, call: calls.Call[Any, T], timeout: float | None) -> T:
+        """One try at ``address``; a failure raises typed, naming it."""
+        try:
+            reply = self._send(address, call, timeout)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err, address) from None
+        self.topology.answered(address)
+        return call.decode(reply)
 
     def _run(self, call: calls.Call[Any, T], timeout: float | None) -> T:
-        for attempt in self._attempts(call):
-            with attempt:
-                return call.decode(self._send(call, timeout))
-            time.sleep(attempt.pause)
-        raise calls.unreachable()
+        course = self._course(call)
+        while True:
+            try:
+                self._ensure_map(course)
+                return self._try(course.address(), call, timeout)
+            except MtaWindowsError as ex:
+                step = course.failed(ex)  # raises when the call ends here
+            time.sleep(step.pause)
+
+    def _ensure_map(self, course: calls.Course) -> None:
+        if course.lookup or self.topology.needs_refresh():
+            lookup = [course.stream] if course.lookup and course.stream else []
+            course.lookup = False
+            self._refresh(lookup, strict=not self.topology.known)
+
+    def _refresh(self, streams: Sequence[str] = (), *, strict: bool = True) -> None:
+        """Ask the candidates for the map (and the owners of ``streams``) until one answers;
+        raises when none does and ``strict`` (else the map held stays)."""
+        req = self._map_request(streams)
+        tried: list[str] = []
+        last: MtaWindowsError | None = None
+        for address in self.topology.candidates():
+            tried.append(address)
+            try:
+                reply = self._stub(address).GetClusterMap(
+                    req, timeout=self._map_timeout(), metadata=self.metadata
+                )
+            except grpc.RpcError as err:
+                last = self._map_failure(err, address)
+                if last is None:
+                    return
+                continue
+            self.topology.learn(reply, address)
+            return
+        failure = self._no_map(tried, last)
+        if strict:
+            raise failure
+
+    # -- the cluster
+    def cluster_map(self) -> ClusterMap:
+        """The cluster as a member sees it now (asked of the members and seeds in turn;
+        UnavailableError when none answers): the live members and the lease time. An older
+        server without cluster support is a cluster of one (``lease_ms`` 0)."""
+        self._refresh()
+        return self._cluster_map()
+
+    def owner(self, stream: str) -> str:
+        """The address calls about ``stream`` go to: its owner, asked of the cluster now;
+        while it has none (it is moving), where placement puts it among the live members."""
+        self._refresh([stream])
+        return self.topology.route(stream)
 
     # -- streams
     def create_stream(self, spec: StreamSpec, *, timeout: float | None = None) -> StreamInfo:
@@ -75,7 +154,18 @@ class WindowClient(ClientBase):
         self._run(calls.delete_stream(name), timeout)
 
     def list_streams(self, *, timeout: float | None = None) -> list[StreamInfo]:
-        return self._run(calls.list_streams(), timeout)
+        """Every stream of the cluster: each live member lists those it owns (sorted by name
+        when there are several members)."""
+        call = calls.list_streams()
+        course = self._course(call)
+        while True:
+            try:
+                self._ensure_map(course)
+                lists = [self._try(a, call, timeout) for a in self.topology.member_addresses()]
+                return calls.merge_streams(lists)
+            except MtaWindowsError as ex:
+                step = course.failed(ex)
+            time.sleep(step.pause)
 
     def get_stream(self, name: str, *, timeout: float | None = None) -> StreamInfo:
         return self._run(calls.get_stream(name), timeout)
@@ -113,7 +203,9 @@ class WindowClient(ClientBase):
         timeout: float | None = None,
     ) -> AppendResult:
         """Append a batch atomically. ``results``: "none", "final" (each window's result
-        after the batch) or "per_row" (each window's result after every row, columnar)."""
+        after the batch) or "per_row" (each window's result after every row, columnar).
+        With ``producer_id`` and ``sequence`` the append is idempotent: retried (across a
+        failover too) with the same key, applied once."""
         schema = self.schema(stream)
         req = calls.append_request(stream, rows, schema, producer_id, sequence, results, windows)
         return self._run(calls.append(req), timeout)
@@ -136,14 +228,71 @@ class WindowClient(ClientBase):
 
     def subscribe(
         self, stream: str, window: str, *, timeout: float | None = None
-    ) -> Iterator[tuple[int, WindowResult]]:
+    ) -> Generator[tuple[int, WindowResult], None, None]:
         """(batch number, result) after every batch applied to the stream from the moment this
-        returns (the server confirms the subscription before it does). ``timeout`` bounds the
-        whole subscription; close the iterator (or let it go) to cancel."""
-        call = self._subscription(stream, window, timeout)
-        with calls.typed_errors(self.target):  # errors come with the first read, in practice
-            call.initial_metadata()
-        return _follow(call, self.target)
+        returns (the stream's owner confirms the subscription before it does). ``timeout``
+        bounds the whole subscription; close the iterator (or let it go) to cancel.
+
+        When the stream moves to another server (``NOT_OWNER``, ``STREAM_MOVING``; in a
+        cluster, also its server failing), the iterator subscribes again at the new owner
+        by itself: the results of the batches applied in between are not seen (the batch
+        numbers are per server); :meth:`read_results` catches up on them by sequence."""
+        call = calls.subscribe(stream, window)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        sub, address, first = self._subscribe(call, deadline, None)
+        return self._follow(call, deadline, sub, address, first)
+
+    def _subscribe(
+        self, call: calls.Call[Any, Any], deadline: float | None, ended: MtaWindowsError | None
+    ) -> tuple[Any, str, Any]:
+        """A confirmed subscription (the call, its address, an event read ahead or None);
+        after ``ended`` (how the last one ended) unless that ends the subscription."""
+        course = self._course(call, retry=self.topology.clustered)
+        step = None if ended is None else calls.resume(course, ended)
+        while True:
+            if step is not None:
+                time.sleep(step.pause)
+            try:
+                self._ensure_map(course)
+                address = course.address()
+                sub = self._subscription(address, call, calls.left(deadline))
+                try:
+                    if any(k == SUBSCRIBED for k, _ in sub.initial_metadata() or ()):
+                        self.topology.answered(address)
+                        return sub, address, None
+                    return sub, address, next(sub, None)  # refused, or a server without
+                except grpc.RpcError as err:  # the header: the first event tells
+                    sub.cancel()
+                    raise from_rpc_error(err, address) from None
+            except MtaWindowsError as ex:
+                step = calls.resume(course, ex)
+
+    def _follow(
+        self,
+        call: calls.Call[Any, Any],
+        deadline: float | None,
+        sub: Any,
+        address: str,
+        first: Any,
+    ) -> Generator[tuple[int, WindowResult], None, None]:
+        try:
+            if first is not None:
+                yield calls.event(first)
+            while True:
+                try:
+                    for m in sub:
+                        yield calls.event(m)
+                    return
+                except grpc.RpcError as err:
+                    if err.code() == grpc.StatusCode.CANCELLED:  # we went away
+                        return
+                    ended = from_rpc_error(err, address)
+                sub.cancel()
+                sub, address, first = self._subscribe(call, deadline, ended)
+                if first is not None:
+                    yield calls.event(first)
+        finally:
+            sub.cancel()
 
     def writer(
         self,
@@ -158,12 +307,6 @@ class WindowClient(ClientBase):
         sequence numbers (idempotent, so retried); at most ``max_pending`` batches wait for
         the sender before :meth:`BatchWriter.write` blocks (back-pressure)."""
         return BatchWriter(self, stream, batch_rows, producer_id, start_sequence, max_pending)
-
-
-def _follow(call: Any, target: str) -> Iterator[tuple[int, WindowResult]]:
-    with calls.following(call, target):
-        for m in call:
-            yield calls.event(m)
 
 
 __all__ = ["WindowClient"]

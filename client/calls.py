@@ -1,28 +1,30 @@
 """The request layer both clients share: one :class:`Call` per RPC, the retry policy, the errors.
 
 A :class:`Call` says everything about one RPC but the sending: the service method, the request,
-how to decode the reply, and whether the call may be retried (reads, and appends with an
-idempotency key). :class:`~mtawindows.client.WindowClient` sends it through the blocking stub
-and :class:`~mtawindows.client.AsyncWindowClient` through the grpc.aio stub, each in the same
-loop over :func:`attempts`: a failure leaves an :class:`Attempt` as the typed exception of
-:mod:`mtawindows.client.errors` (naming the server's target), or, when UNAVAILABLE or
-DEADLINE_EXCEEDED and tries are left, waits a jittered exponential :func:`backoff` and goes again.
+the stream it is about (where the cluster routes it), how to decode the reply, and whether the
+call may be sent again after its server failed (reads, and appends with an idempotency key).
+:class:`~mtawindows.client.WindowClient` sends it through the blocking stubs and
+:class:`~mtawindows.client.AsyncWindowClient` through the grpc.aio stubs, each in the same loop
+over a :class:`Course`: the try goes where the course says (the stream's owner, see
+:mod:`.cluster`); a failure either ends the call as the typed exception of
+:mod:`mtawindows.client.errors` (naming the server's address) or is followed to the owner
+(``NOT_OWNER``), or waited out (``STREAM_MOVING``, a server unreachable, a timeout) with a
+jittered exponential :func:`backoff`.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-import grpc
 from google.protobuf.message import Message
 
 from mtawindows.v1 import convert
 from mtawindows.v1 import windows_pb2 as pb
+from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import (
     AppendResult,
     StreamInfo,
@@ -32,26 +34,38 @@ from mtawindows.v1.types import (
     WindowSpec,
 )
 
-from .errors import DeadlineExceededError, UnavailableError, from_rpc_error
+from .errors import (
+    DeadlineExceededError,
+    MtaWindowsError,
+    RedirectLoopError,
+    UnavailableError,
+)
 from .rows import Rows, encode_rows
+
+if TYPE_CHECKING:
+    from .cluster import Topology
 
 R = TypeVar("R")  # the reply message
 T = TypeVar("T")  # what the client returns
 
 RESULTS = {"none": pb.NONE, "final": pb.FINAL, "per_row": pb.PER_ROW}
 RETRYABLE = (UnavailableError, DeadlineExceededError)
+DEFAULT_TRIES = 5  # tries after timeouts or store failures, when the client sets no retries
+MAX_REDIRECTS = 8  # NOT_OWNER redirects one call follows
 
 
 @dataclass(frozen=True)
 class Call(Generic[R, T]):
     """One RPC: ``method`` of the WindowService with ``request``; ``decode`` turns the reply
-    into what the client returns; ``retry``: safe to send again after UNAVAILABLE or
-    DEADLINE_EXCEEDED (the server applies it at most once)."""
+    into what the client returns; ``retry``: safe to send again after its server failed
+    (UNAVAILABLE, DEADLINE_EXCEEDED: the server applies it at most once); ``stream``: the
+    stream it is about, which decides the server it goes to ("" = any server)."""
 
     method: str
     request: Message
     decode: Callable[[R], T]
     retry: bool
+    stream: str = ""
 
 
 # --------------------------------------------------------------------------- one per RPC
@@ -63,45 +77,68 @@ def _nothing(_: object) -> None:
 
 def create_stream(spec: StreamSpec) -> Call[pb.StreamInfo, StreamInfo]:
     req = pb.CreateStreamRequest(spec=convert.stream_spec_to_proto(spec))
-    return Call("CreateStream", req, convert.stream_info_from_proto, retry=False)
+    return Call("CreateStream", req, convert.stream_info_from_proto, False, spec.name)
 
 
 def delete_stream(name: str) -> Call[pb.DeleteStreamResponse, None]:
-    return Call("DeleteStream", pb.DeleteStreamRequest(name=name), _nothing, retry=False)
+    return Call("DeleteStream", pb.DeleteStreamRequest(name=name), _nothing, False, name)
 
 
 def list_streams() -> Call[pb.ListStreamsResponse, list[StreamInfo]]:
+    """ListStreams of one server (the streams it owns: the clients ask every member and
+    :func:`merge_streams`)."""
+
     def decode(m: pb.ListStreamsResponse) -> list[StreamInfo]:
         return [convert.stream_info_from_proto(s) for s in m.streams]
 
     return Call("ListStreams", pb.ListStreamsRequest(), decode, retry=True)
 
 
+def merge_streams(lists: Sequence[list[StreamInfo]]) -> list[StreamInfo]:
+    """The streams of every member, one per name (a stream has one owner; during a hand-over
+    two may list it: the first member's stays). One member's list as it came; several
+    sorted by name."""
+    if len(lists) == 1:
+        return list(lists[0])
+    merged: dict[str, StreamInfo] = {}
+    for got in lists:
+        for s in got:
+            merged.setdefault(s.spec.name, s)
+    return [merged[n] for n in sorted(merged)]
+
+
+def get_cluster_map(streams: Sequence[str] = ()) -> Call[pb.ClusterMap, pb.ClusterMap]:
+    """GetClusterMap: the live members, and the owners of ``streams`` (kept as the message:
+    the topology takes it, :meth:`~mtawindows.client.cluster.Topology.learn`)."""
+    req = pb.GetClusterMapRequest(streams=list(streams))
+    return Call("GetClusterMap", req, lambda m: m, retry=True)
+
+
 def get_stream(name: str) -> Call[pb.StreamInfo, StreamInfo]:
     req = pb.GetStreamRequest(name=name)
-    return Call("GetStream", req, convert.stream_info_from_proto, retry=True)
+    return Call("GetStream", req, convert.stream_info_from_proto, True, name)
 
 
 def create_window(spec: WindowSpec) -> Call[pb.WindowInfo, WindowInfo]:
     req = pb.CreateWindowRequest(spec=convert.window_spec_to_proto(spec))
-    return Call("CreateWindow", req, convert.window_info_from_proto, retry=False)
+    return Call("CreateWindow", req, convert.window_info_from_proto, False, spec.stream)
 
 
 def delete_window(stream: str, name: str) -> Call[pb.DeleteWindowResponse, None]:
     req = pb.DeleteWindowRequest(stream=stream, name=name)
-    return Call("DeleteWindow", req, _nothing, retry=False)
+    return Call("DeleteWindow", req, _nothing, False, stream)
 
 
 def get_window(stream: str, name: str) -> Call[pb.WindowInfo, WindowInfo]:
     req = pb.GetWindowRequest(stream=stream, name=name)
-    return Call("GetWindow", req, convert.window_info_from_proto, retry=True)
+    return Call("GetWindow", req, convert.window_info_from_proto, True, stream)
 
 
 def list_windows(stream: str) -> Call[pb.ListWindowsResponse, list[WindowInfo]]:
     def decode(m: pb.ListWindowsResponse) -> list[WindowInfo]:
         return [convert.window_info_from_proto(w) for w in m.windows]
 
-    return Call("ListWindows", pb.ListWindowsRequest(stream=stream), decode, retry=True)
+    return Call("ListWindows", pb.ListWindowsRequest(stream=stream), decode, True, stream)
 
 
 def append_request(
@@ -135,12 +172,12 @@ def append(request: pb.AppendRequest) -> Call[pb.AppendResponse, AppendResult]:
     """An Append (built by :func:`append_request`); retried only with an idempotency key
     (``producer_id`` and ``sequence``)."""
     retry = bool(request.producer_id and request.sequence)
-    return Call("Append", request, convert.append_result_from_proto, retry=retry)
+    return Call("Append", request, convert.append_result_from_proto, retry, request.stream)
 
 
 def query(stream: str, window: str) -> Call[pb.WindowResult, WindowResult]:
     req = pb.QueryRequest(stream=stream, window=window)
-    return Call("Query", req, convert.result_from_proto, retry=True)
+    return Call("Query", req, convert.result_from_proto, True, stream)
 
 
 def read_results(
@@ -152,12 +189,19 @@ def read_results(
     req = pb.ReadResultsRequest(
         stream=stream, window=window, after_sequence=after_sequence, limit=limit
     )
-    return Call("ReadResults", req, decode, retry=True)
+    return Call("ReadResults", req, decode, True, stream)
 
 
 def subscribe_request(stream: str, window: str) -> pb.SubscribeRequest:
-    """The request of the Subscribe stream (a server stream: sent once, never retried)."""
+    """The request of the Subscribe stream."""
     return pb.SubscribeRequest(stream=stream, window=window)
+
+
+def subscribe(stream: str, window: str) -> Call[pb.SubscribeEvent, tuple[int, WindowResult]]:
+    """Subscribe (a server stream; ``decode`` is :func:`event`). Sent again where the stream
+    moved (``NOT_OWNER``, ``STREAM_MOVING``), and after its server failed only in a cluster:
+    one server gone ends the subscription, as ever."""
+    return Call("Subscribe", subscribe_request(stream, window), event, False, stream)
 
 
 def event(m: pb.SubscribeEvent) -> tuple[int, WindowResult]:
@@ -181,94 +225,201 @@ def backoff(attempt: int) -> float:
     return float(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
 
 
-class Attempt:
-    """One try of a call, as ``with attempt: return send(...)``. A gRPC failure leaves the block
-    as the typed exception, unless it is retryable and tries are left: then the block is left
-    quietly and the caller waits :attr:`pause` before the next try."""
+@dataclass(frozen=True)
+class Step:
+    """What a call does after a failed try that it survives: wait ``pause`` seconds, then
+    send again (to :meth:`Course.address`)."""
 
-    def __init__(self, target: str, number: int, last: bool) -> None:
-        self.target = target
-        self.number = number
-        self.last = last
-
-    @property
-    def pause(self) -> float:
-        return backoff(self.number)
-
-    def __enter__(self) -> Attempt:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> bool:
-        if not isinstance(ev, grpc.RpcError):
-            return False
-        ex = from_rpc_error(ev, self.target)
-        if isinstance(ex, RETRYABLE) and not self.last:
-            return True
-        raise ex from None
+    pause: float
 
 
-def attempts(target: str, tries: int) -> Iterator[Attempt]:
-    """The tries of one call to ``target`` (at most ``tries``)."""
-    for n in range(tries):
-        yield Attempt(target, n, last=n + 1 == tries)
+class Course:
+    """One call's way through the cluster: where each try goes, and what a failure means.
+
+    After a failed try, :meth:`failed` either raises the typed error (the call ends) or says
+    how long to wait before the next try:
+
+    * ``NOT_OWNER`` (nothing was done): the owner is noted and the call resent there at once
+      (any call); an owner that failed a moment ago, or one this redirect chain already
+      visited, is tried after a pause instead. At most :data:`MAX_REDIRECTS` redirects, then
+      :class:`~mtawindows.client.errors.RedirectLoopError`.
+    * ``STREAM_MOVING`` / ``FENCED`` (nothing was done): wait ``retry_after_ms`` (or the
+      backoff), look the owner up again, resend (any call).
+    * UNAVAILABLE for want of the server (unreachable, ``SERVER_STOPPING``), or CANCELLED by
+      it (a server stopping cuts the calls in flight): the server is left out of placement
+      for a lease and the map refreshed; resent only when the call may be (``Call.retry``:
+      reads, appends with an idempotency key), after the backoff.
+    * DEADLINE_EXCEEDED, ``STORE_UNAVAILABLE``: resent after the backoff when the call may be.
+
+    Tries: at most ``retries`` when given. Unset, at most :data:`DEFAULT_TRIES` after a
+    timeout or a store failure, and as many as ``retry_time`` allows while the stream moves or
+    its server is unreachable in a cluster (a failover: the lease, then the new owner opens
+    the stream). The pauses of one call add up to at most ``retry_time`` seconds.
+    """
+
+    def __init__(
+        self,
+        call: Call[Any, Any],
+        topology: Topology,
+        *,
+        retries: int | None,
+        retry_time: float,
+        retry: bool | None = None,
+    ) -> None:
+        self.call = call
+        self.stream = call.stream
+        self.topology = topology
+        self.retries = retries
+        self.retry_time = retry_time
+        self.retry = call.retry if retry is None else retry
+        self.tries = 0  # failed tries followed by a pause
+        self.counted = 0  # of which after a timeout or a store failure
+        self.paused = 0.0
+        self.redirects = 0
+        self.chain: list[str] = []  # addresses since the last pause (redirects followed)
+        self.path: list[str] = []  # every address tried, for the loop's error
+        self.lookup = False  # ask the map for this stream's owner before the next try
+        self._next: str | None = None
+
+    def address(self) -> str:
+        """Where the next try goes: a redirect's owner, else the topology's route."""
+        address = self._next or self.topology.route(self.stream)
+        self._next = None
+        self.chain.append(address)
+        self.path.append(address)
+        return address
+
+    def failed(self, ex: MtaWindowsError) -> Step:
+        """The try that went to ``ex.target`` failed with ``ex``: raises ``ex`` when the call
+        ends here, else the :class:`Step` before the next try."""
+        t = self.topology
+        address = ex.target or ""
+        reason = ex.reason
+        if reason == Reason.NOT_OWNER:
+            return self._redirect(ex)
+        if reason in (Reason.STREAM_MOVING, Reason.FENCED):
+            if self.stream:
+                t.forget(self.stream)
+            self.lookup = True
+            after = _millis(ex.metadata.get("retry_after_ms"))
+            return self._pause(ex, after if after is not None else self._backoff(), True)
+        if ex.code in ("UNAVAILABLE", "CANCELLED"):  # CANCELLED: by a server going away
+            store = reason == Reason.STORE_UNAVAILABLE
+            if not store and address:
+                t.failed(address)
+            if not self.retry:
+                raise ex
+            return self._pause(ex, self._backoff(), failover=not store)
+        if ex.code == "DEADLINE_EXCEEDED":
+            if self.stream:
+                t.forget(self.stream)
+            if not self.retry:
+                raise ex
+            return self._pause(ex, self._backoff(), failover=False)
+        raise ex
+
+    def _redirect(self, ex: MtaWindowsError) -> Step:
+        md = ex.metadata
+        stream = md.get("stream") or self.stream
+        owner = md.get("owner") or md.get("owner_id") or ""
+        if not owner:  # no live owner to name: the stream is moving
+            self.lookup = True
+            return self._pause(ex, self._backoff(), failover=True)
+        self.topology.redirected(stream, owner)
+        if self.topology.is_down(owner):  # its lease runs out first: wait, ask again
+            self.lookup = True
+            return self._pause(ex, self._backoff(), failover=True)
+        self.redirects += 1
+        if self.redirects > MAX_REDIRECTS:
+            path = " -> ".join([*self.path, owner])
+            msg = (
+                f"stream {stream!r}: the servers sent the call on {MAX_REDIRECTS} times "
+                f"without one taking it (NOT_OWNER: {path}); they disagree on the owner"
+            )
+            raise RedirectLoopError(
+                msg,
+                path=[*self.path, owner],
+                code=ex.code,
+                reason=ex.reason,
+                metadata=ex.metadata,
+                target=ex.target,
+            ) from ex
+        if owner in self.chain:  # back to where this chain went before: let it settle
+            self._next = owner
+            return self._pause(ex, self._backoff(), failover=True)
+        self._next = owner
+        return Step(0.0)
+
+    def _backoff(self) -> float:
+        return backoff(self.tries)
+
+    def _pause(self, ex: MtaWindowsError, wait: float, failover: bool) -> Step:
+        failover = failover and self.topology.clustered
+        self.tries += 1
+        if not failover:
+            self.counted += 1
+        if self.retries is not None:
+            if self.tries >= self.retries:
+                raise ex
+        elif self.counted >= DEFAULT_TRIES:
+            raise ex
+        left = self.retry_time - self.paused
+        if left <= 0:
+            raise ex
+        wait = max(0.0, min(wait, left))
+        self.paused += wait
+        self.chain = []
+        return Step(wait)
 
 
-def unreachable() -> AssertionError:
-    """What a retry loop raises after its last :class:`Attempt` (which never lets one pass)."""
-    return AssertionError("unreachable")
+def left(deadline: float | None) -> float | None:
+    """Seconds from now to ``deadline`` (``time.monotonic``; None: no bound)."""
+    return None if deadline is None else max(0.001, deadline - time.monotonic())
 
 
-@contextmanager
-def typed_errors(target: str) -> Iterator[None]:
-    """A gRPC failure inside the block raises as the typed exception naming ``target``."""
+def resume(course: Course, ended: MtaWindowsError) -> Step:
+    """How a subscription goes on after it ended with ``ended``: its own deadline ends it,
+    the rest is the course's rule (see :func:`subscribe`)."""
+    if ended.code == "DEADLINE_EXCEEDED":
+        raise ended
+    return course.failed(ended)
+
+
+def _millis(raw: str | None) -> float | None:
+    """Metadata ``retry_after_ms`` in seconds (None when absent or not a number)."""
     try:
-        yield
-    except grpc.RpcError as err:
-        raise from_rpc_error(err, target) from None
-
-
-class Cancellable(Protocol):
-    def cancel(self) -> bool: ...
-
-
-@contextmanager
-def following(call: Cancellable, target: str) -> Iterator[None]:
-    """Around the reading of a subscription: CANCELLED (the client went away) ends it quietly,
-    other failures raise typed; the call is cancelled however the reading stops."""
-    try:
-        yield
-    except grpc.RpcError as err:
-        if err.code() != grpc.StatusCode.CANCELLED:
-            raise from_rpc_error(err, target) from None
-    finally:
-        call.cancel()
+        return max(0.0, int(raw or "") / 1000)
+    except ValueError:
+        return None
 
 
 __all__ = [
+    "DEFAULT_TRIES",
+    "MAX_REDIRECTS",
     "RESULTS",
     "RETRYABLE",
-    "Attempt",
     "Call",
+    "Course",
+    "Step",
     "append",
     "append_request",
-    "attempts",
     "backoff",
     "create_stream",
     "create_window",
     "delete_stream",
     "delete_window",
     "event",
-    "following",
+    "get_cluster_map",
     "get_stream",
     "get_window",
+    "left",
     "list_streams",
     "list_windows",
+    "merge_streams",
     "query",
     "read_results",
+    "resume",
     "schema_of",
+    "subscribe",
     "subscribe_request",
-    "typed_errors",
-    "unreachable",
 ]

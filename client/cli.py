@@ -1,8 +1,10 @@
 """The client commands of ``mtawindows``: streams, windows, append, query, watch (``serve``
 is the server's: :mod:`mtawindows.server.cli`; :mod:`mtawindows.cli` joins both).
 
-Every client subcommand takes ``--target`` ($MTAWINDOWS_TARGET, default localhost:50051),
-``--token`` ($MTAWINDOWS_TOKEN) and ``--tls-ca`` ($MTAWINDOWS_TLS_CA). Errors print as
+Every client subcommand takes ``--target`` ($MTAWINDOWS_TARGET, default localhost:50051: a
+server, or several comma-separated, the seeds of a cluster: each call goes to the server that
+owns its stream, as :class:`~mtawindows.client.WindowClient` routes it), ``--token``
+($MTAWINDOWS_TOKEN) and ``--tls-ca`` ($MTAWINDOWS_TLS_CA). Errors print as
 ``error: [CODE/REASON] message`` with the field violations, exit status 1.
 """
 
@@ -155,7 +157,7 @@ def _client_flags(sp: argparse.ArgumentParser) -> None:
     sp.add_argument(
         "--target",
         default=_env("TARGET", "localhost:50051"),
-        help="host:port ($MTAWINDOWS_TARGET)",
+        help="host:port, or several comma-separated: seeds of a cluster ($MTAWINDOWS_TARGET)",
     )
     sp.add_argument("--token", default=_env("TOKEN"), help="bearer token ($MTAWINDOWS_TOKEN)")
     sp.add_argument(

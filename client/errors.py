@@ -74,6 +74,21 @@ class OutOfOrderError(FailedPreconditionError):
     """A row older than the stream's newest, on a stream that rejects late rows."""
 
 
+class NotOwnerError(FailedPreconditionError):
+    """Another server owns the stream (reason ``NOT_OWNER``; metadata ``owner`` is where to
+    call). The clients follow these redirects themselves: one surfaces only when they do not
+    settle (:class:`RedirectLoopError`)."""
+
+
+class RedirectLoopError(NotOwnerError):
+    """The servers kept sending a call elsewhere (``NOT_OWNER``) without one taking it: the
+    message names the addresses in the order the call went through them (``path``)."""
+
+    def __init__(self, message: str, *, path: list[str], **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.path = path
+
+
 class ResourceExhaustedError(MtaWindowsError):
     code = "RESOURCE_EXHAUSTED"
 
@@ -88,6 +103,12 @@ class PermissionDeniedError(MtaWindowsError, PermissionError):
 
 class UnavailableError(MtaWindowsError, ConnectionError):
     code = "UNAVAILABLE"
+
+
+class StreamMovingError(UnavailableError):
+    """The stream has no live owner right now (reason ``STREAM_MOVING``: a failover or a
+    hand-over is under way); metadata ``retry_after_ms``. The clients wait and retry by
+    themselves: one surfaces only when the call's retries run out."""
 
 
 class DeadlineExceededError(MtaWindowsError, TimeoutError):
@@ -110,7 +131,11 @@ _BY_CODE: dict[grpc.StatusCode, type[MtaWindowsError]] = {
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
     grpc.StatusCode.INTERNAL: InternalError,
 }
-_BY_REASON: dict[str, type[MtaWindowsError]] = {Reason.OUT_OF_ORDER: OutOfOrderError}
+_BY_REASON: dict[str, type[MtaWindowsError]] = {
+    Reason.OUT_OF_ORDER: OutOfOrderError,
+    Reason.NOT_OWNER: NotOwnerError,
+    Reason.STREAM_MOVING: StreamMovingError,
+}
 
 
 @dataclass

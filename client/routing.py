@@ -1,18 +1,22 @@
-"""Routing over several servers: which server owns a stream (or a key's stream), by a stable
-hash of its name, and the names of per-key streams.
+"""Names and hashes for routing: the per-key stream names (:func:`keyed_stream_name`), the
+seed lists (:func:`split_targets`), and :class:`Router`, a fixed hash of a stream's name over a
+list of independent servers.
 
-    from mtawindows.client import Router, WindowClient, keyed_stream_name
+A cluster of servers (one Redis) places streams itself, and :class:`~mtawindows.client.WindowClient`
+follows it (:mod:`mtawindows.client.cluster`): give it the seeds, it finds each stream's owner::
 
-    router = Router("a:50051,b:50051", pinned=["telemetry"])
-    router.owner("telemetry")                     # "a:50051": pinned names stay on the first
-    name = keyed_stream_name("telemetry", "host-07")  # "telemetry:host-07"
-    with WindowClient(router.owner(name)) as c:       # the server that holds host-07's stream
-        c.append(name, rows)
+    from mtawindows.client import WindowClient, keyed_stream_name
 
-The hash is SHA-256 of the name (not Python's salted ``hash``): every process on every machine
-sends a name to the same server, as long as the targets are listed in the same order. A key's
-rows live in a stream of their own, ``<stream>:<key>`` (same schema and windows as ``stream``),
-so one key's window state is on one server and the keys spread over all of them.
+    with WindowClient("a:50051,b:50051") as c:          # seeds of one cluster
+        name = keyed_stream_name("telemetry", "host-07")  # "telemetry:host-07"
+        c.append(name, rows)                              # at the server that owns it
+
+:class:`Router` is for servers that do not form a cluster (each its own Redis), sharded by
+hand: ``Router("a:50051,b:50051", pinned=["telemetry"]).owner(name)`` picks one by SHA-256 of
+the name (not Python's salted ``hash``), the same in every process as long as the targets are
+listed in the same order. A key's rows live in a stream of their own, ``<stream>:<key>`` (same
+schema and windows as ``stream``), so one key's window state is on one server and the keys
+spread over all of them.
 """
 
 from __future__ import annotations

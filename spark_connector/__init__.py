@@ -8,12 +8,13 @@
 Call :func:`register` once per SparkSession before using the format.
 
 The parts, by role: :mod:`.options` (ConnectorOptions), :mod:`.errors` (ConnectorError and the
-translation of the SDK's errors), :mod:`.clients` (one client per server and process),
+translation of the SDK's errors), :mod:`.clients` (one cluster-aware client per process),
 :mod:`.streams` (per-key and scratch streams), :mod:`.tasks` (idempotency keys of a task's
 chunks), :mod:`.arrow` and :mod:`.schemas` (Arrow and Spark types), :mod:`.writer` and
 :mod:`.readers` (tied to the format by :mod:`.datasource`), :mod:`.transform` and
-:mod:`.sliding` (sliding_aggregate, driver and executor sides). Routing over several servers is
-the SDK's (:class:`mtawindows.client.Router`).
+:mod:`.sliding` (sliding_aggregate, driver and executor sides). Option ``endpoint`` takes the
+seeds of a cluster; routing each stream to its owner is the SDK's
+(:class:`mtawindows.client.WindowClient`).
 """
 
 from __future__ import annotations

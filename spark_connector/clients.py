@@ -1,8 +1,11 @@
-"""This process's clients, one per server, and which server holds a stream.
+"""This process's client of the cluster, and which server holds a stream.
 
 Nothing holds a gRPC channel at import or in an object that Spark pickles: :func:`client_for`
-opens one per server in each process (a module-level cache; Spark reuses its Python workers)
-the first time a task asks, on the driver and on the executors alike.
+opens one cluster-aware :class:`~mtawindows.client.WindowClient` per set of seeds (option
+``endpoint``) in each process (a module-level cache; Spark reuses its Python workers) the first
+time a task asks, on the driver and on the executors alike. That client sends each call to the
+server that owns its stream (it learns the members from the seeds and follows the cluster's
+redirects), so every stream, the template and each key's, goes through the same client.
 """
 
 from __future__ import annotations
@@ -11,36 +14,36 @@ import threading
 
 from mtawindows.client import WindowClient
 
-from .options import ConnectorOptions
+from .options import ConnectorOptions, split_endpoints
 
-_clients: dict[tuple[str, str | None, str], WindowClient] = {}
+_clients: dict[tuple[tuple[str, ...], str | None, str, float], WindowClient] = {}
 _clients_lock = threading.Lock()
 
 
-def owner(opts: ConnectorOptions, stream: str) -> str:
-    """The endpoint that holds ``stream``: the first one for the template stream (and with a
-    single server), else the one a hash of the stream's name picks (the same in every
-    process, so a key's stream always lands on the same server): ``opts.router.owner``."""
-    return opts.router.owner(stream)
-
-
 def client_for(opts: ConnectorOptions, endpoint: str | None = None) -> WindowClient:
-    """This process's client of ``endpoint`` (default: the first of ``opts.endpoint``), one
-    channel per server, reused by tasks."""
-    target = endpoint or opts.endpoints[0]
-    key = (target, opts.token, repr(opts.tls))
+    """This process's client of the cluster of ``opts.endpoint`` (or of ``endpoint``, seeds
+    too), reused by tasks: one channel per server it calls."""
+    seeds = opts.endpoints if endpoint is None else split_endpoints(endpoint)
+    key = (seeds, opts.token, repr(opts.tls), opts.timeout)
     with _clients_lock:
         c = _clients.get(key)
         if c is None:
             c = _clients[key] = WindowClient(
-                target, token=opts.token, tls=opts.tls, timeout=opts.timeout
+                seeds, token=opts.token, tls=opts.tls, timeout=opts.timeout
             )
         return c
 
 
 def client_of(opts: ConnectorOptions, stream: str) -> WindowClient:
-    """The client of the server that holds ``stream`` (see :func:`owner`)."""
-    return client_for(opts, owner(opts, stream))
+    """The client for calls about ``stream``: the cluster's (it routes them to the owner)."""
+    del stream  # the client finds the owner itself
+    return client_for(opts)
+
+
+def owner(opts: ConnectorOptions, stream: str) -> str:
+    """The address of the server that holds ``stream`` now, asked of the cluster (where
+    placement puts it while it has no live owner)."""
+    return client_for(opts).owner(stream)
 
 
 __all__ = ["client_for", "client_of", "owner"]

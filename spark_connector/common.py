@@ -1,7 +1,7 @@
 """``mtawindows.spark_connector.common``, the former grab-bag of the connector, kept importable:
 its names now live by role in :mod:`.options`, :mod:`.errors`, :mod:`.clients`,
-:mod:`.streams`, :mod:`.tasks`, :mod:`.arrow`, :mod:`.schemas` and, for routing over several
-servers, :mod:`mtawindows.client.routing`."""
+:mod:`.streams`, :mod:`.tasks`, :mod:`.arrow`, :mod:`.schemas` and, for per-key stream names,
+:mod:`mtawindows.client.routing`."""
 
 from mtawindows.client.routing import key_of_stream, keyed_stream_name
 

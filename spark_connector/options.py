@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mtawindows.client import Router
 from mtawindows.client.routing import split_targets
 
 from .errors import ConnectorError
@@ -20,8 +19,9 @@ class ConnectorOptions:
     """The options of format ``"mtawindows"`` (case-insensitive keys, as Spark passes them).
 
     endpoint           host:port of ``mtawindows serve`` (required); or several, comma-separated:
-                       a shard of servers, each per-key stream on one of them (by a hash of
-                       its name), the stream definitions read from the first
+                       seeds of one cluster (servers sharing a Redis). The connector's clients
+                       learn the members from them and send each stream's calls to its owner;
+                       the cluster places every stream, per-key streams included
     stream             the stream to write to / read from (required)
     timestamp_column   the DataFrame column holding each row's time (default: the stream's
                        timestamp field)
@@ -57,14 +57,8 @@ class ConnectorOptions:
 
     @property
     def endpoints(self) -> tuple[str, ...]:
-        """The servers: ``endpoint`` split at commas; the first holds the template stream."""
+        """The seeds: ``endpoint`` split at commas (any servers of the cluster)."""
         return split_endpoints(self.endpoint)
-
-    @property
-    def router(self) -> Router:
-        """Which endpoint holds a stream: the template stream (``stream``) on the first, each
-        per-key stream where a hash of its name sends it (see :class:`Router`)."""
-        return Router(self.endpoints, pinned=(self.stream,))
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ConnectorOptions:
@@ -167,7 +161,7 @@ def _positive_int(opts: Mapping[str, str], name: str, default: int, *, zero: boo
 
 
 def split_endpoints(raw: str) -> tuple[str, ...]:
-    """``"host:port"`` or ``"a:1,b:2"`` as a tuple of distinct, non-empty endpoints; a
+    """``"host:port"`` or ``"a:1,b:2"`` as a tuple of distinct, non-empty seeds; a
     :class:`ConnectorError` naming option ``endpoint`` otherwise."""
     try:
         return split_targets(raw)

@@ -2,7 +2,7 @@
 its current result) and ``spark.readStream`` (:class:`ResultsStreamReader`, every result by its
 sequence: offsets ``{"stream/window": sequence}``, kept by the server, so a streaming query sees
 every result the server still holds). With ``key_column`` they read every per-key stream of
-``stream``, each from the server that holds it."""
+``stream`` (listed by every member of the cluster), each from the server that holds it."""
 
 from __future__ import annotations
 
@@ -51,18 +51,16 @@ _BASE_COLUMNS = [
 
 
 def _streams_of(opts: ConnectorOptions) -> list[str]:
-    """The streams a read covers: the stream, or with key_column its per-key streams (on
-    every server of ``endpoint``, each where the options' router puts it)."""
-    client_for(opts).get_stream(opts.stream)  # NOT_FOUND names the stream
+    """The streams a read covers: the stream, or with key_column its per-key streams (every
+    member of the cluster lists those it owns; the client merges the lists)."""
+    client = client_for(opts)
+    client.get_stream(opts.stream)  # NOT_FOUND names the stream
     if not opts.key_column:
         return [opts.stream]
-    router = opts.router
-    found: set[str] = set()
-    for ep in router.targets:
-        names = [s.spec.name for s in client_for(opts, ep).list_streams()]
-        kept = [n for n in names if not is_scratch(n)]
-        found.update(router.keyed_streams(opts.stream, ep, kept))
-    return sorted(found)
+    names = [s.spec.name for s in client.list_streams()]
+    return sorted(
+        n for n in names if key_of_stream(opts.stream, n) is not None and not is_scratch(n)
+    )
 
 
 def _windows_of(opts: ConnectorOptions, streams: Sequence[str]) -> list[WindowInfo]:

@@ -165,9 +165,9 @@ class Sliding:
         name = f"{base}{self.scratch}"
         client = self.created.get(name)
         if client is None:
-            # a key's scratch windows go to the server its stream would live on: with several
-            # servers in ``endpoint``, the keys of a job are spread over all of them
-            client = client_of(self.opts, base if self.opts.key_column else name)
+            # the cluster places each scratch stream by its name: the keys of a job spread
+            # over every member
+            client = client_of(self.opts, name)
             with explained(self.opts, f"creating scratch stream {name!r}"):
                 client.create_stream(replace(self.spec, name=name))
                 self.created[name] = client

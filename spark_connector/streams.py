@@ -1,6 +1,6 @@
 """The streams the connector makes from a template stream: per-key streams (``<stream>:<key>``,
-on the server :class:`~mtawindows.client.Router` picks) and ``sliding_aggregate``'s per-task
-scratch streams."""
+each on the server the cluster places it on) and ``sliding_aggregate``'s per-task scratch
+streams."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ def scratch_suffix(run_id: str, stage: int, partition: int, attempt: int) -> str
 
 
 class KeyedStreams:
-    """Creates per-key streams from the template stream (on the first server) on first use,
-    once per process, each on the server that holds it (:func:`~.clients.owner`)."""
+    """Creates per-key streams from the template stream on first use, once per process; the
+    cluster places each (the client sends its creation to the member placement picks)."""
 
     _known: ClassVar[set[tuple[str, str]]] = set()
     _lock = threading.Lock()
@@ -50,7 +50,7 @@ class KeyedStreams:
 
     def ensure(self, name: str, *, known: bool = True) -> WindowClient:
         """Make sure stream ``name`` exists with every window of the template; returns the
-        client of the server that holds it."""
+        client to call it with."""
         client = client_of(self.opts, name)
         marker = (client.target, name)
         if known and marker in self._known:

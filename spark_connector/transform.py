@@ -53,9 +53,9 @@ def sliding_aggregate(
 ) -> DataFrame:
     """Each row of ``df`` plus the result of ``window`` (of stream ``stream``) after that row.
 
-    ``endpoint`` is ``host:port``, or several comma-separated: the keys are spread over those
-    servers (each key's windows on one, by a hash of its stream name) and one server's core
-    is no longer the limit; the template lives on the first.
+    ``endpoint`` is ``host:port``, or several comma-separated: seeds of a cluster (servers
+    sharing a Redis). The cluster places every key's stream on one of its members, so the
+    keys spread over all of them and one server's core is no longer the limit.
     ``stream`` is the template: it must exist on the server with its windows (a
     :class:`WindowSpec` as ``window`` is created on it when missing). ``key_col``: one window
     state per key value (None: one for all rows, in one partition); ``ts_col``: the time column

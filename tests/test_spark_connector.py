@@ -312,51 +312,7 @@ def test_batch_write_then_rerun_with_same_write_id(
 
 
 # --------------------------------------------------------------------------- several servers
-
-
-@pytest.fixture(scope="module")
-def server2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    srv = ServerProcess(tmp_path_factory.mktemp("spark-server-2")).start()
-    yield srv
-    srv.stop()
-
-
-def test_keys_spread_over_several_servers(
-    spark: Any, client: WindowClient, server: ServerProcess, server2: ServerProcess
-) -> None:
-    """endpoint "a,b": the template on a; each key's stream on the server a hash of its name
-    picks; per-row results, the sink and the source are the same as with one server."""
-    from mtawindows.spark_connector.common import ConnectorOptions, owner
-
-    policy = Policy.time_range(timedelta(seconds=20))
-    name = new_stream(client, policy)  # on the first server only
-    both = f"{server.target},{server2.target}"
-    pdf = telemetry(seed=29, hosts=8, per_host=60)
-    df = spark.createDataFrame(pdf, "host string, ts timestamp, mem double").repartition(3)
-    out = sliding_aggregate(df, both, name, key_col="host", ts_col="ts", window="w")
-    assert_matches(out.toPandas(), oracle(pdf, policy))
-
-    df.repartition(2, "host").write.format("mtawindows").option("endpoint", both).option(
-        "stream", name
-    ).option("key_column", "host").option("sort", "true").mode("append").save()
-    opts = ConnectorOptions.parse({"endpoint": both, "stream": name, "key_column": "host"})
-    hosts = sorted(pdf["host"].unique())
-    where = {h: owner(opts, keyed_stream_name(name, h)) for h in hosts}
-    assert set(where.values()) == {server.target, server2.target}  # both got keys
-    want = _final_per_host(pdf, policy)
-    with WindowClient(server2.target) as c2:
-        clients = {server.target: client, server2.target: c2}
-        for h in hosts:
-            mine, other = clients[where[h]], clients[({*clients} - {where[h]}).pop()]
-            stream = keyed_stream_name(name, h)
-            assert mine.get_stream(stream).rows_appended == 60
-            assert stream not in {s.spec.name for s in other.list_streams()}
-            assert math.isclose(mine.query(stream, "w")["total"], want[h]["total"])
-    read_opts = {"endpoint": both, "stream": name, "key_column": "host"}
-    rows = spark.read.format("mtawindows").options(**read_opts).load().collect()
-    assert sorted(r["key"] for r in rows) == hosts
-    for r in rows:
-        assert math.isclose(r["total"], want[r["key"]]["total"])
+# (a cluster of servers, its seeds in ``endpoint``: tests/test_cluster_routing.py)
 
 
 def test_endpoint_lists_are_checked() -> None:
@@ -452,29 +408,21 @@ def test_unreachable_endpoint_names_the_option(spark: Any) -> None:
         ).option("timeout", "3").mode("append").save()
 
 
-def test_unreachable_server_of_several_is_named(
+def test_a_dead_seed_among_the_endpoints_is_skipped(
     spark: Any, client: WindowClient, server: ServerProcess
 ) -> None:
-    """endpoint "live,dead": the error names the server that did not answer, not the list."""
-    from mtawindows.spark_connector.common import ConnectorOptions, owner
-
+    """endpoint "dead,live": the seeds of a cluster, any one of which is enough; the rows
+    (each key's stream included) reach the live server."""
     name = new_stream(client, Policy.count(5))
     dead = f"127.0.0.1:{free_port()}"
-    both = f"{server.target},{dead}"
-    opts = ConnectorOptions.parse({"endpoint": both, "stream": name, "key_column": "host"})
-    host = next(
-        f"h{i}" for i in range(100) if owner(opts, keyed_stream_name(name, f"h{i}")) == dead
-    )
+    seeds = f"{dead},{server.target}"
     df = spark.createDataFrame(
-        [(host, datetime.now(tz=UTC), 1.0)], "host string, ts timestamp, mem double"
+        [("h1", datetime.now(tz=UTC), 1.0)], "host string, ts timestamp, mem double"
     )
-    with pytest.raises(Exception, match="option 'endpoint': cannot reach mtawindows at") as info:
-        df.write.format("mtawindows").options(**{"endpoint": both, "stream": name}).option(
-            "key_column", "host"
-        ).option("timeout", "3").mode("append").save()
-    text = str(info.value)
-    assert f"at {dead!r}" in text
-    assert f"at {both!r}" not in text
+    df.write.format("mtawindows").options(endpoint=seeds, stream=name).option(
+        "key_column", "host"
+    ).option("timeout", "3").mode("append").save()
+    assert client.get_stream(keyed_stream_name(name, "h1")).rows_appended == 1
 
 
 def test_unknown_stream_names_the_option(spark: Any, server: ServerProcess) -> None:

@@ -27,8 +27,8 @@ COPY spark_connector ./spark_connector
 COPY cli ./cli
 RUN pip install ".[spark]" "pyspark==${SPARK_VERSION}" \
     && useradd --system --create-home --uid 10001 spark \
-    && mkdir -p /out /tmp/spark-work \
-    && chown spark /out /tmp/spark-work
+    && mkdir -p /out /tmp/spark-work /shared \
+    && chown spark /out /tmp/spark-work /shared
 
 USER spark
 WORKDIR /home/spark

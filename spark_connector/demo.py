@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -67,7 +68,20 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--every", type=float, default=2.0, help="seconds between readings")
     p.add_argument("--cores", type=int, default=2, help="local[N]")
     p.add_argument("--out", default="demo-output", help="where the plot goes")
-    p.add_argument("--endpoint", help="use this running server instead of starting one")
+    p.add_argument(
+        "--endpoint",
+        help="use this running server, or cluster (seeds: a:50051,b:50051), instead of starting one",
+    )
+    p.add_argument(
+        "--master",
+        default=os.environ.get("SPARK_MASTER_URL") or None,
+        help="Spark master, e.g. spark://spark-master:7077 ($SPARK_MASTER_URL; default local[N])",
+    )
+    p.add_argument(
+        "--work",
+        help="directory for the Parquet files and checkpoints (default: a temporary one); with "
+        "a Spark cluster, one its executors share with this driver",
+    )
     return p.parse_args(argv)
 
 
@@ -187,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     from mtawindows.spark_connector import local_session
 
     console = Console()
-    work = Path(tempfile.mkdtemp(prefix="mtawindows-demo-"))
+    own_work = not args.work
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="mtawindows-demo-"))
+    work.mkdir(parents=True, exist_ok=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     proc = None
@@ -201,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"[bold]server[/] mtawindows serve on {target} (embedded Redis in {work})"
             )
         define(target)
-        spark = local_session(f"local[{args.cores}]", "mtawindows-demo", partitions=args.cores)
+        master = args.master or f"local[{args.cores}]"
+        spark = local_session(master, "mtawindows-demo", partitions=args.cores)
         files = work / "telemetry"
         started = time.perf_counter()
         n = generate(spark, args.hosts, args.hours, args.every, files)
@@ -223,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if proc is not None:
             stop_server(proc)
-        shutil.rmtree(work, ignore_errors=True)
+        if own_work:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def check_against_pandas(host: Any) -> float:

@@ -435,10 +435,14 @@ def _command(services: dict[str, Any], name: str, *, port: int, cluster_url: str
     return args
 
 
+@pytest.mark.spark
+@pytest.mark.slow
 def test_compose_servers_as_local_processes(services: dict[str, Any], tmp_path: Path) -> None:
-    """A Redis Cluster (3 primaries, 1 replica each) and mtaw1..3 started with the compose
-    file's commands: each passes the compose health check, and a client given the three
-    seeds creates and feeds a stream that lands in the cluster."""
+    """The compose topology as local processes: a Redis Cluster (3 primaries, 1 replica each),
+    mtaw1..3 started with the compose file's commands (each passes the compose health check; a
+    client given the three seeds creates and feeds a stream that lands in the cluster), then the
+    compose job's command (the Spark demo through the connector, routed over the three servers)
+    with a local Spark master and fewer hosts and hours."""
     procs: list[subprocess.Popen[bytes]] = []
     with RedisClusterProcesses() as cluster:
         ports = [free_port() for _ in SERVERS]
@@ -492,6 +496,25 @@ def test_compose_servers_as_local_processes(services: dict[str, Any], tmp_path: 
                 c.append("t", {"ts": [1, 2], "x": [1.0, 2.0]})
             with WindowClient(seeds) as c:
                 assert "t" in [s.spec.name for s in c.list_streams()]
+            job = list(services["job"]["command"])
+            job[job.index("--endpoint") + 1] = seeds
+            job[job.index("--master") + 1] = "local[2]"
+            job[job.index("--work") + 1] = str(tmp_path / "work")
+            job[job.index("--out") + 1] = str(tmp_path / "out")
+            job = [sys.executable if t == "python" else t for t in job]
+            r = subprocess.run(
+                [*job, "--hosts", "2", "--hours", "1"],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
+            assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+            assert "equal pandas" in r.stdout, r.stdout[-3000:]
+            assert list((tmp_path / "out").glob("*.png"))
+            with WindowClient(seeds) as c:  # the demo's streams spread over the servers
+                owners = {c.owner(s.spec.name) for s in c.list_streams()}
+            assert len(owners) >= 2, owners
         finally:
             for proc in procs:
                 proc.terminate()

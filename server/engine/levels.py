@@ -218,12 +218,13 @@ class TieredLevel:
     def restored(
         cls, store: PairStore, index: int, start: int, end: int, head: Pair, tail: Pair
     ) -> TieredLevel:
-        """A level whose sealed pairs ``start .. end - 2`` are in the store (a checkpoint)."""
+        """A level whose sealed pairs ``start .. end - 2`` are in the store (a checkpoint).
+        Its head cache fills on first use, not here: reopening a window (a restart, a stream
+        moving to another server) costs its local state only."""
         lv = cls(store, index, start, head)
         lv.end = end
         lv.tail = tail if end - 1 > start else head
         lv._wstart = end - 1
-        lv._maybe_refill()
         return lv
 
     def __len__(self) -> int:

@@ -79,7 +79,7 @@ class Registry:
         self.url = redis_url or default_url()
         self.limits = limits or Limits()
         self.prefix = prefix
-        self.redis: Any = connect(self.url, timeout=10)
+        self.redis: Any = connect(self.url, timeout=5.0)
         self.wait = wait  # journal writes wait for replicas through it (storage.connect)
         self.streams: dict[str, Stream] = {}
         self.guard = threading.RLock()  # create/delete/adopt/release of streams and windows
@@ -278,6 +278,7 @@ class Registry:
             "checkpoint_every": 1 << 62,
             "prefix": self.prefix,
             "fence": s.fence,
+            "client": self.redis,  # one connection pool for every window of the server
         }
         if window_id.startswith("s:"):  # keys under the stream's hash tag
             window_id = window_id[2:]

@@ -56,6 +56,7 @@ serving a key's slot in the client's slot map; ``get_redis_connection(node)`` a
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -247,6 +248,16 @@ def _detect(url: str, timeout: float) -> bool:
     return enabled
 
 
+@functools.cache
+def _driver_info() -> Any:
+    """redis-py's CLIENT SETINFO metadata, made once: left to redis-py, every new connection
+    looks its version up in the installed packages' metadata (milliseconds each, and a stream
+    opening its windows opens connections)."""
+    from redis.driver_info import DriverInfo
+
+    return DriverInfo()
+
+
 def connect(url: str, *, timeout: float = 5.0, retries: int = 1, **kw: Any) -> Any:
     """A client of the Redis at ``url``: :class:`redis.Redis` for a standalone server,
     :class:`redis.cluster.RedisCluster` for a cluster (see the module docstring for which
@@ -265,6 +276,7 @@ def connect(url: str, *, timeout: float = 5.0, retries: int = 1, **kw: Any) -> A
         "socket_timeout": timeout,
         "socket_connect_timeout": timeout,
         "health_check_interval": 0,
+        "driver_info": _driver_info(),
         **kw,
     }
     if cluster is None:

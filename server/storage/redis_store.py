@@ -189,6 +189,7 @@ class RedisStore:
         prefix: str = "mtaw",
         tag: str | None = None,
         fence: Fence | None = None,
+        client: Any = None,
     ) -> None:
         check_sizes(
             "RedisStore", block_size, cache_size, refill_at, checkpoint_every=checkpoint_every
@@ -209,7 +210,10 @@ class RedisStore:
         self.stats = StoreStats()
         self.codec: Any = codec
         self._salt = zlib.crc32(self.keys.tag.encode())
-        self._client = connect(url, timeout=self.timeout, retries=1)
+        # a client of ``connect`` shared with others (the service's windows share their
+        # registry's: one connection pool, no connection set-up per window), else its own
+        self._owns_client = client is None
+        self._client = connect(url, timeout=self.timeout, retries=1) if client is None else client
         self._exec = self._new_executor()
         # set by the window for a call made with nonblocking=True (the service's event loop):
         # a miss, a refill in flight or write back-pressure raises WouldBlock meanwhile
@@ -692,12 +696,14 @@ class RedisStore:
         to another owner (its writes would be refused anyway)."""
         self._failed = FencedError(f"window {self.window_id!r}: the store was abandoned")
         self._exec.shutdown(wait=True, cancel_futures=True)
-        self._client.close()
+        if self._owns_client:
+            self._client.close()
 
     def close(self) -> None:
         """Stop the background thread (after the queued I/O) and close the connections."""
         self._exec.shutdown(wait=True)
-        self._client.close()
+        if self._owns_client:
+            self._client.close()
 
     def delete_window(self) -> int:
         """Delete every key of this window. Returns the number of keys deleted."""

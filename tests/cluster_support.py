@@ -46,7 +46,7 @@ from redis.crc import key_slot
 from redis.retry import Retry
 
 from mtawindows.server.storage.embedded import server_binary
-from mtawindows.server.storage.processes import _describe_exit, dying_with_parent, spawn
+from mtawindows.server.storage.processes import _describe_exit, dying_with_parent, spawn_daemon
 
 __all__ = ["SLOT_RANGES", "ClusterNodeProcess", "RedisClusterError", "RedisClusterProcesses"]
 
@@ -273,19 +273,7 @@ class RedisClusterProcesses:
         return dying_with_parent(args)
 
     def _spawn(self, node: ClusterNodeProcess) -> None:
-        args = self._command(node)
-
-        def popen() -> subprocess.Popen[bytes]:
-            with (node.dir / "stderr").open("ab") as err:
-                return subprocess.Popen(
-                    args,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=err,
-                    start_new_session=True,
-                )
-
-        node.proc = spawn(popen)
+        node.proc = spawn_daemon(self._command(node), node.dir / "stderr")
         node.last_exit = None
 
     def _spawn_all(self) -> None:

@@ -52,7 +52,13 @@ from redis.retry import Retry
 from .datadir import DataDirLock, DataDirLockedError
 from .processes import _DIE_WITH_PARENT as _DIE_WITH_PARENT
 from .processes import _LINUX as _LINUX
-from .processes import _alive, _describe_exit, _servers_naming, dying_with_parent, spawn
+from .processes import (
+    _alive,
+    _describe_exit,
+    _servers_naming,
+    dying_with_parent,
+    spawn_daemon,
+)
 from .processes import _process as _process
 from .processes import _reset_spawner as _reset_spawner
 from .processes import _Spawner as _Spawner
@@ -186,19 +192,7 @@ class EmbeddedRedis:
     def _spawn(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.socket.unlink()
-        args = self._command()
-
-        def popen() -> subprocess.Popen[bytes]:
-            with (self.data_dir / "redis.stderr").open("ab") as err:
-                return subprocess.Popen(
-                    args,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=err,
-                    start_new_session=True,
-                )
-
-        self._proc = spawn(popen)
+        self._proc = spawn_daemon(self._command(), self.data_dir / "redis.stderr")
         self.last_exit = None
         self.pid_file.write_text(f"{self._proc.pid}\n")
 

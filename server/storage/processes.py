@@ -95,6 +95,24 @@ def spawn(fn: Callable[[], _T]) -> _T:
     return _spawner.call(fn)
 
 
+def spawn_daemon(args: list[str], stderr: Path) -> subprocess.Popen[bytes]:
+    """Start ``args`` (made with :func:`dying_with_parent`) on the spawner thread: in its own
+    session (a Ctrl-C meant for its owner does not reach it), no stdin or stdout, its stderr
+    appended to ``stderr``."""
+
+    def popen() -> subprocess.Popen[bytes]:
+        with stderr.open("ab") as err:
+            return subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+            )
+
+    return spawn(popen)
+
+
 def _process(pid: int) -> tuple[str, str] | None:
     """(executable name, command line) of process ``pid``; None if there is none or it is a
     zombie."""

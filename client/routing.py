@@ -26,6 +26,7 @@ import re
 from collections.abc import Iterable
 
 _SAFE_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+_PORT = re.compile(r"^[^/]+:(\d+)$")  # host:port or [v6]:port (not unix:/path, dns:///...)
 
 
 def split_targets(raw: str) -> tuple[str, ...]:
@@ -38,6 +39,11 @@ def split_targets(raw: str) -> tuple[str, ...]:
     if len(set(parts)) != len(parts):
         msg = f"a server is listed twice in {raw!r}"
         raise ValueError(msg)
+    for p in parts:  # a host:port target's port must be a port (gRPC would wrap 99999 round)
+        port = _PORT.search(p)
+        if port is not None and not 0 < int(port.group(1)) < 65536:
+            msg = f"target {p!r}: the port must be 1-65535, got {port.group(1)}"
+            raise ValueError(msg)
     return parts
 
 

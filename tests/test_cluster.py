@@ -66,7 +66,9 @@ def test_a_lease_has_one_holder_and_each_acquisition_a_newer_token(client: Any) 
     theirs, holder = b.acquire("s")
     assert theirs is None and holder is not None and holder.member == "a:1"
     assert holder.token == ours.token
-    assert b.holder("s") == a.holder("s")
+    seen_a, seen_b = a.holder("s"), b.holder("s")
+    assert seen_a is not None and seen_b is not None
+    assert (seen_a.member, seen_a.token) == (seen_b.member, seen_b.token) == ("a:1", ours.token)
     # a restarted incarnation of the same member takes it back at once, with a newer token
     a2 = Leases(client, prefix, "a:1", "inc-a2", "a:1", ttl_ms=1000)
     again, _ = a2.acquire("s")
@@ -473,3 +475,101 @@ def test_servers_on_redis_cluster_survive_a_primary_failover(tmp_path: Path) -> 
         finally:
             for s in servers:
                 s.stop()
+
+
+# --------------------------------------------------------------------------- found from outside
+
+
+def test_an_append_journaled_before_its_stream_moved_is_not_answered_nothing_done(
+    redis_url: str,
+) -> None:
+    """A batch that reached the journal, then met the fence in a window's write: the new
+    owner applies it from the journal, so the answer must not be NOT_OWNER ("nothing was
+    done") but UNAVAILABLE asking for a resend with the same key (a duplicate then)."""
+    from mtawindows.server.service.errors import ServiceError
+
+    prefix = _prefix()
+    reg = _registry(redis_url, prefix)
+    own = Ownership(reg, member="a:1", address="a:1", lease_ms=60_000)
+    own.membership.beat(0)
+    _make(reg, own, "s")
+    s = reg.streams["s"]
+    store = s.windows["w"].engine.store
+    assert s.fence is not None and store.fence is s.fence
+    store.fence = Fence(s.fence.key, s.fence.token + 1000)  # not the stream's token
+    n = 0
+    with pytest.raises(ServiceError) as info:
+        for seq in range(1, 200):  # until a background block write was refused
+            s.append(
+                _columns(list(range(n + 1, n + 41)), [1.0] * 40), producer_id="p", sequence=seq
+            )
+            n += 40
+    assert info.value.code == "UNAVAILABLE" and info.value.metadata.get("fenced") == "1"
+    assert info.value.reason == "STORE_UNAVAILABLE"
+    reg.drop("s")
+    # the new owner replays the journal: the refused batch is there, its retry a duplicate
+    other = _registry(redis_url, prefix)
+    b = Ownership(other, member="a:1", address="a:1", lease_ms=60_000)
+    got = b.adopt("s")
+    assert got is not None
+    assert other.result("s", "w").values["n"] == n + 40
+    dup = got.append(_columns([n + 1], [1.0]), producer_id="p", sequence=seq)
+    assert dup.duplicate
+    own.stop(release=False)
+    b.stop()
+    reg.close()
+    other.close()
+
+
+def test_a_second_live_server_with_the_same_member_id_is_refused(redis_url: str) -> None:
+    prefix = _prefix()
+    ra, rb = _registry(redis_url, prefix), _registry(redis_url, prefix)
+    a = Ownership(ra, member="same:1", address="same:1", lease_ms=400)
+    a.start()
+    b = Ownership(rb, member="same:1", address="same:1", lease_ms=400)
+    try:
+        with pytest.raises(OSError, match="in use by another live server"):
+            b.start()
+    finally:
+        a.stop()
+    # once a stopped heartbeating (it left), the id is free again
+    c = Ownership(rb, member="same:1", address="same:1", lease_ms=400)
+    c.start()
+    c.stop()
+    ra.close()
+    rb.close()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "nonsense",
+        "host:notaport",
+        "127.0.0.1:0",
+        "127.0.0.1:70000",
+        ":50051",
+        "a b:1",
+        "x" * 300 + ":1",
+        "0.0.0.0:5",
+    ],
+)
+def test_advertise_must_be_an_address_clients_can_call(value: str) -> None:
+    from mtawindows.server.transport.app import check_advertise
+
+    with pytest.raises(ValueError, match="--advertise"):
+        check_advertise(value)
+
+
+def test_advertise_accepts_names_and_addresses() -> None:
+    from mtawindows.server.transport.app import check_advertise
+
+    for ok in ("mtaw1:50051", "10.0.0.5:1", "[::1]:50051", "host.example.com:65535"):
+        assert check_advertise(ok) == ok
+
+
+def test_a_seed_port_out_of_range_is_refused() -> None:
+    from mtawindows.client.routing import split_targets
+
+    with pytest.raises(ValueError, match="1-65535"):
+        split_targets("127.0.0.1:50051,127.0.0.1:99999")
+    assert split_targets("unix:/tmp/x.sock") == ("unix:/tmp/x.sock",)

@@ -83,6 +83,21 @@ def store_unavailable(stream: str, ex: BaseException, window: str | None = None)
     return store_failed(where, ex, {"stream": stream})
 
 
+def moved_after_journal(stream: str) -> ServiceError:
+    """An append's batch reached the journal, then the stream moved (a fenced write of a
+    window): its new owner applies it from the journal. UNAVAILABLE, ``STORE_UNAVAILABLE``
+    (the outcome is not "nothing was done"): resend with the same producer id and sequence,
+    a duplicate then. Metadata ``fenced``: the gRPC layer drops the stream."""
+    return ServiceError(
+        "UNAVAILABLE",
+        Reason.STORE_UNAVAILABLE,
+        f"stream {stream!r} moved to another server while this append was applied; its batch "
+        "was journaled and is applied by the new owner: resend it with the same producer_id "
+        "and sequence (a duplicate then)",
+        metadata={"stream": stream, "fenced": "1"},
+    )
+
+
 def fenced_out(stream: str) -> ServiceError:
     """A write of ``stream`` was refused by its fence (a newer owner holds it), or the stream
     left this server while the call waited: nothing of the call was applied. The server's own

@@ -69,9 +69,11 @@ STRING_LIMITS: dict[tuple[str, str], int | None] = {
     (_P + "SubscribeRequest", "window"): MAX_NAME,
     (_P + "ReadResultsRequest", "stream"): MAX_STREAM_NAME,
     (_P + "ReadResultsRequest", "window"): MAX_NAME,
+    (_P + "GetClusterMapRequest", "streams"): MAX_STREAM_NAME,
 }
 # (message, repeated field) -> most entries
 COUNT_LIMITS: dict[tuple[str, str], int] = {
+    (_P + "GetClusterMapRequest", "streams"): 1000,
     (_P + "StreamSpec", "fields"): MAX_FIELDS,
     (_P + "WindowSpec", "aggregations"): MAX_AGGREGATIONS,
     (_P + "Aggregation", "params"): MAX_PARAMS,

@@ -114,29 +114,60 @@ class Ownership:
         self.moves = 0  # streams released or dropped (metrics, tests)
         self.adopted = 0
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._last_names: list[str] = []
 
     # -- life cycle
     def start(self) -> None:
-        """Join (a first heartbeat), take the streams placed here, then tick in a thread."""
+        """Join (a first heartbeat), then heartbeat and renew in one thread and rebalance in
+        another: a long rebalance (adopting many streams) never delays the heartbeat, or the
+        others would think this member dead and take its streams back and forth."""
         if self.exclusive:
             self.membership.reset()
+        else:
+            self._check_member_id()
         self.membership.beat(0)
+        self._spawn("mtaw-heartbeat", self._heartbeat)
         self._forcing = self.exclusive
         try:
             self.rebalance()
         finally:
             self._forcing = False
-        self._thread = threading.Thread(target=self._loop, name="mtaw-cluster", daemon=True)
-        self._thread.start()
+        self._spawn("mtaw-rebalance", self.rebalance)
+
+    def _check_member_id(self) -> None:
+        """Refuse to start beside a live server with this member id (its advertised address):
+        two members of one id would take each other's streams back and forth. An earlier
+        process of this id that died (a restart) stops heartbeating within the member TTL:
+        wait that long at most."""
+        other = self.membership.other_incarnation()
+        if other is None or other[1] >= self.lease_ms:
+            return
+        time.sleep((self.lease_ms - other[1]) / 1000 + self.interval)
+        again = self.membership.other_incarnation()
+        if again is not None and again[1] < self.lease_ms:
+            msg = (
+                f"member id {self.member!r} is in use by another live server (incarnation "
+                f"{again[0]}, last heartbeat {again[1]} ms ago): give each server its own "
+                "--advertise address"
+            )
+            raise OSError(msg)
+
+    def _spawn(self, name: str, step: Callable[[], None]) -> None:
+        t = threading.Thread(target=self._loop, args=(step,), name=name, daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def _heartbeat(self) -> None:
+        self.membership.beat(len(self.fences))
+        self.renew()
 
     def stop(self, *, release: bool = True) -> None:
         """Stop ticking; with ``release`` let every stream go (flushed) and leave the cluster,
         so the others take the streams at once instead of after the lease."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        for t in self._threads:
+            t.join(timeout=10)
         if not release:
             return
         for name in list(self.fences):
@@ -149,10 +180,10 @@ class Ownership:
         except StoreError:  # pragma: no cover - the member times out instead
             log.warning("could not leave the cluster: it forgets this member after its TTL")
 
-    def _loop(self) -> None:
+    def _loop(self, step: Callable[[], None]) -> None:
         while not self._stop.wait(self.interval):
             try:
-                self.tick()
+                step()
             except StoreError as ex:
                 log.warning("cluster tick failed: %s", ex)
             except Exception:  # pragma: no cover - logged, the next tick tries again

@@ -20,12 +20,19 @@ from typing import Any, TypeVar
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import AppendResult, StreamInfo, StreamSpec, WindowResult, clip, show
 
-from ..storage.cluster import Fence
+from ..storage.cluster import Fence, FencedError
 from ..storage.journal import JournalEntry, StreamJournal
 from ..storage.protocol import StoreError, WouldBlock
 from .batch import FINAL, NONE, PER_ROW, Append, Batch, Deferred
 from .columns import Columns, Schema
-from .errors import batch_too_large, fenced_out, invalid, not_found, store_unavailable
+from .errors import (
+    batch_too_large,
+    fenced_out,
+    invalid,
+    moved_after_journal,
+    not_found,
+    store_unavailable,
+)
 from .reorder import Reorder
 from .state import StreamState
 from .window import Window
@@ -321,6 +328,9 @@ class Stream:
                     self.stale = True
                 if batch.replay:
                     raise
+                if self.journal is not None and isinstance(ex, FencedError):
+                    # the batch is in the journal: the new owner applies it; not "nothing done"
+                    raise moved_after_journal(self.spec.name) from None
                 raise store_unavailable(self.spec.name, ex, window=name) from None
             if per_row is not None:
                 batch.per_row[name] = per_row

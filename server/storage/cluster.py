@@ -169,6 +169,14 @@ end
 return out
 """
 
+# KEYS members, info; ARGV member: (now, its last heartbeat or false, its info or false)
+_WHO = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return {now, redis.call('ZSCORE', KEYS[1], ARGV[1]) or false,
+        redis.call('HGET', KEYS[2], ARGV[1]) or false}
+"""
+
 _scripts: dict[tuple[int, str], Any] = {}
 _scripts_lock = threading.Lock()
 
@@ -456,6 +464,22 @@ class Membership:
 
     def live_ids(self) -> list[str]:
         return sorted(self.members)
+
+    def other_incarnation(self) -> tuple[str, int] | None:
+        """(incarnation, heartbeat age in ms) of another process using this member id, as
+        Redis last heard of it; None when there is none."""
+        try:
+            now, beat, info = _script(self.client, _WHO)(keys=self._keys, args=[self.member])
+        except redis.RedisError as ex:
+            msg = f"read member {self.member!r}: Redis is unavailable ({ex})"
+            raise StoreUnavailableError(msg) from ex
+        if not beat or not info:
+            return None
+        parts = _text(info).split("\t")
+        inc = parts[1] if len(parts) > 1 else ""
+        if inc == self.incarnation:
+            return None
+        return inc, max(0, int(now) - int(float(_text(beat))))
 
     def reset(self) -> None:
         """Forget every member (a store this server just started: they are all dead)."""

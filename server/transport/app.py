@@ -12,6 +12,7 @@ import collections
 import contextlib
 import logging
 import os
+import re
 import signal
 import socket
 import time
@@ -73,6 +74,26 @@ class ServeConfig:
     lease_ms: int = 2000
     wait_replicas: int = 0
     wait_ms: int = 1000
+
+
+_ADVERTISE = re.compile(r"^(?:[A-Za-z0-9_.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]):(\d{1,5})$")
+
+
+def check_advertise(value: str) -> str:
+    """``value`` if it is an address clients can call (``host:port``, port 1-65535, not a
+    wildcard host); ValueError naming what is wrong."""
+    m = _ADVERTISE.match(value)
+    if m is None or not 0 < int(m.group(1)) < 65536:
+        msg = (
+            "--advertise: expected host:port (a name or an address clients reach this server "
+            f"at, port 1-65535), got {value[:100]!r}"
+        )
+        raise ValueError(msg)
+    host = value.rsplit(":", 1)[0]
+    if host in ("0.0.0.0", "[::]"):
+        msg = f"--advertise: {value!r} is a wildcard address, not one a client can call"
+        raise ValueError(msg)
+    return value
 
 
 def advertised(host: str, port: int) -> str:
@@ -139,6 +160,8 @@ class Server:
     async def _start(self) -> int:
         cfg = self.config
         # absolute: valkey runs with its own working directory (a relative path failed there)
+        if cfg.advertise:  # before anything starts
+            check_advertise(cfg.advertise)
         data = (Path(cfg.data_dir) if cfg.data_dir else default_data_dir()).absolute()
         if not cfg.redis_url:
             self.lock = DataDirLock(data, owner="mtawindows server").acquire()
@@ -154,7 +177,7 @@ class Server:
         servicer = self.servicer = WindowServicer(
             registry, Metrics(lambda: servicer.window_stats()), workers=cfg.workers
         )
-        member = self.advertise = cfg.advertise or advertised(cfg.host, self.port)
+        member = self.advertise = check_advertise(cfg.advertise or advertised(cfg.host, self.port))
         cluster = self.cluster = Ownership(
             registry,
             member=member,

@@ -185,8 +185,12 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         the call is ending by itself (:func:`_ends_the_call`); never a call left hanging."""
         if _ends_the_call(ex, streaming):
             raise ex
-        if isinstance(ex, ServiceError) and ex.reason == Reason.FENCED and self.cluster:
-            ex = await self.run(self.cluster.lost, ex.metadata.get("stream", ""))
+        if isinstance(ex, ServiceError) and self.cluster is not None:
+            stream = ex.metadata.get("stream", "")
+            if ex.reason == Reason.FENCED:  # nothing was done: where the stream is now
+                ex = await self.run(self.cluster.lost, stream)
+            elif ex.metadata.get("fenced"):  # done elsewhere (journaled): the error stands
+                await self.run(self.cluster.lost, stream)
         end = status.failure(method, ex)
         self.metrics.errors.labels(method, end.code, end.reason).inc()
         await context.abort_with_status(end.status)

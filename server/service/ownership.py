@@ -98,8 +98,11 @@ class Ownership:
         self.leases = Leases(
             client, registry.prefix, member, self.incarnation, address, self.lease_ms, wait
         )
+        # a member is live while its last heartbeat is younger than 3/4 lease (it beats every
+        # quarter): one that died is out of placement by the time its leases run out, so its
+        # streams go straight to their new members instead of being redirected to it
         self.membership = Membership(
-            client, registry.prefix, member, self.incarnation, address, self.lease_ms
+            client, registry.prefix, member, self.incarnation, address, self.lease_ms * 3 // 4
         )
         # the store was just started by this server (the embedded Redis): whoever is recorded
         # in it is dead, so at start-up it takes every stream at once instead of after leases
@@ -224,7 +227,7 @@ class Ownership:
         return place(name, self.live()) or self.member
 
     # -- moves
-    def adopt(self, name: str) -> Stream | None:
+    def adopt(self, name: str, why: str = "placed here") -> Stream | None:
         """Take ``name``'s lease and open it here: the Stream, or None when another member
         holds the lease or there is no such stream (the lease is then let go)."""
         with self.lock:
@@ -247,7 +250,13 @@ class Ownership:
                 self._let_go(name, fence)
                 return None
             self.adopted += 1
-            log.info("stream %s adopted (token %d)", name, fence.token, extra={"stream": name})
+            log.info(
+                "stream %s adopted (token %d): %s",
+                name,
+                fence.token,
+                why,
+                extra={"stream": name, "members": self.live()},
+            )
             return s
 
     def claim(self, name: str) -> Fence:
@@ -260,7 +269,7 @@ class Ownership:
         self._redirect_unless_here(name)
         with self.lock:
             if self.registry.exists(name):
-                s = self.adopt(name)
+                s = self.adopt(name, "created here")
                 if s is not None and s.fence is not None:
                     return s.fence
                 self._redirect_unless_here(name)
@@ -303,7 +312,7 @@ class Ownership:
 
         self.serialize(name, go)
         self.on_moved(name, self._where(name))
-        log.info("stream %s released", name, extra={"stream": name})
+        log.info("stream %s released", name, extra={"stream": name, "members": self.live()})
 
     def lost(self, name: str) -> ServiceError:
         """``name``'s lease was lost (a refused write, a failed renewal): forget the stream
@@ -365,7 +374,7 @@ class Ownership:
         self._redirect_unless_here(name)
         if not self.registry.exists(name):
             raise not_found(Reason.STREAM_NOT_FOUND, f"no stream named {name!r}", stream=name)
-        s = self.adopt(name)
+        s = self.adopt(name, "a call came")
         if s is None:
             holder = self.leases.holder(name)
             if holder is None and not self.registry.exists(name):
@@ -379,12 +388,13 @@ class Ownership:
         holder = self.leases.holder(name)
         if holder is not None and holder.member != self.member:
             raise self._answer(name, holder)
-        if holder is None:
-            target = self.placed(name)
-            if target != self.member:
-                member = self.membership.members.get(target)
-                address = member.address if member is not None else target
-                raise not_owner(name, target, address)
+        # free, or still ours while this server lets it go: where placement puts it (a call
+        # must not take back a stream this server is handing over)
+        target = self.placed(name)
+        if target != self.member:
+            member = self.membership.members.get(target)
+            address = member.address if member is not None else target
+            raise not_owner(name, target, address)
 
     def _answer(self, name: str, holder: Lease | None) -> ServiceError:
         """Where ``name`` is, for a caller: its live holder (NOT_OWNER), or STREAM_MOVING."""

@@ -41,10 +41,12 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_engine.py
 	$(BIN)/python benchmarks/bench_kvs.py
+	$(BIN)/python benchmarks/bench_cluster.py
 
 bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/bench_engine.py --quick
 	$(BIN)/python benchmarks/bench_kvs.py --quick
+	$(BIN)/python benchmarks/bench_cluster.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -208,11 +208,14 @@ class Ownership:
         sent = time.monotonic()
         held = self.leases.renew(fences)
         for name, ok in held.items():
-            if ok:
-                self.deadlines[name] = sent + self.lease_ms * _SAFE_SHARE / 1000
-            else:
-                log.warning("lost the lease of stream %s: another server owns it", name)
-                self.lost(name)
+            with self.lock:
+                if self.fences.get(name) is not fences[name]:
+                    continue  # moved meanwhile (released, or adopted again with a new token)
+                if ok:
+                    self.deadlines[name] = sent + self.lease_ms * _SAFE_SHARE / 1000
+                    continue
+            log.warning("lost the lease of stream %s: another server owns it", name)
+            self.lost(name, fences[name])
 
     def fresh(self, name: str) -> bool:
         """Whether this server may serve ``name`` now without asking Redis."""
@@ -314,10 +317,14 @@ class Ownership:
         self.on_moved(name, self._where(name))
         log.info("stream %s released", name, extra={"stream": name, "members": self.live()})
 
-    def lost(self, name: str) -> ServiceError:
-        """``name``'s lease was lost (a refused write, a failed renewal): forget the stream
-        without writing; returns the answer its callers get."""
+    def lost(self, name: str, fence: Fence | None = None) -> ServiceError:
+        """``name``'s lease was lost (a refused write, a failed renewal of ``fence``): forget
+        the stream without writing; returns the answer its callers get. A stream this server
+        holds under another, unrefused token by now (it moved back here meanwhile) stays."""
         with self.lock:
+            current = self.fences.get(name)
+            if current is not None and (current is not fence if fence else not current.lost):
+                return moving(name, 50, "it moved back to this server meanwhile")
             had = self.fences.pop(name, None)
             self.deadlines.pop(name, None)
             self.registry.drop(name)

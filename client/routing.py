@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterable
 
 _SAFE_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
-_PORT = re.compile(r"^[^/]+:(\d+)$")  # host:port or [v6]:port (not unix:/path, dns:///...)
+_PORT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[^:\[\]\s]+):(\d{1,5})$")  # host:port, [v6]:port
 
 
 def split_targets(raw: str) -> tuple[str, ...]:
@@ -39,10 +39,12 @@ def split_targets(raw: str) -> tuple[str, ...]:
     if len(set(parts)) != len(parts):
         msg = f"a server is listed twice in {raw!r}"
         raise ValueError(msg)
-    for p in parts:  # a host:port target's port must be a port (gRPC would wrap 99999 round)
-        port = _PORT.search(p)
-        if port is not None and not 0 < int(port.group(1)) < 65536:
-            msg = f"target {p!r}: the port must be 1-65535, got {port.group(1)}"
+    for p in parts:  # host:port, port 1-65535 (gRPC would wrap 99999 or -1 round, default 443)
+        if "/" in p:  # a gRPC URI: unix:/path, dns:///host:port, ...
+            continue
+        port = _PORT.match(p)
+        if port is None or not 0 < int(port.group(1)) < 65536:
+            msg = f"target {p!r}: expected host:port with a port 1-65535"
             raise ValueError(msg)
     return parts
 

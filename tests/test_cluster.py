@@ -573,3 +573,32 @@ def test_a_seed_port_out_of_range_is_refused() -> None:
     with pytest.raises(ValueError, match="1-65535"):
         split_targets("127.0.0.1:50051,127.0.0.1:99999")
     assert split_targets("unix:/tmp/x.sock") == ("unix:/tmp/x.sock",)
+
+
+def test_a_paused_member_whose_id_a_newer_server_took_steps_down(redis_url: str) -> None:
+    """A pauses past its heartbeat, B starts with A's member id (allowed: A looks dead), A
+    resumes: A sees the newer incarnation under its id and steps down, dropping its streams
+    without a write; B keeps serving (no endless fight over the leases)."""
+    prefix = _prefix()
+    ra, rb = _registry(redis_url, prefix), _registry(redis_url, prefix)
+    a = Ownership(ra, member="dup:1", address="dup:1", lease_ms=400)
+    a.membership.beat(0)
+    _make(ra, a, "s")
+    time.sleep(0.5)  # a is paused: its heartbeat goes stale
+    b = Ownership(rb, member="dup:1", address="dup:1", lease_ms=400)
+    b.start()
+    try:
+        stopped: list[bool] = []
+        a.on_usurped = lambda: stopped.append(True)
+        a._heartbeat()  # a resumes
+        assert a.usurped and stopped == [True]
+        assert "s" not in ra.streams and not a.fences
+        b._heartbeat()
+        assert not b.usurped
+        got = b.route("s")
+        assert got is rb.streams["s"]
+    finally:
+        b.stop()
+        a.stop()
+        ra.close()
+        rb.close()

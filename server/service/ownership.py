@@ -93,7 +93,8 @@ class Ownership:
         self.member = member
         self.address = address
         self.lease_ms = int(lease_ms)
-        self.incarnation = uuid.uuid4().hex[:16]
+        # ordered by start time: of two processes under one member id, the older steps down
+        self.incarnation = f"{time.time_ns() // 1_000_000:013d}-{uuid.uuid4().hex[:8]}"
         client = registry.redis
         self.leases = Leases(
             client, registry.prefix, member, self.incarnation, address, self.lease_ms, wait
@@ -113,6 +114,8 @@ class Ownership:
         self.lock = threading.RLock()  # adopt / release / drop, one at a time
         self.serialize: Callable[[str, Callable[[], Any]], Any] = lambda _s, fn: fn()
         self.on_moved: Callable[[str, ServiceError], None] = lambda _s, _e: None
+        self.usurped = False
+        self.on_usurped: Callable[[], None] = lambda: None  # the server stops
         self.interval = self.lease_ms / 4000
         self.moves = 0  # streams released or dropped (metrics, tests)
         self.adopted = 0
@@ -163,6 +166,22 @@ class Ownership:
 
     def _heartbeat(self) -> None:
         self.membership.beat(len(self.fences))
+        rival = self.membership.rival
+        if rival is not None and rival[0] > self.incarnation and not self.usurped:
+            # a newer process took this member id (this one was paused past its heartbeat,
+            # or two servers share an --advertise): this one steps down, writing nothing
+            self.usurped = True
+            log.error(
+                "member id %s is used by a newer server (incarnation %s): this one (%s) stops",
+                self.member,
+                rival[0],
+                self.incarnation,
+            )
+            self._stop.set()
+            for name in list(self.fences):
+                self.lost(name, self.fences.get(name))
+            self.on_usurped()
+            return
         self.renew()
 
     def stop(self, *, release: bool = True) -> None:
@@ -170,8 +189,9 @@ class Ownership:
         so the others take the streams at once instead of after the lease."""
         self._stop.set()
         for t in self._threads:
-            t.join(timeout=10)
-        if not release:
+            if t is not threading.current_thread():
+                t.join(timeout=10)
+        if not release or self.usurped:  # a usurped member leaves its id to the newer one
             return
         for name in list(self.fences):
             try:

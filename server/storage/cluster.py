@@ -147,6 +147,8 @@ _HEARTBEAT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[3])
+local prev_beat = redis.call('ZSCORE', KEYS[1], ARGV[1]) or false
+local prev_info = redis.call('HGET', KEYS[2], ARGV[1]) or false
 if ARGV[4] == '1' then
   redis.call('ZADD', KEYS[1], now, ARGV[1])
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
@@ -160,7 +162,7 @@ for _, m in ipairs(gone) do
   redis.call('HDEL', KEYS[2], m)
 end
 local live = redis.call('ZRANGEBYSCORE', KEYS[1], now - ttl, '+inf', 'WITHSCORES')
-local out = {now}
+local out = {now, prev_beat, prev_info}
 for i = 1, #live, 2 do
   out[#out + 1] = live[i]
   out[#out + 1] = live[i + 1]
@@ -432,6 +434,9 @@ class Membership:
     ttl_ms: int
     members: dict[str, Member] = field(default_factory=dict)
     seen_at: float = 0.0  # monotonic time of the last successful heartbeat
+    # another live incarnation heartbeating under this member id (a misconfiguration, or a
+    # replacement started while this process was paused): (its incarnation, ms since its beat)
+    rival: tuple[str, int] | None = None
 
     @property
     def _keys(self) -> list[str]:
@@ -449,8 +454,14 @@ class Membership:
             msg = f"heartbeat of member {self.member!r}: Redis is unavailable ({ex})"
             raise StoreUnavailableError(msg) from ex
         now = int(out[0])
+        if out[1] and out[2] and not leave:
+            parts = _text(out[2]).split("\t")
+            inc = parts[1] if len(parts) > 1 else ""
+            age = now - int(float(_text(out[1])))
+            if inc and inc != self.incarnation and age < self.ttl_ms:
+                self.rival = (inc, age)
         members: dict[str, Member] = {}
-        for i in range(1, len(out), 3):
+        for i in range(3, len(out), 3):
             mid = _text(out[i])
             beat = int(float(_text(out[i + 1])))
             parts = _text(out[i + 2]).split("\t")

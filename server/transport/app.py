@@ -187,6 +187,8 @@ class Server:
             exclusive=self.embedded is not None,
         )
         servicer.join(cluster)
+        # a newer server took this member id: stop (as on SIGTERM), writing nothing more
+        cluster.on_usurped = lambda: os.kill(os.getpid(), signal.SIGTERM)
         try:
             await asyncio.to_thread(registry.migrate)
             await asyncio.to_thread(cluster.start)

@@ -232,10 +232,21 @@ class Ownership:
                 if self.fences.get(name) is not fences[name]:
                     continue  # moved meanwhile (released, or adopted again with a new token)
                 if ok:
-                    self.deadlines[name] = sent + self.lease_ms * _SAFE_SHARE / 1000
+                    self.deadlines[name] = self._serve_until(sent)
                     continue
             log.warning("lost the lease of stream %s: another server owns it", name)
             self.lost(name, fences[name])
+
+    def _serve_until(self, sent: float) -> float:
+        """Until when a lease taken or renewed by a request sent at ``sent`` may be served."""
+        return sent + self.lease_ms * _SAFE_SHARE / 1000
+
+    def _hold(self, name: str, token: int, sent: float) -> Fence:
+        """Record the lease of ``name`` just taken under ``token``; its fence."""
+        fence = self.leases.fence(name, token)
+        self.fences[name] = fence
+        self.deadlines[name] = self._serve_until(sent)
+        return fence
 
     def fresh(self, name: str) -> bool:
         """Whether this server may serve ``name`` now without asking Redis."""
@@ -261,9 +272,7 @@ class Ownership:
             ours, _other = self.leases.acquire(name, force=self._forcing)
             if ours is None:
                 return None
-            fence = Fence(self.leases.keys(name)[1], ours.token)
-            self.fences[name] = fence
-            self.deadlines[name] = sent + self.lease_ms * _SAFE_SHARE / 1000
+            fence = self._hold(name, ours.token, sent)
             try:
                 s = self.registry.adopt(name, fence)
             except BaseException:
@@ -300,9 +309,7 @@ class Ownership:
             ours, other = self.leases.acquire(name)
             if ours is None:
                 raise self._answer(name, other)
-            fence = Fence(self.leases.keys(name)[1], ours.token)
-            self.fences[name] = fence
-            self.deadlines[name] = sent + self.lease_ms * _SAFE_SHARE / 1000
+            fence = self._hold(name, ours.token, sent)
             return fence
 
     def created(self, name: str, ok: bool) -> None:
@@ -417,11 +424,9 @@ class Ownership:
             raise self._answer(name, holder)
         # free, or still ours while this server lets it go: where placement puts it (a call
         # must not take back a stream this server is handing over)
-        target = self.placed(name)
-        if target != self.member:
-            member = self.membership.members.get(target)
-            address = member.address if member is not None else target
-            raise not_owner(name, target, address)
+        elsewhere = self._placed_elsewhere(name)
+        if elsewhere is not None:
+            raise elsewhere
 
     def _answer(self, name: str, holder: Lease | None) -> ServiceError:
         """Where ``name`` is, for a caller: its live holder (NOT_OWNER), or STREAM_MOVING."""
@@ -440,11 +445,15 @@ class Ownership:
             holder = None
         if holder is not None and holder.member != self.member:
             return self._answer(name, holder)
+        return self._placed_elsewhere(name) or moving(name, 100, "it is being handed over")
+
+    def _placed_elsewhere(self, name: str) -> ServiceError | None:
+        """NOT_OWNER naming the member ``name`` is placed on, when that is not this one."""
         target = self.placed(name)
-        if target != self.member:
-            member = self.membership.members.get(target)
-            return not_owner(name, target, member.address if member is not None else target)
-        return moving(name, 100, "it is being handed over")
+        if target == self.member:
+            return None
+        member = self.membership.members.get(target)
+        return not_owner(name, target, member.address if member is not None else target)
 
     def owner_of(self, name: str) -> tuple[str, str, int]:
         """(member, address, token) of ``name``'s live owner; ("", "", 0) when none."""

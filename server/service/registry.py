@@ -407,8 +407,8 @@ class Registry:
         the windows opened."""
         self.migrate()
         count = 0
-        for raw in sorted(self.redis.smembers(self.index_key)):
-            s = self.adopt(raw.decode() if isinstance(raw, bytes) else str(raw))
+        for name in self.names():
+            s = self.adopt(name)
             count += len(s.windows) if s is not None else 0
         return count
 

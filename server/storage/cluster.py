@@ -28,7 +28,6 @@ can therefore never write after a newer owner took the stream: it learns so from
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -329,8 +328,9 @@ class Leases:
         tag = stream_tag(self.prefix, stream)
         return f"{tag}:lease", f"{tag}:fence"
 
-    def fence(self, stream: str) -> Fence:
-        return Fence(self.keys(stream)[1])
+    def fence(self, stream: str, token: int) -> Fence:
+        """The fence a writer holding ``stream``'s lease under ``token`` writes through."""
+        return Fence(self.keys(stream)[1], token)
 
     def _fail(self, ex: Exception, doing: str) -> StoreError:
         return StoreUnavailableError(f"{doing}: Redis is unavailable ({type(ex).__name__}: {ex})")
@@ -421,6 +421,17 @@ class Member:
     age_ms: int
     streams: int
 
+    @classmethod
+    def parse(cls, member: Any, now: int, beat: Any, info: Any) -> Member:
+        """A member from Redis's record: its id, its last heartbeat (ms, Redis's clock) and
+        its info ``address\tincarnation\tstreams``; ``now`` the time of the reading."""
+        mid = _text(member)
+        parts = _text(info).split("\t") if info else []
+        address = parts[0] if parts and parts[0] else mid
+        incarnation = parts[1] if len(parts) > 1 else ""
+        streams = int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else 0
+        return cls(mid, address, incarnation, max(0, now - int(float(_text(beat)))), streams)
+
 
 @dataclass
 class Membership:
@@ -433,7 +444,6 @@ class Membership:
     address: str
     ttl_ms: int
     members: dict[str, Member] = field(default_factory=dict)
-    seen_at: float = 0.0  # monotonic time of the last successful heartbeat
     # another live incarnation heartbeating under this member id (a misconfiguration, or a
     # replacement started while this process was paused): (its incarnation, ms since its beat)
     rival: tuple[str, int] | None = None
@@ -454,27 +464,25 @@ class Membership:
             msg = f"heartbeat of member {self.member!r}: Redis is unavailable ({ex})"
             raise StoreUnavailableError(msg) from ex
         now = int(out[0])
-        if out[1] and out[2] and not leave:
-            parts = _text(out[2]).split("\t")
-            inc = parts[1] if len(parts) > 1 else ""
-            age = now - int(float(_text(out[1])))
-            if inc and inc != self.incarnation and age < self.ttl_ms:
-                self.rival = (inc, age)
+        if not leave:
+            rival = self._other(now, out[1], out[2])
+            if rival is not None and rival[1] < self.ttl_ms:
+                self.rival = rival
         members: dict[str, Member] = {}
         for i in range(3, len(out), 3):
-            mid = _text(out[i])
-            beat = int(float(_text(out[i + 1])))
-            parts = _text(out[i + 2]).split("\t")
-            addr = parts[0] if parts and parts[0] else mid
-            inc = parts[1] if len(parts) > 1 else ""
-            n = int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else 0
-            members[mid] = Member(mid, addr, inc, max(0, now - beat), n)
+            m = Member.parse(out[i], now, out[i + 1], out[i + 2])
+            members[m.id] = m
         self.members = members
-        self.seen_at = time.monotonic()
         return members
 
-    def live_ids(self) -> list[str]:
-        return sorted(self.members)
+    def _other(self, now: int, beat: Any, info: Any) -> tuple[str, int] | None:
+        """(incarnation, heartbeat age) of this id's record when another process wrote it."""
+        if not beat or not info:
+            return None
+        m = Member.parse(self.member, now, beat, info)
+        if not m.incarnation or m.incarnation == self.incarnation:
+            return None
+        return m.incarnation, m.age_ms
 
     def other_incarnation(self) -> tuple[str, int] | None:
         """(incarnation, heartbeat age in ms) of another process using this member id, as
@@ -484,13 +492,7 @@ class Membership:
         except redis.RedisError as ex:
             msg = f"read member {self.member!r}: Redis is unavailable ({ex})"
             raise StoreUnavailableError(msg) from ex
-        if not beat or not info:
-            return None
-        parts = _text(info).split("\t")
-        inc = parts[1] if len(parts) > 1 else ""
-        if inc == self.incarnation:
-            return None
-        return inc, max(0, int(now) - int(float(_text(beat))))
+        return self._other(int(now), beat, info)
 
     def reset(self) -> None:
         """Forget every member (a store this server just started: they are all dead)."""

@@ -33,11 +33,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mtawindows.server.baselines import TwoStacks
-from mtawindows.server.monoids import Count, Last, Record, Sum
-from mtawindows.server.mta import AmortizedMTA, LogMTA
-from mtawindows.server.naive import NaiveWindow
-from mtawindows.server.policies import CountPolicy
+from mtawindows.server.engine.amta import AmortizedMTA
+from mtawindows.server.engine.baselines import TwoStacks
+from mtawindows.server.engine.lmta import LogMTA
+from mtawindows.server.engine.monoids import Count, Last, Record, Sum
+from mtawindows.server.engine.naive import NaiveWindow
+from mtawindows.server.engine.policies import CountPolicy
 
 ENGINES: dict[str, Callable[..., Any]] = {
     "AmortizedMTA": AmortizedMTA,
@@ -447,7 +448,7 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     compiled = any(
         str(getattr(m, "__file__", "")).endswith((".so", ".pyd"))
-        for m in (sys.modules["mtawindows.server.mta"],)
+        for m in (sys.modules["mtawindows.server.engine.amta"],)
     )
     meta = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",

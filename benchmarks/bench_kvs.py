@@ -35,11 +35,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_engine import listing3, quantiles, timed_rounds
 
-from mtawindows.server.embedded import default_url
-from mtawindows.server.monoids import Count, Last, Record, Sum
-from mtawindows.server.mta import AmortizedMTA, LogMTA
-from mtawindows.server.policies import CountPolicy
-from mtawindows.server.store import RedisStore
+from mtawindows.server.engine.amta import AmortizedMTA
+from mtawindows.server.engine.lmta import LogMTA
+from mtawindows.server.engine.monoids import Count, Last, Record, Sum
+from mtawindows.server.engine.policies import CountPolicy
+from mtawindows.server.storage.embedded import default_url
+from mtawindows.server.storage.redis_store import RedisStore
 
 OUT = Path(__file__).resolve().parent / "results"
 pc = time.perf_counter_ns

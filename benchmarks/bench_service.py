@@ -37,8 +37,8 @@ from mtawindows.client import (  # noqa: E402
     WindowClient,
     WindowSpec,
 )
-from mtawindows.client.sdk import append_request  # noqa: E402
-from tests.service_support import ServerProcess  # noqa: E402
+from mtawindows.client.calls import append_request  # noqa: E402
+from tests.support.servers import ServerProcess  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results"
 AGGS = (Aggregation("n", "count"), Aggregation("s", "sum", "v"), Aggregation("m", "max", "v"))
@@ -118,8 +118,8 @@ def health_floor(target: str, count: int) -> list[float]:
 
 
 def cel_vs_builtin(n: int) -> dict[str, float]:
-    from mtawindows.server.catalog import build_window
-    from mtawindows.server.mta import AmortizedMTA
+    from mtawindows.server.engine.amta import AmortizedMTA
+    from mtawindows.server.service.catalog import build_window
 
     stream = StreamSpec("s", (Field("v", "DOUBLE"),))
     aggs = (Aggregation("n", "count"), Aggregation("ts_max", "max", "ts"))

@@ -48,7 +48,7 @@ from mtawindows.client import (  # noqa: E402
     WindowClient,
     WindowSpec,
 )
-from tests.service_support import ServerProcess  # noqa: E402
+from tests.support.servers import ServerProcess  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results"
 T0 = 1_700_000_000

@@ -53,9 +53,9 @@ from mtawindows.client import (  # noqa: E402
     WindowClient,
     WindowSpec,
 )
-from mtawindows.client.sdk import append_request  # noqa: E402
+from mtawindows.client.calls import append_request  # noqa: E402
 from mtawindows.v1 import windows_pb2 as pb  # noqa: E402
-from tests.service_support import ServerProcess  # noqa: E402
+from tests.support.servers import ServerProcess  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results"
 AGGS = (Aggregation("n", "count"), Aggregation("s", "sum", "v"), Aggregation("m", "max", "v"))
@@ -104,7 +104,7 @@ async def _helper(target: str, n: int, mode: str, channels: int, budget: float) 
     import grpc
 
     from mtawindows.client.errors import from_rpc_error
-    from mtawindows.client.proto import windows_pb2_grpc as pb_grpc
+    from mtawindows.v1 import windows_pb2_grpc as pb_grpc
 
     # a stalled client that stays connected: HTTP/2 flow control, without BDP probing, holds
     # the server to 64 KiB per stream that the application did not read

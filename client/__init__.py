@@ -9,8 +9,6 @@ stream (:mod:`mtawindows.client.routing`; its :class:`Router`, a fixed hash over
 independent servers, is kept for code that shards by hand).
 """
 
-from mtawindows.v1 import convert as convert  # former homes, kept importable from here
-from mtawindows.v1 import types as types
 from mtawindows.v1.types import (
     Aggregation,
     AppendResult,

@@ -240,7 +240,7 @@ def _add_append(sub: Any) -> None:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from .sdk import WindowClient
+    from .blocking import WindowClient
 
     return WindowClient(args.target, token=args.token, tls=args.tls_ca, timeout=args.timeout)
 

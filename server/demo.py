@@ -17,9 +17,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from .engine.amta import AmortizedMTA
 from .engine.laws import approx_equal
+from .engine.lmta import LogMTA
 from .engine.monoids import Count, Max, Mean, Record, StdDev
-from .engine.mta import AmortizedMTA, LogMTA
 from .engine.naive import NaiveWindow
 from .engine.policies import TimeRangePolicy
 from .storage.memory import MemoryStore

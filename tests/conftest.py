@@ -2,7 +2,7 @@
 
 Profiles: ``ci`` (default, bounded for a 2-core CI box), ``fast`` (``make test-fast``) and
 ``thorough`` (local soak):
-``HYPOTHESIS_PROFILE=thorough .venv/bin/pytest --timeout 0 tests/test_engine_state_machine.py``
+``HYPOTHESIS_PROFILE=thorough .venv/bin/pytest --timeout 0 tests/engine/test_engine_state_machine.py``
 (about half an hour).
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from .cluster_support import RedisClusterProcesses
-from .redis_support import redis_url as _redis_url
+from tests.support.redis_cluster import RedisClusterProcesses
+from tests.support.redis_url import redis_url as _redis_url
 
 settings.register_profile(
     "ci",

@@ -1,6 +1,98 @@
-"""The engine: monoids, window slide policies and the aggregation algorithms over them
-(:mod:`.mta` is the public module of the two MTA algorithms; see its docstring for the map).
+"""The engine: monoids, window slide policies and the aggregation algorithms over them.
 
-Imports only :mod:`mtawindows.server.storage` (the store protocol and level queues) and the
-sentinels; knows nothing of streams, Redis keys or gRPC.
+    from mtawindows.server.engine import AmortizedMTA, LogMTA, Max, TimeRangePolicy, check_laws
+
+Where each part lives (each module's docstring holds its part of the design):
+
+* :mod:`.monoids`: the aggregation algebra (identity, lift, combine, lower) and the built-ins;
+  :mod:`.laws`: the monoid laws as a library users run on their own monoids;
+* :mod:`.policies`: window slide policies (time range, count, bounded sum, ...);
+* :mod:`.lmta`, :mod:`.amta`: Log MTA and Amortized MTA (paper sections 4.1 and 4.2), one
+  algorithm each with its fact card; :mod:`.window`: :class:`MTAWindow`, what both share;
+* :mod:`.forest`: the level machinery (absolute positions, the paper's invariants drawn);
+  :mod:`.levels`: the level queues (local, or tiered through a store);
+* :mod:`.checkpoint`: the durability seam (snapshot, restore, replay);
+  :mod:`.nonblocking`: calls that must not wait for the store; :mod:`.ledger`: idempotency;
+* :mod:`.naive` (the oracle), :mod:`.baselines` (Two-Stacks), :mod:`.prefix` (what they share);
+  :mod:`.validate`: checks of user-facing arguments.
+
+Imports only :mod:`mtawindows.server.storage` (the store protocol) and the sentinels; knows
+nothing of streams, Redis keys or gRPC.
 """
+
+from .amta import AmortizedMTA
+from .baselines import TwoStacks
+from .laws import LawReport, LawViolation, approx_equal, assert_monoid_laws, check_laws
+from .lmta import LogMTA
+from .monoids import (
+    ArgMax,
+    ArgMin,
+    ArgResult,
+    Concat,
+    Count,
+    First,
+    GeometricMean,
+    Last,
+    Max,
+    MaxCount,
+    Mean,
+    Min,
+    Monoid,
+    MonoidBase,
+    Record,
+    StdDev,
+    Sum,
+    Variance,
+)
+from .naive import NaiveWindow
+from .policies import (
+    AllOf,
+    AnyOf,
+    BoundedSumPolicy,
+    CountPolicy,
+    MaxSubWindowPolicy,
+    Policy,
+    TimeRangePolicy,
+    bind_policy,
+)
+from .window import MTAWindow, WindowCorruptedError
+
+__all__ = [
+    "AllOf",
+    "AmortizedMTA",
+    "AnyOf",
+    "ArgMax",
+    "ArgMin",
+    "ArgResult",
+    "BoundedSumPolicy",
+    "Concat",
+    "Count",
+    "CountPolicy",
+    "First",
+    "GeometricMean",
+    "Last",
+    "LawReport",
+    "LawViolation",
+    "LogMTA",
+    "MTAWindow",
+    "Max",
+    "MaxCount",
+    "MaxSubWindowPolicy",
+    "Mean",
+    "Min",
+    "Monoid",
+    "MonoidBase",
+    "NaiveWindow",
+    "Policy",
+    "Record",
+    "StdDev",
+    "Sum",
+    "TimeRangePolicy",
+    "TwoStacks",
+    "Variance",
+    "WindowCorruptedError",
+    "approx_equal",
+    "assert_monoid_laws",
+    "bind_policy",
+    "check_laws",
+]

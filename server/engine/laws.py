@@ -1,6 +1,6 @@
 """Monoid laws as a library (after Algebird's algebird-test): run them on your own monoids.
 
->>> from mtawindows.server.monoids import Sum
+>>> from mtawindows.server.engine import Sum
 >>> check_laws(Sum(), [0, 1, 2.5, -3]).ok
 True
 

@@ -9,7 +9,7 @@ A monoid is any object with:
 * ``lower(agg)``: turn an aggregate into the user-facing result (the last *map*).
 
 Optional capabilities are explicit, never assumed: ``commutative`` (a declaration checked by
-:mod:`mtawindows.server.laws`) and ``combine_all`` (a batch fold, default a left fold).
+:mod:`mtawindows.server.engine.laws`) and ``combine_all`` (a batch fold, default a left fold).
 No monoid needs an inverse: the MTA engines never subtract.
 
 Glossary for Beam and Spark users: ``lift ~ prepare ~ add_input(identity, x)``,
@@ -128,7 +128,7 @@ class MonoidBase:
     #: When set, ``lift`` returns this constant (Count): Record inlines it.
     constant_lift: Any = None
     #: Fixed numeric shape of the lifted value for the Redis tier's struct codec
-    #: (see :mod:`mtawindows.server.codecs`); ``None``: the generic msgpack codec.
+    #: (see :mod:`mtawindows.server.storage.codecs`); ``None``: the generic msgpack codec.
     codec_layout: str | None = None
 
     def __init__(self, field: str | None = None) -> None:

@@ -3,7 +3,7 @@ extend, apply_lifted, insert, enforce, query, clear), how each runs over the lev
 of :class:`~.forest.LevelForest`, the window's store (open, flush, close, the durability seam
 of :mod:`.checkpoint`) and what a failure leaves (a store failure: reload; a monoid failure:
 :class:`WindowCorruptedError`). The algorithms are :class:`~.lmta.LogMTA` and
-:class:`~.amta.AmortizedMTA`; :mod:`.mta` is their public module.
+:class:`~.amta.AmortizedMTA`; :mod:`mtawindows.server.engine` is their public face.
 
 Deviations from the paper shared by both algorithms, and why:
 

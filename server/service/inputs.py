@@ -12,8 +12,8 @@
   so a newer or a hostile client's number arrives as it was sent.
 
 Refusals name the field (``spec.fields[3].name``) and never echo more than
-:data:`~mtawindows.client.types.ECHO_CHARS` characters of the value (see
-:func:`~mtawindows.client.types.show`): the whole error must fit gRPC's metadata limit.
+:data:`~mtawindows.v1.types.ECHO_CHARS` characters of the value (see
+:func:`~mtawindows.v1.types.show`): the whole error must fit gRPC's metadata limit.
 """
 
 from __future__ import annotations

@@ -34,7 +34,8 @@ from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import StreamInfo, StreamSpec, WindowInfo, WindowResult, WindowSpec
 
-from ..engine.mta import AmortizedMTA, LogMTA
+from ..engine.amta import AmortizedMTA
+from ..engine.lmta import LogMTA
 from ..storage.cluster import Fence, Op, fenced, stream_tag
 from ..storage.journal import StreamJournal
 from ..storage.protocol import StoreError

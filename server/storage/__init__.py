@@ -6,15 +6,73 @@ Imports nothing above it (the engine reaches it, never the other way round).
 
 :func:`reopen_store` finds a window's durable store again by its id: the engine reopens a
 window through it without knowing which store that is.
+
+    from mtawindows.server.storage import MemoryStore, RedisStore, PairStore, reopen_store
+
+:class:`RedisStore`, :class:`~.embedded.EmbeddedRedis` and :func:`~.connect.connect` load
+redis-py when first asked for (PEP 562 ``__getattr__``): an in-memory user never imports it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from .protocol import WindowStore
+from .memory import MemoryStore
+from .protocol import (
+    CheckpointedWindow,
+    CheckpointLevel,
+    CorruptDataError,
+    Pair,
+    PairStore,
+    SealedPair,
+    StoreError,
+    StoreStats,
+    StoreUnavailableError,
+    WindowStore,
+    WouldBlock,
+)
 
-__all__ = ["reopen_store"]
+if TYPE_CHECKING:
+    from .connect import connect
+    from .embedded import EmbeddedRedis, EmbeddedRedisError
+    from .redis_store import RedisStore
+
+__all__ = [
+    "CheckpointLevel",
+    "CheckpointedWindow",
+    "CorruptDataError",
+    "EmbeddedRedis",
+    "EmbeddedRedisError",
+    "MemoryStore",
+    "Pair",
+    "PairStore",
+    "RedisStore",
+    "SealedPair",
+    "StoreError",
+    "StoreStats",
+    "StoreUnavailableError",
+    "WindowStore",
+    "WouldBlock",
+    "connect",
+    "reopen_store",
+]
+
+# the names that need redis-py, and their modules: imported on first use
+_LAZY = {
+    "RedisStore": ".redis_store",
+    "EmbeddedRedis": ".embedded",
+    "EmbeddedRedisError": ".embedded",
+    "connect": ".connect",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    return getattr(importlib.import_module(module, __name__), name)
 
 
 def reopen_store(window_id: str, *, url: str | None = None, **options: Any) -> WindowStore:

@@ -11,7 +11,7 @@ Each monoid owns a codec (like Beam's accumulator coder); :func:`codec_for` pick
 
 Layouts: ``"q"`` int64, ``"d"`` float64, ``"n"`` a number that keeps its Python type (int64 or
 float64, tagged); a string of several letters is a tuple of scalars (``"qdd"`` for variance
-moments); a tuple of layouts is a :class:`~mtawindows.server.monoids.Record`.
+moments); a tuple of layouts is a :class:`~mtawindows.server.engine.monoids.Record`.
 
 Every record carries a 4-byte *stamp* derived from its (window, level, position), and struct
 records a magic flag byte: bytes that were not written at that place by that window (foreign,

@@ -1,7 +1,7 @@
 """The Redis tier (paper sections 4.1.5 and 5.1): the middle of every level queue in Redis.
 
 A window keeps in its process only what the algorithms touch: per level the head, the tail, a
-write buffer and a head cache (:class:`~mtawindows.server.store.TieredLevel`), plus the stack
+write buffer and a head cache (:class:`~mtawindows.server.engine.levels.TieredLevel`), plus the stack
 and the result pair. Everything else lives under the window's keys, which share one hash tag
 so that a window sits in one Redis Cluster slot and pipelines, MULTI and Lua work on a
 cluster::
@@ -32,9 +32,9 @@ window (same ``window_id``) loads the checkpoint and replays the log: the state 
 last acknowledged operation, exactly (possibly more: an operation in flight when the process
 died may have reached the log).
 
-**Failures.** Redis errors surface as :class:`~mtawindows.server.store.StoreUnavailableError`
+**Failures.** Redis errors surface as :class:`~mtawindows.server.storage.protocol.StoreUnavailableError`
 (bounded by ``timeout``); bytes that are not this window's as
-:class:`~mtawindows.server.store.CorruptDataError`. The window then reloads its last durable
+:class:`~mtawindows.server.storage.protocol.CorruptDataError`. The window then reloads its last durable
 state from Redis on its next operation, so it is never left half-written.
 """
 

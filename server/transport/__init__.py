@@ -5,6 +5,12 @@
 * :mod:`.tokens`, :mod:`.auth`: the bearer tokens and the interceptor that checks them;
 * :mod:`.servicer`: the WindowService handlers, each behind its guard;
 * :mod:`.app`: the server's start-up, supervision of the embedded Redis and graceful stop;
-* :mod:`.metrics`: Prometheus metrics and JSON-lines logging;
-* :mod:`.grpc_server`: the names of the module these were split from, kept working.
+* :mod:`.metrics`: Prometheus metrics and JSON-lines logging.
+
+    from mtawindows.server.transport import ServeConfig, serve
 """
+
+from .app import SERVICE_NAME, ServeConfig, Server, serve
+from .servicer import WindowServicer, add_servicer
+
+__all__ = ["SERVICE_NAME", "ServeConfig", "Server", "WindowServicer", "add_servicer", "serve"]

@@ -2,7 +2,7 @@
 
 A failed call carries a ``google.rpc.Status`` whose ``ErrorInfo`` names the domain
 (:data:`DOMAIN`) and one of these UPPER_SNAKE reasons; clients branch on the reason (and the
-gRPC code), never on the message. ``tests/test_errors.py`` checks that the server sends no
+gRPC code), never on the message. ``tests/engine/test_errors.py`` checks that the server sends no
 reason that is not a member of :class:`Reason`.
 """
 

@@ -1,6 +1,6 @@
 """The service's definitions and results as plain Python dataclasses.
 
-The server and the SDK share these; :mod:`mtawindows.client.convert` maps them to and from the
+The server and the SDK share these; :mod:`mtawindows.v1.convert` maps them to and from the
 protobuf messages. Timestamps are ``int`` nanoseconds since the Unix epoch (``datetime`` is
 accepted on input); durations are :class:`datetime.timedelta`.
 """

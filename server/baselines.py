@@ -1,8 +1,0 @@
-"""``mtawindows.server.baselines``, the flat layout's path of :mod:`mtawindows.server.engine.baselines` (kept working)."""
-
-import sys
-
-from mtawindows.server.engine import baselines as _moved
-from mtawindows.server.engine.baselines import *  # noqa: F403  (the names, for type checkers)
-
-sys.modules[__name__] = _moved  # the very module: its names, private ones too, stay one object

@@ -1,8 +1,0 @@
-"""``mtawindows.server.laws``, the flat layout's path of :mod:`mtawindows.server.engine.laws` (kept working)."""
-
-import sys
-
-from mtawindows.server.engine import laws as _moved
-from mtawindows.server.engine.laws import *  # noqa: F403  (the names, for type checkers)
-
-sys.modules[__name__] = _moved  # the very module: its names, private ones too, stay one object

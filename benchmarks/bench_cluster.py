@@ -915,7 +915,8 @@ def bench_ingest(report: Report, sizes: Sizes, url: str, redis_label: str) -> No
     """Rows/s of ``Stream.append`` on an in-process Registry: fenced vs unfenced, durable vs
     not, 100- and 5,000-row batches; the cases take turns in every round."""
     from mtawindows.server.service.registry import Registry
-    from mtawindows.server.storage.cluster import Fence, Leases
+    from mtawindows.server.storage.fencing import Fence
+    from mtawindows.server.storage.leases import Leases
 
     print(f"2+3. ingest ({redis_label})", flush=True)
     prefix = f"ing{uuid.uuid4().hex[:8]}"
@@ -1063,7 +1064,8 @@ def filler_main(cfg: dict[str, Any]) -> None:
     each window with ``items`` rows in one batch, flush and let the stream go (a last flush,
     then the lease)."""
     from mtawindows.server.service.registry import Registry
-    from mtawindows.server.storage.cluster import Fence, Leases
+    from mtawindows.server.storage.fencing import Fence
+    from mtawindows.server.storage.leases import Leases
 
     items = int(cfg["items"])
     reg = Registry(cfg["url"], prefix=cfg["prefix"])

@@ -29,8 +29,8 @@ restarts it (at most ``--redis-restarts`` times per 5 minutes, with backoff, the
 and exits 1) and then restarts every child, which reloads its streams from the durable state.
 
 **Supervision.** A child that exits on its own is restarted on its port, after a backoff that
-doubles from 0.5 s up to 10 s; past :data:`RESTARTS` restarts of one child within
-:data:`RESTART_WINDOW` seconds the supervisor logs why, stops the others and exits 1. A child
+doubles from 0.5 s up to 10 s; past 5 restarts of one child within 300 seconds
+(:class:`~.storage.processes.RestartBudget`) the supervisor logs why, stops the others and exits 1. A child
 that exits before it ever served (a port taken, a bad flag) stops everything at once: exit 1.
 ``--port-file`` gets the first port once every child serves.
 
@@ -42,7 +42,6 @@ stops (its AOF flushed); exit 0.
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
 import logging
 import shutil
@@ -59,12 +58,10 @@ from types import FrameType
 
 from .storage.datadir import DataDirLock
 from .storage.embedded import EmbeddedRedis, EmbeddedRedisError
-from .storage.processes import _describe_exit, dying_with_parent, spawn
+from .storage.processes import RestartBudget, _describe_exit, dying_with_parent, spawn
 from .transport.app import default_data_dir
 
 __all__ = [
-    "RESTARTS",
-    "RESTART_WINDOW",
     "STOP_MARGIN",
     "Supervisor",
     "advertise_base",
@@ -74,12 +71,8 @@ __all__ = [
 
 log = logging.getLogger("mtawindows.server")
 
-RESTARTS = 5  # restarts of one child within RESTART_WINDOW seconds before the supervisor gives up
-RESTART_WINDOW = 300.0
 STOP_MARGIN = 15.0  # seconds past --grace a stopping child gets before SIGKILL
 POLL = 0.1  # seconds between looks at the children
-FIRST_BACKOFF = 0.5
-MAX_BACKOFF = 10.0
 
 # set for each child by the supervisor, never passed through
 _PER_CHILD = frozenset(
@@ -165,7 +158,7 @@ class _Worker:
     ready: bool = False  # the current process serves (wrote its port file)
     recycle: bool = False  # stopped on purpose (the store restarted): start again at once
     next_start: float | None = None  # monotonic time of a pending (re)start
-    restarts: collections.deque[float] = field(default_factory=collections.deque)
+    restarts: RestartBudget = field(default_factory=RestartBudget)
 
     def name(self) -> str:
         pid = self.proc.pid if self.proc is not None else None
@@ -220,7 +213,7 @@ class Supervisor:
         self._signal: int | None = None
         self._wake = threading.Event()
         self._announced = False
-        self._store_restarts: collections.deque[float] = collections.deque()
+        self._store_restarts = RestartBudget(self.args.redis_restarts)
 
     # -- the whole life
     def run(self) -> int:
@@ -282,22 +275,13 @@ class Supervisor:
             return
         why = f"the embedded Redis (pid {emb.pid}) {emb.exit_reason()}"
         log.error("embedded Redis down", extra={"event": "store_down", "reason": why})
-        delay = FIRST_BACKOFF
         while self._signal is None:
-            now = time.monotonic()
-            while self._store_restarts and now - self._store_restarts[0] > RESTART_WINDOW:
-                self._store_restarts.popleft()
-            if len(self._store_restarts) >= self.args.redis_restarts:
+            if not self._store_restarts.take():
                 log.error(
                     "embedded Redis not restarted: the supervisor stops",
-                    extra={
-                        "event": "store_given_up",
-                        "reason": f"{len(self._store_restarts)} restarts within "
-                        f"{RESTART_WINDOW:g}s; last: {why}",
-                    },
+                    extra={"event": "store_given_up", "reason": self._store_restarts.spent(why)},
                 )
                 raise _GiveUp
-            self._store_restarts.append(now)
             try:
                 emb.start()
                 break
@@ -307,8 +291,7 @@ class Supervisor:
                     "embedded Redis restart failed",
                     extra={"event": "store_restart_failed", "reason": why},
                 )
-            self._wake.wait(delay)
-            delay = min(delay * 2, MAX_BACKOFF)
+            self._wake.wait(self._store_restarts.backoff())
         if self._signal is not None:
             return
         log.warning(
@@ -372,20 +355,13 @@ class Supervisor:
                 extra={"event": "workers_given_up", "how": how, **w.info()},
             )
             raise _GiveUp
-        while w.restarts and now - w.restarts[0] > RESTART_WINDOW:
-            w.restarts.popleft()
-        if len(w.restarts) >= RESTARTS:
+        if not w.restarts.take(now):
             log.error(
                 f"{w.name()} not restarted: the supervisor stops",
-                extra={
-                    "event": "workers_given_up",
-                    "reason": f"{len(w.restarts)} restarts within {RESTART_WINDOW:g}s; last: {how}",
-                    **w.info(),
-                },
+                extra={"event": "workers_given_up", "reason": w.restarts.spent(how), **w.info()},
             )
             raise _GiveUp
-        w.restarts.append(now)
-        delay = min(FIRST_BACKOFF * 2 ** (len(w.restarts) - 1), MAX_BACKOFF)
+        delay = w.restarts.backoff()
         w.next_start = now + delay
         log.info(
             f"{w.name()} restarting in {delay:g}s",

@@ -22,7 +22,7 @@ from .errors import (
 )
 from .limits import Limits
 from .registry import Registry
-from .specs import STREAM_NAME, check_policy_numbers, check_storage, check_stream_spec
+from .specs import STREAM_NAME, check_policy_numbers, check_stream_spec
 from .state import SEQUENCE_GAP_AFTER_CRASH, StreamState
 from .stream import Stream
 from .window import Window
@@ -43,7 +43,6 @@ __all__ = [
     "Window",
     "batch_too_large",
     "check_policy_numbers",
-    "check_storage",
     "check_stream_spec",
     "invalid",
     "new_error_id",

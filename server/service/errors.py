@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import clip
 
-from ..storage.cluster import FencedError
+from ..storage.fencing import FencedError
 
 log = logging.getLogger("mtawindows.service")
 

@@ -1,7 +1,7 @@
 """Which streams this server owns (:class:`Ownership`): membership, leases, placement and the
 moves between servers.
 
-A server is a **member** of the cluster of every server on its Redis (storage/cluster.py): it
+A server is a **member** of the cluster of every server on its Redis (storage/membership.py, storage/leases.py, storage/fencing.py): it
 heartbeats every quarter lease, and each heartbeat answers the live members. A stream is
 **placed** by rendezvous hashing over the live members (:func:`mtawindows.v1.placement.place`)
 and **owned** under a lease whose fencing token guards every write of its data.
@@ -33,8 +33,11 @@ from typing import Any
 from mtawindows.v1.placement import place
 from mtawindows.v1.reasons import Reason
 
-from ..storage.cluster import Fence, Lease, Leases, Membership, Waiter
+from ..storage.fencing import Fence
+from ..storage.leases import Lease, Leases
+from ..storage.membership import Membership
 from ..storage.protocol import StoreError
+from ..storage.replication import Waiter
 from .errors import ServiceError, not_found
 from .registry import Registry
 from .stream import Stream

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import AppendResult, StreamInfo, StreamSpec, WindowResult, clip, show
 
-from ..storage.cluster import Fence, FencedError
+from ..storage.fencing import Fence, FencedError
 from ..storage.journal import JournalEntry, StreamJournal
 from ..storage.protocol import StoreError, WouldBlock
 from .batch import FINAL, NONE, PER_ROW, Append, Batch, Deferred

@@ -36,17 +36,12 @@ from typing import Any
 
 import redis
 
-from .cluster import Fence, FencedError, Op, fenced, is_fenced, stream_tag
 from .codecs import packb, unpackb
+from .fencing import Fence, FencedError, Op, fenced, is_fenced
+from .keys import StreamKeys
 from .protocol import CorruptDataError, StoreError, StoreUnavailableError
 
-__all__ = ["JournalEntry", "StreamJournal", "stream_keys"]
-
-
-def stream_keys(prefix: str, stream: str) -> tuple[str, str]:
-    """(journal key, state key) of ``stream``: one hash tag, one slot."""
-    tag = stream_tag(prefix, stream)
-    return f"{tag}:journal", f"{tag}:state"
+__all__ = ["JournalEntry", "StreamJournal"]
 
 
 @dataclass(frozen=True)
@@ -73,7 +68,8 @@ class StreamJournal:
     ) -> None:
         self._client = client
         self.stream = stream
-        self.journal_key, self.state_key = stream_keys(prefix, stream)
+        keys = StreamKeys.of(prefix, stream)
+        self.journal_key, self.state_key = keys.journal, keys.state
         self.first = 1  # lsn of the journal's first entry (entries are contiguous)
         self.fence = fence  # the owner's: every write is refused once a newer owner exists
         # cluster.replicas_waiter: replicas must hold an entry before it is acknowledged

@@ -12,12 +12,14 @@ says how a child ended.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -173,3 +175,45 @@ def _describe_exit(code: int) -> str:
             return f"killed by {signal.Signals(-code).name}"
         return f"killed by signal {-code}"
     return f"exited with status {code}"
+
+
+class RestartBudget:
+    """How often a supervised process may be restarted: at most ``limit`` restarts within a
+    sliding ``window`` of seconds, each after a backoff that doubles from ``first_backoff`` up
+    to ``max_backoff`` with the restarts still in the window. One policy for every supervisor
+    (the server's embedded Redis, the workers' supervisor: its Redis and each child)."""
+
+    LIMIT = 5
+    WINDOW = 300.0
+    FIRST_BACKOFF = 0.5
+    MAX_BACKOFF = 10.0
+
+    def __init__(self, limit: int = LIMIT, window: float = WINDOW) -> None:
+        if limit < 0 or window <= 0:
+            msg = f"RestartBudget: expected limit >= 0 and window > 0, got {limit}, {window}"
+            raise ValueError(msg)
+        self.limit = limit
+        self.window = window
+        self._times: collections.deque[float] = collections.deque()
+
+    def __len__(self) -> int:
+        return len(self._times)
+
+    def take(self, now: float | None = None) -> bool:
+        """Count one restart now, if the budget allows it (False: give up)."""
+        now = time.monotonic() if now is None else now
+        while self._times and now - self._times[0] > self.window:
+            self._times.popleft()
+        if len(self._times) >= self.limit:
+            return False
+        self._times.append(now)
+        return True
+
+    def backoff(self) -> float:
+        """Seconds to wait before the restart just taken (0.5, 1, 2, ... up to 10)."""
+        n = max(1, len(self._times))
+        return float(min(self.FIRST_BACKOFF * 2 ** (n - 1), self.MAX_BACKOFF))
+
+    def spent(self, last: str) -> str:
+        """Why the supervisor gives up: the restarts in the window and the last failure."""
+        return f"{len(self._times)} restarts within {self.window:g}s; last: {last}"

@@ -53,9 +53,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
-from .cluster import Fence, FencedError, Op, fenced
 from .codecs import CodecError, codec_for, packb, stamp, stamps, unpackb
 from .connect import connect, is_unavailable
+from .fencing import Fence, FencedError, Op, fenced
+from .keys import DEFAULT_PREFIX, WindowKeys
 from .protocol import (
     CheckpointedWindow,
     CorruptDataError,
@@ -67,34 +68,12 @@ from .protocol import (
     check_sizes,
 )
 
-__all__ = ["FORMAT", "RedisStore", "WindowKeys"]
+__all__ = ["FORMAT", "RedisStore"]
 
 FORMAT = "1"
 _WINDOW_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 _T = TypeVar("_T")
 _MAX_INFLIGHT = 32  # queued block writes before write() waits for the oldest
-
-
-class WindowKeys:
-    """The one place that builds a window's keys (and their hash tag)."""
-
-    __slots__ = ("checkpoint", "log", "meta", "prefix", "tag")
-
-    def __init__(self, prefix: str, window_id: str, tag: str | None = None) -> None:
-        self.prefix = prefix
-        # a window of the service shares its stream's hash tag (one slot: the stream's fence
-        # guards every write); a window on its own has a tag of its own
-        self.tag = f"{prefix}:{{{tag}}}:w:{window_id}" if tag else f"{prefix}:{{{window_id}}}"
-        self.meta = f"{self.tag}:meta"
-        self.checkpoint = f"{self.tag}:ckpt"
-        self.log = f"{self.tag}:log"
-
-    def block(self, level: int, block: int) -> str:
-        return f"{self.tag}:b:{level}:{block}"
-
-    @property
-    def pattern(self) -> str:
-        return f"{self.tag}:*"
 
 
 def _safe_url(url: str) -> str:
@@ -186,7 +165,7 @@ class RedisStore:
         checkpoint_every: int = 65536,
         codec: Any = None,
         timeout: float = 5.0,
-        prefix: str = "mtaw",
+        prefix: str = DEFAULT_PREFIX,
         tag: str | None = None,
         fence: Fence | None = None,
         client: Any = None,
@@ -237,7 +216,7 @@ class RedisStore:
     def reopen(cls, window_id: str, *, url: str | None = None, **options: Any) -> RedisStore:
         """The store of the existing window ``window_id`` at ``url`` (``LookupError`` when
         there is none); ``options`` as for the constructor."""
-        if not cls.exists(url, window_id, prefix=options.get("prefix", "mtaw")):
+        if not cls.exists(url, window_id, prefix=options.get("prefix", DEFAULT_PREFIX)):
             msg = f"no window {window_id!r} at that Redis"
             raise LookupError(msg)
         return cls(url, window_id=window_id, **options)
@@ -730,7 +709,7 @@ class RedisStore:
 
     @staticmethod
     def exists(
-        url: str | None, window_id: str, *, prefix: str = "mtaw", timeout: float = 5.0
+        url: str | None, window_id: str, *, prefix: str = DEFAULT_PREFIX, timeout: float = 5.0
     ) -> bool:
         """Whether a window with this id exists at ``url``."""
         url = _resolve(url)

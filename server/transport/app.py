@@ -30,10 +30,10 @@ from mtawindows.v1 import windows_pb2 as pb
 from ..service.limits import Limits
 from ..service.ownership import Ownership
 from ..service.registry import Registry
-from ..storage.cluster import replicas_waiter
 from ..storage.datadir import DataDirLock
 from ..storage.embedded import EmbeddedRedis, EmbeddedRedisError
 from ..storage.protocol import StoreError, StoreUnavailableError
+from ..storage.replication import replicas_waiter
 from .auth import TokenAuth
 from .metrics import Metrics
 from .servicer import WindowServicer, add_servicer
@@ -190,7 +190,6 @@ class Server:
         # a newer server took this member id: stop (as on SIGTERM), writing nothing more
         cluster.on_usurped = lambda: os.kill(os.getpid(), signal.SIGTERM)
         try:
-            await asyncio.to_thread(registry.migrate)
             await asyncio.to_thread(cluster.start)
         except (StoreError, redis.RedisError) as ex:
             msg = f"could not load the streams and windows from Redis: {ex}"

@@ -1,4 +1,5 @@
-"""Membership, leases and fencing (server/storage/cluster.py, server/service/ownership.py),
+"""Membership, leases and fencing (server/storage/membership.py, leases.py,
+fencing.py, server/service/ownership.py),
 on a real Redis and real server processes.
 
 The promises attacked here: one writer per stream (a stale owner's every write is refused by
@@ -24,15 +25,11 @@ from grpc_status import rpc_status
 
 from mtawindows.server.service.ownership import Ownership
 from mtawindows.server.service.registry import Registry
-from mtawindows.server.storage.cluster import (
-    Fence,
-    FencedError,
-    Leases,
-    Membership,
-    fenced,
-)
 from mtawindows.server.storage.embedded import EmbeddedRedis
+from mtawindows.server.storage.fencing import Fence, FencedError, fenced
 from mtawindows.server.storage.journal import StreamJournal
+from mtawindows.server.storage.leases import Leases
+from mtawindows.server.storage.membership import Membership
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1 import windows_pb2_grpc as pb_grpc
 from mtawindows.v1.placement import place

@@ -1,0 +1,111 @@
+"""Fencing: every write of a stream's data checks the writer's token first.
+
+**Fencing.** Every write of a stream's data (journal, state, definitions, the windows' blocks,
+checkpoints and deletions) is one Lua script that first compares the fence with the writer's
+token and refuses the whole write (``FENCED``) when they differ; the keys all share the stream's
+hash tag, so the script runs in one slot on Redis Cluster too. A paused or partitioned old owner
+can therefore never write after a newer owner took the stream: it learns so from the refusal
+(:class:`FencedError`) or from its lease, and drops the stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from .lua import registered
+from .protocol import StoreError
+
+__all__ = ["Fence", "FencedError", "Op", "check_reply", "fenced", "is_fenced"]
+
+
+class FencedError(StoreError):
+    """A write was refused: a newer owner holds the stream (nothing of it was applied)."""
+
+
+# KEYS[1] the fence, KEYS[2..] one key per operation; ARGV[1] the writer's token (0: no fence,
+# KEYS[1] is then any key of the slot), then per operation: command, argument count, arguments.
+# All or nothing: the check comes first, and a script runs alone.
+_FENCED = """
+if ARGV[1] ~= '0' then
+  local f = redis.call('GET', KEYS[1])
+  if f ~= ARGV[1] then
+    return redis.error_reply('FENCED the stream belongs to token ' .. tostring(f) ..
+      ', this writer holds ' .. ARGV[1])
+  end
+end
+local a = 2
+local r = 0
+for k = 2, #KEYS do
+  local n = tonumber(ARGV[a + 1])
+  r = redis.call(ARGV[a], KEYS[k], unpack(ARGV, a + 2, a + 1 + n))
+  a = a + 2 + n
+end
+return r
+"""
+
+
+def is_fenced(ex: BaseException) -> bool:
+    return isinstance(ex, redis.ResponseError) and str(ex).startswith("FENCED")
+
+
+@dataclass
+class Fence:
+    """A writer's fencing token for one stream (shared by its journal and its windows' stores).
+
+    ``token`` 0 means "not fenced" (a store used on its own, outside the service): writes go
+    through plainly. ``lost`` is set when a write was refused; the owner then drops the stream.
+    """
+
+    key: str
+    token: int = 0
+    lost: bool = False
+
+    @property
+    def active(self) -> bool:
+        return self.token > 0
+
+
+Op = tuple[str, str, Sequence[Any]]  # (command, key, arguments)
+
+
+def fenced(client: Any, fence: Fence | None, ops: Sequence[Op], *, pipe: Any = None) -> Any:
+    """Run ``ops`` (each ``(command, key, args)``, keys of one hash slot) as one atomic write:
+    one script when ``fence`` is active, refused with :class:`FencedError` (nothing applied)
+    when a newer owner holds the stream; else plain commands (in ``MULTI`` when several). With ``pipe``, queue it there (the caller executes and
+    checks the reply with :func:`check_reply`). Returns the last command's reply."""
+    if not ops:
+        return None
+    if fence is None or not fence.active:  # unfenced: plain commands (MULTI for several)
+        p = pipe if pipe is not None else client.pipeline(transaction=len(ops) > 1)
+        for cmd, key, args in ops:
+            p.execute_command(cmd, key, *args)
+        if pipe is not None:
+            return None
+        replies = p.execute()
+        return replies[-1] if replies else None
+    keys = [fence.key]
+    argv: list[Any] = [fence.token]
+    for cmd, key, args in ops:
+        keys.append(key)
+        argv.append(cmd)
+        argv.append(len(args))
+        argv.extend(args)
+    script = registered(client, _FENCED)
+    try:
+        return script(keys=keys, args=argv, client=pipe if pipe is not None else client)
+    except redis.ResponseError as ex:
+        raise check_reply(ex, fence) from ex
+
+
+def check_reply(ex: BaseException, fence: Fence | None) -> BaseException:
+    """The error to raise for a failed fenced write: :class:`FencedError` (and the fence marked
+    lost) for a refusal, else ``ex``."""
+    if is_fenced(ex):
+        if fence is not None:
+            fence.lost = True
+        return FencedError(str(ex))
+    return ex

@@ -1,0 +1,214 @@
+"""Leases: a stream is owned by one member at a time, under its fencing token.
+
+**Leases.** A stream is owned by one member under a lease, in the stream's own hash slot::
+
+    {prefix}:svc:{<stream>}:lease   "member\\tincarnation\\taddress\\ttoken", expires (PX)
+    {prefix}:svc:{<stream>}:fence   the stream's fencing token: INCR at every acquisition,
+                                    never decreases, never deleted
+
+Acquiring takes a free lease (or one held by an earlier incarnation of the same member: a
+restarted server takes its streams back at once) and increments the fence: the new owner's
+token. Renewing extends the lease only while the fence still holds the renewer's token, so an
+owner that was paused past its lease and lost the stream cannot renew it back.
+
+Keys (:mod:`.keys`): the stream's ``lease`` and ``fence``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from .fencing import Fence
+from .keys import StreamKeys
+from .lua import registered, text
+from .protocol import StoreError, StoreUnavailableError
+from .replication import Waiter
+
+__all__ = ["Lease", "Leases"]
+
+# KEYS lease, fence; ARGV member, incarnation, ttl ms, address, "1" = take it from anyone
+_ACQUIRE = """
+local cur = redis.call('GET', KEYS[1])
+if cur and ARGV[5] ~= '1' then
+  local member = string.match(cur, '^([^\\t]*)')
+  if member ~= ARGV[1] then
+    return {0, cur, redis.call('PTTL', KEYS[1])}
+  end
+end
+local token = redis.call('INCR', KEYS[2])
+local v = ARGV[1] .. '\\t' .. ARGV[2] .. '\\t' .. ARGV[4] .. '\\t' .. token
+redis.call('SET', KEYS[1], v, 'PX', ARGV[3])
+return {1, v, tonumber(ARGV[3])}
+"""
+
+# KEYS lease, fence; ARGV member, incarnation, token, ttl ms, address
+_RENEW = """
+if redis.call('GET', KEYS[2]) ~= ARGV[3] then return 0 end
+local v = ARGV[1] .. '\\t' .. ARGV[2] .. '\\t' .. ARGV[5] .. '\\t' .. ARGV[3]
+redis.call('SET', KEYS[1], v, 'PX', ARGV[4])
+return 1
+"""
+
+# KEYS lease, fence; ARGV token
+_RELEASE = """
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+"""
+
+
+def _node_pipelines(
+    client: Any, names: list[str], key_of: Callable[[str], str]
+) -> list[tuple[list[str], Any]]:
+    """``names`` grouped by the Redis node holding ``key_of(name)``, each group with a plain
+    pipeline on that node (scripts cannot go through a Redis Cluster pipeline); one group on
+    a standalone Redis."""
+    from .connect import is_cluster, pipeline_on_key_node
+
+    if not is_cluster(client):
+        return [(names, client.pipeline(transaction=False))]
+    groups: dict[str, tuple[list[str], Any]] = {}
+    for name in names:
+        key = key_of(name)
+        node = client.get_node_from_key(key)
+        group = groups.get(node.name)
+        if group is None:
+            group = groups[node.name] = ([], pipeline_on_key_node(client, key))
+        group[0].append(name)
+    return list(groups.values())
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A stream's lease as Redis holds it (``token`` is the owner's fencing token)."""
+
+    stream: str
+    member: str
+    incarnation: str
+    address: str
+    token: int
+    ttl_ms: int = 0
+
+    @classmethod
+    def parse(cls, stream: str, raw: Any, ttl_ms: int = 0) -> Lease | None:
+        if raw is None:
+            return None
+        parts = text(raw).split("\t")
+        if len(parts) != 4:
+            return None
+        return cls(stream, parts[0], parts[1], parts[2], int(parts[3]), int(ttl_ms))
+
+
+class Leases:
+    """Acquire, renew, release and read streams' leases for one member."""
+
+    def __init__(
+        self,
+        client: Any,
+        prefix: str,
+        member: str,
+        incarnation: str,
+        address: str,
+        ttl_ms: int,
+        wait: Waiter | None = None,
+    ) -> None:
+        self.client = client
+        self.wait = wait  # an acquisition waits for the replicas (a new token must not be lost)
+        self.prefix = prefix
+        self.member = member
+        self.incarnation = incarnation
+        self.address = address
+        self.ttl_ms = int(ttl_ms)
+
+    def keys(self, stream: str) -> tuple[str, str]:
+        """(lease key, fence key) of ``stream``."""
+        k = StreamKeys.of(self.prefix, stream)
+        return k.lease, k.fence
+
+    def fence(self, stream: str, token: int) -> Fence:
+        """The fence a writer holding ``stream``'s lease under ``token`` writes through."""
+        return Fence(self.keys(stream)[1], token)
+
+    def _fail(self, ex: Exception, doing: str) -> StoreError:
+        return StoreUnavailableError(f"{doing}: Redis is unavailable ({type(ex).__name__}: {ex})")
+
+    def acquire(self, stream: str, *, force: bool = False) -> tuple[Lease | None, Lease | None]:
+        """Take ``stream``'s lease: ``(ours, None)``, or ``(None, the holder's)`` when another
+        member holds it. ``force`` takes it from any holder (one known to be dead: the store
+        was just started by this server); the fence still shuts the holder out."""
+        script = registered(self.client, _ACQUIRE)
+        keys = list(self.keys(stream))
+        args = [self.member, self.incarnation, self.ttl_ms, self.address, int(force)]
+        try:
+            if self.wait is not None:
+                reply = self.wait(
+                    self.client, keys[0], lambda p: script(keys=keys, args=args, client=p)
+                )
+            else:
+                reply = script(keys=keys, args=args)
+            ok, raw, ttl = reply
+        except redis.RedisError as ex:
+            raise self._fail(ex, f"take the lease of stream {stream!r}") from ex
+        lease = Lease.parse(stream, raw, ttl)
+        return (lease, None) if int(ok) == 1 else (None, lease)
+
+    def renew(self, fences: dict[str, Fence]) -> dict[str, bool]:
+        """Renew the leases of ``fences`` (stream -> our fence), one pipelined round trip per
+        Redis node: stream -> whether we still hold it. A stream whose node did not answer is
+        left out (its lease is not extended: it runs out unless a later renewal gets through)."""
+        if not fences:
+            return {}
+        script = registered(self.client, _RENEW)
+        out: dict[str, bool] = {}
+        failed: Exception | None = None
+        for names, pipe in _node_pipelines(self.client, list(fences), lambda n: self.keys(n)[0]):
+            for name in names:
+                lease_key, fence_key = self.keys(name)
+                args = [self.member, self.incarnation, fences[name].token, self.ttl_ms]
+                script(keys=[lease_key, fence_key], args=[*args, self.address], client=pipe)
+            try:
+                replies = pipe.execute(raise_on_error=False)
+            except redis.RedisError as ex:
+                failed = ex
+                continue
+            for name, r in zip(names, replies, strict=True):
+                if isinstance(r, Exception):
+                    failed = r
+                    continue
+                out[name] = int(r) == 1
+        if failed is not None and not out:
+            raise self._fail(failed, f"renew {len(fences)} leases")
+        return out
+
+    def release(self, stream: str, token: int) -> bool:
+        try:
+            r = registered(self.client, _RELEASE)(keys=list(self.keys(stream)), args=[token])
+        except redis.RedisError as ex:
+            raise self._fail(ex, f"release the lease of stream {stream!r}") from ex
+        return int(r) == 1
+
+    def holder(self, stream: str) -> Lease | None:
+        """Who holds ``stream``'s lease now (None: nobody)."""
+        lease_key, _ = self.keys(stream)
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.get(lease_key)
+            pipe.pttl(lease_key)
+            raw, ttl = pipe.execute()
+        except redis.RedisError as ex:
+            raise self._fail(ex, f"read the lease of stream {stream!r}") from ex
+        return Lease.parse(stream, raw, max(0, int(ttl)))
+
+    def holders(self, streams: Sequence[str]) -> list[Lease | None]:
+        pipe = self.client.pipeline(transaction=False)
+        for s in streams:
+            pipe.get(self.keys(s)[0])
+        try:
+            raws = pipe.execute()
+        except redis.RedisError as ex:
+            raise self._fail(ex, f"read the leases of {len(streams)} streams") from ex
+        return [Lease.parse(s, r) for s, r in zip(streams, raws, strict=True)]

@@ -119,7 +119,7 @@ def health_floor(target: str, count: int) -> list[float]:
 
 def cel_vs_builtin(n: int) -> dict[str, float]:
     from mtawindows.server.engine.amta import AmortizedMTA
-    from mtawindows.server.service.catalog import build_window
+    from mtawindows.server.service.window_builder import build_window
 
     stream = StreamSpec("s", (Field("v", "DOUBLE"),))
     aggs = (Aggregation("n", "count"), Aggregation("ts_max", "max", "ts"))

@@ -1,7 +1,7 @@
 """The ``mtawindows`` command: the server's ``serve`` beside the client's commands.
 
 The only module that imports both the server and the client: each of them has its own entry
-point (``python -m mtawindows.server``, :func:`mtawindows.client.cli.main`) and never imports
+point (``python -m mtawindows.server``, :func:`mtawindows.client.commands.main`) and never imports
 the other. ``python -m mtawindows.cli`` is the same command.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from mtawindows.client import cli as client_cli
-from mtawindows.server import cli as server_cli
+from mtawindows.client import commands as client_cli
+from mtawindows.server import serve_command as server_cli
 
 __all__ = ["build_parser", "main"]
 

@@ -2,7 +2,7 @@
 
 ``WindowClient`` / ``AsyncWindowClient`` talk to ``mtawindows serve``: one server, or a cluster
 of them given by seed addresses (``"a:50051,b:50051"``), each call sent to the server that owns
-its stream (:mod:`mtawindows.client.cluster`: :class:`ClusterMap`, ``client.owner(stream)``).
+its stream (:mod:`mtawindows.client.cluster_map`: :class:`ClusterMap`, ``client.owner(stream)``).
 The specs and results are the dataclasses of :mod:`mtawindows.v1.types`; errors are the typed
 exceptions of :mod:`mtawindows.client.errors`; :func:`keyed_stream_name` names a key's own
 stream (:mod:`mtawindows.client.routing`; its :class:`Router`, a fixed hash over a list of
@@ -27,7 +27,7 @@ from mtawindows.v1.types import (
 from .aio import AsyncWindowClient
 from .batch_writer import BatchWriter
 from .blocking import WindowClient
-from .cluster import ClusterMap, ClusterMember
+from .cluster_map import ClusterMap, ClusterMember
 from .errors import (
     AlreadyExistsError,
     DeadlineExceededError,

@@ -1,6 +1,6 @@
 """The asyncio client :class:`AsyncWindowClient`: the same calls as :class:`WindowClient`, each
 through the grpc.aio stub of the server its stream lives on and awaited (requests, replies,
-retry policy and errors: :mod:`.calls`; the cluster: :mod:`.cluster`)."""
+retry policy and errors: :mod:`.calls`; the cluster: :mod:`.cluster_map`)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from mtawindows.v1.types import (
 from . import calls
 from .base import SUBSCRIBED, ClientBase
 from .channel import DEFAULT_TARGET, credentials, open_aio_channel
-from .cluster import ClusterMap
+from .cluster_map import ClusterMap
 from .errors import MtaWindowsError, from_rpc_error
 from .rows import Rows
 
@@ -85,7 +85,7 @@ class AsyncWindowClient(ClientBase):
 
     async def _ensure_map(self, course: calls.Course) -> None:
         if course.lookup or self.topology.needs_refresh():
-            lookup = [course.stream] if course.lookup and course.stream else []
+            lookup = self._lookup(course)
             course.lookup = False
             await self._refresh(lookup, strict=not self.topology.known)
 

@@ -1,5 +1,5 @@
 """What the blocking and the asyncio client hold and do alike: the seeds and the cluster's
-:class:`~mtawindows.client.cluster.Topology`, one channel per server address (opened on first
+:class:`~mtawindows.client.cluster_map.Topology`, one channel per server address (opened on first
 use), the auth header, the default deadline, the retry policy, the per-stream schema cache,
 and how a :class:`~mtawindows.client.calls.Call` goes to a server's stub (the clients only add
 the waiting: blocking, or awaited)."""
@@ -17,7 +17,7 @@ from mtawindows.v1 import windows_pb2_grpc as pb_grpc
 
 from . import calls
 from .channel import auth_metadata
-from .cluster import ClusterMap, Topology, seeds_of
+from .cluster_map import ClusterMap, Topology, seeds_of
 from .errors import MtaWindowsError, UnavailableError, from_rpc_error
 
 MAP_TIMEOUT = 5.0  # seconds at most for one GetClusterMap (a dead seed must not hold a call)
@@ -97,6 +97,14 @@ class ClientBase:
 
     def _map_request(self, streams: Sequence[str]) -> pb.GetClusterMapRequest:
         return pb.GetClusterMapRequest(streams=list(streams))
+
+    def _lookup(self, course: calls.Course) -> list[str]:
+        """The streams whose owners the next map fetch asks for: the course's stream after
+        it moved, unless the call creates it (a stream not created yet has no owner: the map
+        answers NOT_FOUND for it, which is what a call about it answers)."""
+        if not (course.lookup and course.stream) or course.call.method == "CreateStream":
+            return []
+        return [course.stream]
 
     def _map_timeout(self) -> float:
         return min(self.timeout, MAP_TIMEOUT)

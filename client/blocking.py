@@ -1,6 +1,6 @@
 """The blocking client :class:`WindowClient`: each call through the blocking stub of the server
 its stream lives on, in a loop that follows redirects and sleeps between tries (requests,
-replies, retry policy and errors: :mod:`.calls`; the cluster: :mod:`.cluster`)."""
+replies, retry policy and errors: :mod:`.calls`; the cluster: :mod:`.cluster_map`)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from . import calls
 from .base import SUBSCRIBED, ClientBase
 from .batch_writer import BatchWriter
 from .channel import DEFAULT_TARGET, credentials, open_channel
-from .cluster import ClusterMap
+from .cluster_map import ClusterMap
 from .errors import MtaWindowsError, from_rpc_error
 from .rows import Rows
 
@@ -104,7 +104,7 @@ class WindowClient(ClientBase):
 
     def _ensure_map(self, course: calls.Course) -> None:
         if course.lookup or self.topology.needs_refresh():
-            lookup = [course.stream] if course.lookup and course.stream else []
+            lookup = self._lookup(course)
             course.lookup = False
             self._refresh(lookup, strict=not self.topology.known)
 
@@ -141,7 +141,8 @@ class WindowClient(ClientBase):
 
     def owner(self, stream: str) -> str:
         """The address calls about ``stream`` go to: its owner, asked of the cluster now;
-        while it has none (it is moving), where placement puts it among the live members."""
+        while it has none (it is moving), where placement puts it among the live members.
+        NotFoundError (``STREAM_NOT_FOUND``) at once when no member knows the stream."""
         self._refresh([stream])
         return self.topology.route(stream)
 

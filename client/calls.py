@@ -6,7 +6,7 @@ call may be sent again after its server failed (reads, and appends with an idemp
 :class:`~mtawindows.client.WindowClient` sends it through the blocking stubs and
 :class:`~mtawindows.client.AsyncWindowClient` through the grpc.aio stubs, each in the same loop
 over a :class:`Course`: the try goes where the course says (the stream's owner, see
-:mod:`.cluster`); a failure either ends the call as the typed exception of
+:mod:`.cluster_map`); a failure either ends the call as the typed exception of
 :mod:`mtawindows.client.errors` (naming the server's address) or is followed to the owner
 (``NOT_OWNER``), or waited out (``STREAM_MOVING``, a server unreachable, a timeout) with a
 jittered exponential :func:`backoff`.
@@ -43,7 +43,7 @@ from .errors import (
 from .rows import Rows, encode_rows
 
 if TYPE_CHECKING:
-    from .cluster import Topology
+    from .cluster_map import Topology
 
 R = TypeVar("R")  # the reply message
 T = TypeVar("T")  # what the client returns
@@ -109,7 +109,7 @@ def merge_streams(lists: Sequence[list[StreamInfo]]) -> list[StreamInfo]:
 
 def get_cluster_map(streams: Sequence[str] = ()) -> Call[pb.ClusterMap, pb.ClusterMap]:
     """GetClusterMap: the live members, and the owners of ``streams`` (kept as the message:
-    the topology takes it, :meth:`~mtawindows.client.cluster.Topology.learn`)."""
+    the topology takes it, :meth:`~mtawindows.client.cluster_map.Topology.learn`)."""
     req = pb.GetClusterMapRequest(streams=list(streams))
     return Call("GetClusterMap", req, lambda m: m, retry=True)
 

@@ -3,7 +3,7 @@ seed lists (:func:`split_targets`), and :class:`Router`, a fixed hash of a strea
 list of independent servers.
 
 A cluster of servers (one Redis) places streams itself, and :class:`~mtawindows.client.WindowClient`
-follows it (:mod:`mtawindows.client.cluster`): give it the seeds, it finds each stream's owner::
+follows it (:mod:`mtawindows.client.cluster_map`): give it the seeds, it finds each stream's owner::
 
     from mtawindows.client import WindowClient, keyed_stream_name
 

@@ -2,7 +2,7 @@
 
 * :mod:`~mtawindows.server.transport`: gRPC (servicer, request decoding, auth, errors as
   ``google.rpc.Status``, start-up, metrics);
-* :mod:`~mtawindows.server.service`: streams and their windows (registry, catalog of monoids
+* :mod:`~mtawindows.server.service`: streams and their windows (registry, catalogs of monoids
   and policies, CEL, input limits, result fan-out);
 * :mod:`~mtawindows.server.engine`: monoids, slide policies and the aggregation algorithms
   (Log MTA, Amortized MTA), with the naive oracle and the baselines;
@@ -10,5 +10,5 @@
   Redis stores, codecs, the embedded Redis, the stream journal).
 
 :mod:`~mtawindows.server.sentinels` is shared by all four. ``python -m mtawindows.server`` runs
-the server (:mod:`~mtawindows.server.cli`).
+the server (:mod:`~mtawindows.server.serve_command`).
 """

@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli import main
+from .serve_command import main
 
 sys.exit(main())

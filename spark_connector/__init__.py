@@ -7,7 +7,7 @@
 
 Call :func:`register` once per SparkSession before using the format.
 
-The parts, by role: :mod:`.options` (ConnectorOptions), :mod:`.errors` (ConnectorError and the
+The parts, by role: :mod:`.options` (ConnectorOptions), :mod:`.connector_errors` (ConnectorError and the
 translation of the SDK's errors), :mod:`.clients` (one cluster-aware client per process),
 :mod:`.streams` (per-key and scratch streams), :mod:`.tasks` (idempotency keys of a task's
 chunks), :mod:`.arrow` and :mod:`.schemas` (Arrow and Spark types), :mod:`.writer` and
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from mtawindows.client.routing import keyed_stream_name
 
-from .errors import ConnectorError
+from .connector_errors import ConnectorError
 from .options import ConnectorOptions
 
 if TYPE_CHECKING:  # imported on first use below: pyspark only when the Spark parts are used

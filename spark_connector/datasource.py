@@ -27,7 +27,7 @@ from mtawindows.client import StreamSpec
 
 from .arrow import split_by_key
 from .clients import client_for
-from .errors import ConnectorError, explained
+from .connector_errors import ConnectorError, explained
 from .options import ConnectorOptions
 from .readers import ResultsReader, ResultsStreamReader, read_schema, results_schema
 from .schemas import check_columns

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from mtawindows.client.routing import split_targets
 
-from .errors import ConnectorError
+from .connector_errors import ConnectorError
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}

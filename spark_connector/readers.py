@@ -28,7 +28,7 @@ from pyspark.sql.types import (
 from mtawindows.client import WindowInfo, WindowResult, key_of_stream
 
 from .clients import client_for, client_of
-from .errors import ConnectorError, explained
+from .connector_errors import ConnectorError, explained
 from .options import ConnectorOptions
 from .schemas import output_struct_type
 from .streams import is_scratch

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from mtawindows.client import OutputSpec, StreamSpec
 
-from .errors import ConnectorError
+from .connector_errors import ConnectorError
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType

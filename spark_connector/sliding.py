@@ -26,7 +26,7 @@ from mtawindows.client import (
 
 from .arrow import arrow_column, rechunk, sorted_batches, split_by_key, to_stream_table
 from .clients import client_for, client_of
-from .errors import explained
+from .connector_errors import explained
 from .options import ConnectorOptions
 from .schemas import check_columns
 from .streams import KeyedStreams, scratch_suffix

@@ -3,7 +3,7 @@ a replayed micro-batch applies nothing twice)."""
 
 from __future__ import annotations
 
-from .errors import ConnectorError
+from .connector_errors import ConnectorError
 
 CHUNKS_PER_BATCH = 1 << 20  # sequence = batch id * CHUNKS_PER_BATCH + chunk number + 1
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from mtawindows.client import StreamSpec, WindowClient, WindowInfo, WindowSpec
 
 from .clients import client_for
-from .errors import ConnectorError, explained
+from .connector_errors import ConnectorError, explained
 from .options import ConnectorOptions, split_endpoints
 from .schemas import check_columns, output_struct_type
 from .sliding import APPLIED, ResultColumn, Sliding

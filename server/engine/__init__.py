@@ -8,7 +8,7 @@ Where each part lives (each module's docstring holds its part of the design):
   :mod:`.laws`: the monoid laws as a library users run on their own monoids;
 * :mod:`.policies`: window slide policies (time range, count, bounded sum, ...);
 * :mod:`.lmta`, :mod:`.amta`: Log MTA and Amortized MTA (paper sections 4.1 and 4.2), one
-  algorithm each with its fact card; :mod:`.window`: :class:`MTAWindow`, what both share;
+  algorithm each with its fact card; :mod:`.mta_window`: :class:`MTAWindow`, what both share;
 * :mod:`.forest`: the level machinery (absolute positions, the paper's invariants drawn);
   :mod:`.levels`: the level queues (local, or tiered through a store);
 * :mod:`.checkpoint`: the durability seam (snapshot, restore, replay);
@@ -44,6 +44,7 @@ from .monoids import (
     Sum,
     Variance,
 )
+from .mta_window import MTAWindow, WindowCorruptedError
 from .naive import NaiveWindow
 from .policies import (
     AllOf,
@@ -55,7 +56,6 @@ from .policies import (
     TimeRangePolicy,
     bind_policy,
 )
-from .window import MTAWindow, WindowCorruptedError
 
 __all__ = [
     "AllOf",

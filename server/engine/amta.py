@@ -18,7 +18,7 @@ first appeared      Villalba, Berral, Carrera: "Constant-Time Sliding
                     Efficient Bulk Evictions", TPDS 2019, 4.2
 ==================  ==================================================
 
-Deviations from the paper of its own (the shared ones are in :mod:`.window`), and why:
+Deviations from the paper of its own (the shared ones are in :mod:`.mta_window`), and why:
 
 * **AMTA R0 on tree removal.** When single evictions remove the whole leftmost tree, the
   paper's Algorithm 6 recomputes R1 only; R0 and the stack must then describe the next tree,
@@ -41,7 +41,7 @@ from typing import Any
 from ..sentinels import EMPTY, UNSET
 from ..storage.protocol import PairStore
 from .monoids import Monoid
-from .window import MTAWindow
+from .mta_window import MTAWindow
 
 __all__ = ["AmortizedMTA"]
 

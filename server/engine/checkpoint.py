@@ -26,7 +26,7 @@ __all__ = ["WindowState", "replay", "restore", "snapshot"]
 
 
 class WindowState(Protocol):
-    """What a checkpoint reads and writes of a window (:class:`~.window.MTAWindow`'s own
+    """What a checkpoint reads and writes of a window (:class:`~.mta_window.MTAWindow`'s own
     state, private to the engine): positions, counters, level queues, the idempotency
     ledger, the algorithm's results, and the operations a logged entry replays."""
 

@@ -18,7 +18,7 @@ first appeared      Villalba, Berral, Carrera: "Constant-Time Sliding
                     Efficient Bulk Evictions", TPDS 2019, 4.1
 ==================  ==================================================
 
-Deviations from the paper of its own (the shared ones are in :mod:`.window`), and why:
+Deviations from the paper of its own (the shared ones are in :mod:`.mta_window`), and why:
 
 * **LMTA O(1) plans for k <= 1.** LMTA first tests the oldest leaf alone (when it may not
   leave, no prefix may, by prefix-monotonicity) and then the two oldest: the O(log n)
@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..sentinels import EMPTY, UNSET
-from .window import MTAWindow
+from .mta_window import MTAWindow
 
 __all__ = ["LogMTA"]
 

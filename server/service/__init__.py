@@ -1,18 +1,27 @@
-"""The service: streams, their windows and what users register on them (catalog of monoids
-and policies, CEL expressions, input limits, the result fan-out).
+"""The service: streams, their windows and what users register on them.
 
-Modules: ``registry`` (the streams, create/delete, flush, recovery, restore), ``stream`` (one
-stream's ingestion), ``batch`` (what an append asks, the batch on its way in), ``columns`` (a
-batch's columns against the schema), ``reorder`` (the lateness rule and reorder buffer),
-``state`` (a stream's state and its JSON), ``window`` (one window's results and stats),
-``specs`` (creation checks of definitions), ``errors`` (ServiceError and its builders),
-``limits``, ``catalog``, ``cel``, ``inputs`` and ``fanout``.
+Modules, by idea:
 
-``mtawindows.server.service`` was one module in the flat layout; its public names stay here.
+* the streams: ``registry`` (create/delete, adopt/release/drop), ``definitions`` (what users
+  defined, persisted in Redis), ``durability`` (flush, journaling, recovery), ``ownership``
+  (this server's streams in the cluster: leases, placement, hand-over);
+* one stream: ``stream`` (its ingestion), ``batch`` (what an append asks, the batch on its way
+  in), ``columns`` (a batch's columns against the schema), ``reorder`` (the lateness rule and
+  reorder buffer), ``state`` (a stream's state and its JSON), ``hosted_window`` (one window of
+  a stream: its engine, results and stats), ``fanout`` (results to subscribers);
+* definitions into engines: ``window_builder`` (``build_window``), ``monoid_catalog``,
+  ``plugins``, ``policy_catalog``, ``cel`` (expression policies), ``columnar_lift``,
+  ``compiled`` (what a definition compiles to), ``specs`` (creation checks);
+* refusals and bounds: ``refusals`` (``ServiceError`` and its builders), ``limits`` (the
+  server's limits), ``inputs`` (the bounds of every request field).
+
+    from mtawindows.server.service import Registry, Limits, ServiceError
 """
 
 from .batch import FINAL, NONE, PER_ROW, Batch, Deferred
-from .errors import (
+from .hosted_window import HostedWindow
+from .limits import Limits
+from .refusals import (
     ServiceError,
     batch_too_large,
     invalid,
@@ -20,12 +29,10 @@ from .errors import (
     store_failed,
     store_unavailable,
 )
-from .limits import Limits
 from .registry import Registry
 from .specs import STREAM_NAME, check_policy_numbers, check_stream_spec
 from .state import SEQUENCE_GAP_AFTER_CRASH, StreamState
 from .stream import Stream
-from .window import Window
 
 __all__ = [
     "FINAL",
@@ -35,12 +42,12 @@ __all__ = [
     "STREAM_NAME",
     "Batch",
     "Deferred",
+    "HostedWindow",
     "Limits",
     "Registry",
     "ServiceError",
     "Stream",
     "StreamState",
-    "Window",
     "batch_too_large",
     "check_policy_numbers",
     "check_stream_spec",

@@ -1,6 +1,7 @@
 """A stream's columns (:class:`Schema`): a batch's typed columns checked against them and put
 in schema order, with the value checks a batch passes before any window sees it (no
-non-finite number where the field allows none, no negative value a bounded sum reads)."""
+non-finite number where the field allows none, no int a DOUBLE field would round, no negative
+value a bounded sum reads)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from mtawindows.v1.convert import first_inexact_int, inexact_int_text
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import FieldType, StreamSpec, show, show_names
 
-from .errors import ServiceError, invalid
-from .window import Window
+from .hosted_window import HostedWindow
+from .refusals import ServiceError, invalid
 
 Columns = Mapping[str, tuple[str, list[Any]]]  # name -> (FieldType value, values)
 Violation = tuple[str, str]  # (field path, what is wrong)
@@ -51,7 +53,11 @@ class Schema:
                         (f"columns[{name}]", f"expected {expected} values, got {given}")
                     )
                     continue
-                if expected == FieldType.DOUBLE.value:
+                if expected == FieldType.DOUBLE.value:  # ints only where a double is exact
+                    inexact = first_inexact_int(values)
+                    if inexact is not None:
+                        values_bad.append(_inexact(name, inexact, values[inexact]))
+                        continue
                     values = [float(v) for v in values]
             if expected == FieldType.DOUBLE.value and name not in self.nan_ok:
                 bad = first_nonfinite(values)
@@ -88,7 +94,9 @@ class Schema:
         ]
         return violations, n_rows
 
-    def check_bounded_sums(self, windows: Mapping[str, Window], cols: list[list[Any]]) -> None:
+    def check_bounded_sums(
+        self, windows: Mapping[str, HostedWindow], cols: list[list[Any]]
+    ) -> None:
         """A bounded-sum window is prefix-monotone only over values >= 0 (a negative value
         would let an evicted prefix's rows belong in the window again), and a non-finite one
         poisons its sum: refuse the batch, naming the first such row, before anything."""
@@ -112,6 +120,15 @@ def _nonfinite(name: str, row: int, value: Any) -> Violation:
         f"columns[{name}][{row}]",
         f"expected a finite number, got {value!r} (the field does not allow non-finite "
         "values: allow_nan is off)",
+    )
+
+
+def _inexact(name: str, row: int, value: int) -> Violation:
+    """An int a DOUBLE field refuses: converting it would round it (past 2**53)."""
+    return (
+        f"columns[{name}][{row}]",
+        f"expected DOUBLE values, got the INT64 value {inexact_int_text(value)}; send it as "
+        "a double, or make the field INT64",
     )
 
 

@@ -21,7 +21,7 @@ from mtawindows.v1.types import StreamSpec, WindowSpec
 from ..storage.fencing import Fence, Op, fenced
 from ..storage.keys import StreamKeys, index_key
 from ..storage.protocol import StoreError
-from .errors import store_unavailable
+from .refusals import store_unavailable
 
 __all__ = ["Definitions", "StoredStream", "StoredWindow"]
 

@@ -11,10 +11,10 @@ import logging
 from typing import Any
 
 from ..storage.protocol import StoreError
-from .errors import store_unavailable
+from .hosted_window import HostedWindow
+from .refusals import store_unavailable
 from .state import StreamState, state_from_json, state_json
 from .stream import Stream
-from .window import Window
 
 log = logging.getLogger("mtawindows.service")
 
@@ -37,7 +37,7 @@ def journal_if_durable(s: Stream) -> None:
         s.state_store.drop_journal()
 
 
-def window_meta(s: Stream, w: Window, state: str) -> dict[str, Any]:
+def window_meta(s: Stream, w: HostedWindow, state: str) -> dict[str, Any]:
     """What a window's checkpoint carries: its lsn, and without a journal to replay the
     stream's state (``state``, its JSON), since recovery then takes the newest saved."""
     meta: dict[str, Any] = {"lsn": w.lsn}

@@ -23,7 +23,7 @@ from typing import Any
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import show
 
-from .errors import ServiceError, invalid
+from .refusals import ServiceError, invalid
 
 MAX_STREAM_NAME = 255  # the stream name pattern allows up to 255
 MAX_NAME = 64  # window, field, output, column and param names (the name pattern's limit)

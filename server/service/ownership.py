@@ -38,7 +38,7 @@ from ..storage.leases import Lease, Leases
 from ..storage.membership import Membership
 from ..storage.protocol import StoreError
 from ..storage.replication import Waiter
-from .errors import ServiceError, not_found
+from .refusals import ServiceError, not_found
 from .registry import Registry
 from .stream import Stream
 

@@ -27,14 +27,15 @@ from ..storage.journal import StreamJournal
 from ..storage.keys import DEFAULT_PREFIX
 from ..storage.protocol import StoreError
 from . import durability
-from .catalog import Built, DefinitionError, build_window
+from .compiled import Built, DefinitionError
 from .definitions import Definitions
-from .errors import ServiceError, not_found, store_unavailable
+from .hosted_window import HostedWindow
 from .limits import Limits
+from .refusals import ServiceError, not_found, store_unavailable
 from .specs import check_policy_numbers, check_stream_spec
 from .state import state_json
 from .stream import Stream
-from .window import Window
+from .window_builder import build_window
 
 log = logging.getLogger("mtawindows.service")
 
@@ -69,7 +70,7 @@ class Registry:
             raise not_found(Reason.STREAM_NOT_FOUND, f"no stream named {name!r}", stream=name)
         return s
 
-    def window(self, stream: str, name: str) -> Window:
+    def window(self, stream: str, name: str) -> HostedWindow:
         s = self.stream(stream)
         w = s.windows.get(name)
         if w is None:
@@ -173,7 +174,7 @@ class Registry:
             # "s:<hex>": the window's keys share its stream's hash tag (and fence)
             window_id = f"s:{uuid.uuid4().hex}" if spec.storage.kind == "redis" else ""
             engine = self._engine(s, spec, built, window_id)
-            w = Window(
+            w = HostedWindow(
                 s.spec,
                 spec,
                 built,
@@ -271,7 +272,7 @@ class Registry:
                 for sw in stored.windows:
                     built = build_window(s.spec, sw.spec)
                     engine = self._engine(s, sw.spec, built, sw.window_id)
-                    s.windows[sw.name] = Window(
+                    s.windows[sw.name] = HostedWindow(
                         s.spec, sw.spec, built, engine, history=self.limits.result_history
                     )
                 if any(w.spec.storage.durable for w in s.windows.values()):

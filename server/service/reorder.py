@@ -13,7 +13,7 @@ from typing import Any
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import StreamSpec
 
-from .errors import ServiceError
+from .refusals import ServiceError
 from .state import StreamState
 
 Saved = tuple[list[Any], int, int | None] | None  # what admitting a batch may change

@@ -1,5 +1,5 @@
 """The checks a stream or window definition passes when it is created (beyond those of
-:func:`~.catalog.build_window`): names, field types, lateness, storage and policy numbers."""
+:func:`~.window_builder.build_window`): names, field types, lateness, storage and policy numbers."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from datetime import timedelta
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import MAX_DURATION, Field, FieldType, StreamSpec, WindowSpec, show
 
-from .catalog import NAME
-from .errors import invalid
+from .compiled import NAME
+from .refusals import invalid
 
 # Stream names also hold a key (``telemetry:host-07``, the Spark connector's per-key streams).
 STREAM_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.:~-]{0,254}$")

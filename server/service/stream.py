@@ -25,7 +25,8 @@ from ..storage.journal import JournalEntry, StreamJournal
 from ..storage.protocol import StoreError, WouldBlock
 from .batch import FINAL, NONE, PER_ROW, Append, Batch, Deferred
 from .columns import Columns, Schema
-from .errors import (
+from .hosted_window import HostedWindow
+from .refusals import (
     batch_too_large,
     fenced_out,
     invalid,
@@ -35,7 +36,6 @@ from .errors import (
 )
 from .reorder import Reorder
 from .state import StreamState
-from .window import Window
 
 T = TypeVar("T")
 
@@ -82,7 +82,7 @@ class Stream:
     def __init__(self, spec: StreamSpec) -> None:
         self.spec = spec
         self.schema = Schema(spec)
-        self.windows: dict[str, Window] = {}
+        self.windows: dict[str, HostedWindow] = {}
         self.state = StreamState()
         self.reorder = Reorder(spec)
         self.batches = 0

@@ -81,6 +81,7 @@ __all__ = [
     "connect",
     "is_cluster",
     "is_unavailable",
+    "ping_nodes",
     "pipeline_on_key_node",
 ]
 
@@ -303,6 +304,26 @@ def connect(url: str, *, timeout: float = 5.0, retries: int = 1, **kw: Any) -> A
 def is_cluster(client: Any) -> bool:
     """Whether ``client`` (from :func:`connect`) talks to a Redis Cluster."""
     return isinstance(client, RedisCluster)
+
+
+def ping_nodes(client: Any) -> None:
+    """``PING`` the servers ``client`` (from :func:`connect`) sends commands to: the server of
+    a standalone client; every primary of a cluster client's slot map, one after the other,
+    each on that node's own connection (no resend there). Each ``PING`` waits at most the
+    client's socket timeout. Raises :class:`redis.RedisError` when one does not answer, naming
+    the node; a cluster client's slot map is refreshed first, so that a primary the cluster
+    failed over meanwhile leaves the next round. The server's watchdog calls it on a client
+    of its own (a frozen Redis must not hold the connections of the calls)."""
+    if not isinstance(client, RedisCluster):
+        client.ping()
+        return
+    for node in client.get_primaries():  # type: ignore[no-untyped-call]
+        try:
+            client.get_redis_connection(node).ping()
+        except redis.RedisError as ex:
+            _refresh(client)
+            msg = f"Redis Cluster node {node.name} did not answer PING ({type(ex).__name__})"
+            raise redis.ConnectionError(msg) from ex
 
 
 def _refresh(client: RedisCluster) -> None:

@@ -2,7 +2,8 @@
 
 A :class:`Server` binds the port, starts (or connects to) Redis, restores every stream and
 window, and serves the WindowService beside health and reflection; it supervises the embedded
-Redis (restarts it, NOT_SERVING meanwhile) and stops gracefully.
+Redis (restarts it, NOT_SERVING meanwhile), watches that its Redis answers (a PING watchdog:
+NOT_SERVING while it does not) and stops gracefully.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import re
 import signal
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from mtawindows.v1 import windows_pb2 as pb
 from ..service.limits import Limits
 from ..service.ownership import Ownership
 from ..service.registry import Registry
+from ..storage.connect import connect, ping_nodes
 from ..storage.datadir import DataDirLock
 from ..storage.embedded import EmbeddedRedis, EmbeddedRedisError
 from ..storage.protocol import StoreError, StoreUnavailableError
@@ -68,6 +71,12 @@ class ServeConfig:
     redis_restarts: int = 5
     redis_restart_window: float = 300.0
     supervise_interval: float = 0.2
+    # the watchdog of the Redis (embedded or not): a PING every ``redis_ping_interval``
+    # seconds (at most a quarter of the timeout) on a connection of its own; no answer for
+    # ``redis_ping_timeout`` seconds (0: no watchdog) and the store counts as down until one
+    # comes (a frozen or hung Redis: a SIGSTOP, a swap storm, a stalled disk)
+    redis_ping_timeout: float = 2.0
+    redis_ping_interval: float = 0.5
     # the cluster: this member's address for clients (None: host:port as bound), the lease of
     # a stream's owner, and the replicas a durable write waits for (Redis WAIT) and how long
     advertise: str | None = None
@@ -129,6 +138,14 @@ class Server:
       durable state before its next call, health SERVING again. Past the limit it stays
       NOT_SERVING and logs why.
 
+    Whatever the Redis (embedded or ``redis_url``), a watchdog PINGs it on a connection of its
+    own (:meth:`_watch_store`): no answer for ``redis_ping_timeout`` seconds (a frozen, hung
+    or unreachable Redis), and the server is NOT_SERVING and refuses the calls that need the
+    store at once (UNAVAILABLE, ``STORE_UNAVAILABLE``) as above, until a PING is answered;
+    nothing is reloaded then (a frozen Redis lost nothing; a call that failed meanwhile made
+    its own windows reload). Health is SERVING only when neither the supervisor nor the
+    watchdog holds the store down.
+
     The port is bound before the Redis starts, without SO_REUSEPORT unless ``reuse_port``.
     """
 
@@ -147,6 +164,9 @@ class Server:
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self._restart: asyncio.Future[EmbeddedRedis] | None = None
+        # why the store is down, per watcher ("process": the supervisor, "ping": the
+        # watchdog): what refused callers are told; SERVING when empty
+        self._down: dict[str, str] = {}
 
     async def start(self) -> int:
         """Lock the data directory, bind the port, start the Redis, restore every window and
@@ -250,6 +270,8 @@ class Server:
         self._tasks.append(asyncio.create_task(self._flush_loop()))
         if self.embedded is not None:
             self._tasks.append(asyncio.create_task(self._supervise()))
+        if self.config.redis_ping_timeout > 0 and self.registry is not None:
+            self._tasks.append(asyncio.create_task(self._watch_store(self.registry.url)))
 
     def _bind(self, server: grpc.aio.Server) -> int:
         cfg = self.config
@@ -304,12 +326,104 @@ class Server:
 
     async def _store_down(self, why: str, told: str) -> None:
         """NOT_SERVING; ``why`` goes to the log, ``told`` to refused callers."""
-        assert self.servicer is not None
-        self.servicer.store_down = told
-        await self._set_health(_NOT_SERVING)
+        await self._hold_down("process", told)
         log.error(
             "store down: NOT_SERVING until the embedded Redis is back",
             extra={"event": "store_down", "reason": why},
+        )
+
+    async def _hold_down(self, watcher: str, told: str) -> None:
+        """The store is down for ``watcher``: NOT_SERVING, calls that need it refused with
+        ``told``."""
+        assert self.servicer is not None
+        self._down[watcher] = told
+        self.servicer.store_down = told
+        await self._set_health(_NOT_SERVING)
+
+    async def _release_down(self, watcher: str) -> bool:
+        """The store is back for ``watcher``; SERVING again unless another watcher still holds
+        it down (whose reason callers are told meanwhile). Whether the server serves."""
+        assert self.servicer is not None
+        self._down.pop(watcher, None)
+        if self._down:
+            self.servicer.store_down = next(iter(self._down.values()))
+            return False
+        self.servicer.store_down = None
+        await self._set_health(_SERVING)
+        return True
+
+    # -- the watchdog: a Redis that does not answer (frozen, hung, unreachable)
+    async def _watch_store(self, url: str) -> None:
+        """PING the Redis at ``url`` (every node the server writes to, for a Redis Cluster:
+        ``ping_nodes``) every ``redis_ping_interval`` seconds (at most a quarter of the
+        timeout) on a client of its own, one PING at a time on a thread of its own. No
+        answer for ``redis_ping_timeout`` seconds since the last one: the store is down
+        (:meth:`_hold_down`, event ``store_unresponsive``), however long the PING in flight
+        still waits; the first answer after: back (event ``store_answers``). Paused while the
+        supervisor restarts a dead embedded Redis (that is its own state)."""
+        cfg = self.config
+        bound = cfg.redis_ping_timeout
+        every = min(cfg.redis_ping_interval, bound / 4)
+        loop = asyncio.get_running_loop()
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtaw-ping")
+        clients: list[Any] = []  # made on the ping thread (a cluster client asks its seeds)
+        last_ok = time.monotonic()
+        try:
+            while True:
+                started = time.monotonic()
+                if not self._store_watched():
+                    last_ok = started
+                    await asyncio.sleep(every)
+                    continue
+                ping = loop.run_in_executor(pool, _ping, clients, url, bound)
+                while not ping.done():
+                    left = last_ok + bound - time.monotonic()
+                    if left <= 0 and self._store_watched():
+                        await self._unresponsive(bound, "no answer yet")
+                        left = every
+                    await asyncio.wait({ping}, timeout=max(left, 0.001))
+                failed = ping.result()
+                now = time.monotonic()
+                if failed is None:
+                    last_ok = now
+                    if "ping" in self._down:
+                        await self._answers(now - started)
+                elif now - last_ok >= bound and self._store_watched():
+                    await self._unresponsive(bound, failed)
+                await asyncio.sleep(max(0.0, every - (now - started)))
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+            for client in clients:
+                with contextlib.suppress(Exception):
+                    client.close()
+
+    def _store_watched(self) -> bool:
+        """Whether the watchdog's verdict counts now: not while the supervisor has the
+        embedded Redis down (dead, restarting)."""
+        emb = self.embedded
+        return "process" not in self._down and (emb is None or emb.running)
+
+    async def _unresponsive(self, bound: float, failed: str) -> None:
+        if "ping" in self._down:
+            return
+        emb = self.embedded
+        which = "the Redis" if emb is None else f"the embedded Redis (pid {emb.pid})"
+        await self._hold_down(
+            "ping", f"{which} has not answered for {bound:g}s (frozen, hung or unreachable)"
+        )
+        log.error(
+            "store unresponsive: NOT_SERVING until Redis answers a PING",
+            extra={
+                "event": "store_unresponsive",
+                "reason": f"no PING answered for {bound:g}s; last: {failed}",
+            },
+        )
+
+    async def _answers(self, took: float) -> None:
+        serving = await self._release_down("ping")
+        log.warning(
+            "Redis answers again" + (": SERVING" if serving else ""),
+            extra={"event": "store_answers", "ping_ms": round(took * 1000, 1)},
         )
 
     async def _restart_store(self, restarts: collections.deque[float], why: str) -> bool:
@@ -324,8 +438,9 @@ class Server:
             while restarts and now - restarts[0] > cfg.redis_restart_window:
                 restarts.popleft()
             if len(restarts) >= cfg.redis_restarts:
-                self.servicer.store_down = (
-                    "the embedded Redis is down and the server gave up restarting it (see its log)"
+                await self._hold_down(
+                    "process",
+                    "the embedded Redis is down and the server gave up restarting it (see its log)",
                 )
                 log.error(
                     "embedded Redis not restarted: NOT_SERVING until the server is restarted",
@@ -352,10 +467,9 @@ class Server:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 10.0)
         await self._invalidate_windows()
-        self.servicer.store_down = None
-        await self._set_health(_SERVING)
+        serving = await self._release_down("process")
         log.warning(
-            "embedded Redis restarted: SERVING",
+            "embedded Redis restarted" + (": SERVING" if serving else ""),
             extra={"event": "store_restarted", "pid": emb.pid, "restarts": len(restarts)},
         )
         return True
@@ -432,6 +546,19 @@ class Server:
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
         await self.stop()
+
+
+def _ping(clients: list[Any], url: str, timeout: float) -> str | None:
+    """One watchdog round (on the watchdog's thread): PING the Redis at ``url`` through the
+    watchdog's own client (made on first use into ``clients``; no resend, ``timeout`` on
+    each socket read). None when every node answered, else what failed (for the log)."""
+    try:
+        if not clients:
+            clients.append(connect(url, timeout=timeout, retries=0))
+        ping_nodes(clients[0])
+    except Exception as ex:  # any failure is "no answer": the watchdog decides on time
+        return f"{type(ex).__name__}: {str(ex)[:300]}"
+    return None
 
 
 def serve(config: ServeConfig) -> None:

@@ -21,8 +21,8 @@ from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import SpecError, StreamSpec, WindowSpec, clip, show
 
 from ..service.batch import FINAL, NONE, PER_ROW
-from ..service.errors import ServiceError, batch_too_large, invalid
 from ..service.inputs import MAX_COLUMNS, MAX_NAME, too_long
+from ..service.refusals import ServiceError, batch_too_large, invalid
 
 __all__ = [
     "Malformed",

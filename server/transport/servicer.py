@@ -33,10 +33,10 @@ from mtawindows.v1.types import AppendResult
 
 from ..service.batch import Batch, Deferred
 from ..service.cel import CelError, CelLimits, check_limits
-from ..service.errors import ServiceError, invalid
 from ..service.fanout import Ending, Fanout, Subscription
 from ..service.inputs import check_request
 from ..service.ownership import Ownership
+from ..service.refusals import ServiceError, invalid, not_found
 from ..service.registry import Registry
 from ..service.stream import Stream
 from ..storage.protocol import StoreError
@@ -234,7 +234,9 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         return convert.stream_info_to_proto((await self.owned(request.name)).info())
 
     async def GetClusterMap(self, request: pb.GetClusterMapRequest, context: Any) -> Any:
-        """The live members and the owners of the streams asked about."""
+        """The live members and the owners of the streams asked about: NOT_FOUND,
+        STREAM_NOT_FOUND for a name no member knows (an owner "" means a stream that exists
+        is moving: a client that retries on it must not retry a typo forever)."""
         if len(request.streams) > MAX_OWNER_LOOKUPS:
             raise invalid(
                 "streams",
@@ -245,6 +247,8 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
     def _cluster_map(self, streams: list[str]) -> pb.ClusterMap:
         cluster = self.cluster
         if cluster is None:
+            for name in streams:
+                self.registry.stream(name)  # STREAM_NOT_FOUND for one it does not have
             return pb.ClusterMap(self="", lease_ms=0)
         out = pb.ClusterMap(self=cluster.member, lease_ms=cluster.lease_ms)
         for mid in sorted(cluster.live()):
@@ -261,6 +265,8 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             )
         for name in streams:
             member, address, token = cluster.owner_of(name)
+            if not member and not self.registry.exists(name):  # no owner: moving, or none
+                raise not_found(Reason.STREAM_NOT_FOUND, f"no stream named {name!r}", stream=name)
             out.owners.add(stream=name, member=member, address=address, token=token)
         return out
 

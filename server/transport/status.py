@@ -31,8 +31,8 @@ from grpc_status import rpc_status
 from mtawindows.v1.reasons import DOMAIN, Reason
 from mtawindows.v1.types import clip
 
-from ..service.errors import ServiceError, new_error_id, store_failed
 from ..service.fanout import Ending
+from ..service.refusals import ServiceError, new_error_id, store_failed
 from ..storage.protocol import StoreError
 from .decode import Malformed
 

@@ -41,7 +41,7 @@ from mtawindows.client import (
     key_of_stream,
     keyed_stream_name,
 )
-from mtawindows.client.cluster import Topology, seeds_of
+from mtawindows.client.cluster_map import Topology, seeds_of
 from mtawindows.client.errors import MtaWindowsError, from_rpc_error
 from mtawindows.client.routing import split_targets, stable_hash
 from mtawindows.spark_connector import ConnectorError, ConnectorOptions
@@ -453,7 +453,7 @@ def test_the_cli_takes_seeds_and_routes(
 ) -> None:
     """``--target a,b``: the CLI's client is the cluster-aware one (a dead seed skipped,
     streams listed from every member, a query sent to the stream's owner)."""
-    from mtawindows.client.cli import main
+    from mtawindows.client.commands import main
 
     m0, m1, _ = cluster.members
     names = [f"cli{i}" for i in range(6)]

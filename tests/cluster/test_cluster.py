@@ -482,7 +482,7 @@ def test_an_append_journaled_before_its_stream_moved_is_not_answered_nothing_don
     """A batch that reached the journal, then met the fence in a window's write: the new
     owner applies it from the journal, so the answer must not be NOT_OWNER ("nothing was
     done") but UNAVAILABLE asking for a resend with the same key (a duplicate then)."""
-    from mtawindows.server.service.errors import ServiceError
+    from mtawindows.server.service.refusals import ServiceError
 
     prefix = _prefix()
     reg = _registry(redis_url, prefix)

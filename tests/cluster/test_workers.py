@@ -24,7 +24,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from mtawindows.server.cli import build_parser
+from mtawindows.server.serve_command import build_parser
 from mtawindows.server.workers import advertise_base, child_argv
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]

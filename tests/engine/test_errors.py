@@ -25,9 +25,9 @@ from mtawindows.server.engine.amta import AmortizedMTA
 from mtawindows.server.engine.laws import approx_equal
 from mtawindows.server.engine.lmta import LogMTA
 from mtawindows.server.engine.monoids import Count, Max, MonoidBase, Record, Sum
+from mtawindows.server.engine.mta_window import WindowCorruptedError
 from mtawindows.server.engine.naive import NaiveWindow
 from mtawindows.server.engine.policies import CountPolicy, bind_policy
-from mtawindows.server.engine.window import WindowCorruptedError
 from mtawindows.v1.reasons import DOMAIN, Reason
 from tests.support.cases import ALGORITHMS, CASES, STORES
 

@@ -30,7 +30,7 @@ import redis
 import yaml
 
 from mtawindows.client import Aggregation, Field, Policy, StreamSpec, WindowClient, WindowSpec
-from mtawindows.server.cli import build_parser as server_parser
+from mtawindows.server.serve_command import build_parser as server_parser
 from mtawindows.server.storage.embedded import server_binary
 from mtawindows.server.storage.processes import dying_with_parent, spawn
 from tests.support.redis_cluster import RedisClusterProcesses

@@ -12,7 +12,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from mtawindows.server.service.cel.compiler import CelPolicy
-from mtawindows.server.service.cel.errors import CelError
+from mtawindows.server.service.cel.expression_errors import CelError
 from mtawindows.server.service.cel.values import CelField, parse_duration, parse_timestamp
 
 RECORD = {

@@ -24,8 +24,8 @@ from mtawindows.client import (
     WindowSpec,
 )
 from mtawindows.server.service.cel.compiler import CelPolicy, compile_expression
-from mtawindows.server.service.cel.errors import CelError
-from mtawindows.server.service.cel.limits import CelLimits, check_limits, measure
+from mtawindows.server.service.cel.expression_errors import CelError
+from mtawindows.server.service.cel.expression_limits import CelLimits, check_limits, measure
 from mtawindows.server.service.cel.values import CelField
 from tests.service.test_cel import RECORD, _bool_expr
 from tests.support.servers import ServerProcess
@@ -345,7 +345,7 @@ def test_policies_compiled_within_limits_still_evaluate() -> None:
 )
 def test_cel_errors_echo_at_most_64_characters_of_a_token(expr: str) -> None:
     from mtawindows.server.service.cel.compiler import CelPolicy
-    from mtawindows.server.service.cel.errors import CelError
+    from mtawindows.server.service.cel.expression_errors import CelError
     from mtawindows.server.service.cel.values import CelField
 
     with pytest.raises(CelError) as info:

@@ -1014,7 +1014,7 @@ def test_stored_definitions_of_earlier_releases_still_load() -> None:
     ):
         spec = _window_spec(policy=policy)
         assert convert.window_spec_from_proto(spec).policy.kind in ("count", "bounded_sum")
-    from mtawindows.server.service.catalog import build_window
+    from mtawindows.server.service.window_builder import build_window
 
     stream = StreamSpec("s", (Field("x"),))
     for policy_ in (Policy("count", size=0), Policy("bounded_sum", field="x", bound=math.inf)):

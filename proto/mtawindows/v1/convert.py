@@ -400,6 +400,51 @@ def result_from_proto(m: pb.WindowResult) -> WindowResult:
     )
 
 
+# --------------------------------------------------------------------------- ints as doubles
+
+# A DOUBLE field takes ints only where a double holds them exactly (windows.proto, Column): an
+# int it would round (2**53 + 1 becomes 2**53) is refused, never silently widened.
+MAX_EXACT_INT = 2**53  # every int within +-2**53 is exactly a double; past it, only some are
+
+
+def is_exact_double(v: int) -> bool:
+    """Whether converting ``v`` to a double gives ``v`` itself (no rounding, no overflow)."""
+    if -MAX_EXACT_INT <= v <= MAX_EXACT_INT:
+        return True
+    try:
+        return float(v) == v  # an int and a float compare exactly in Python
+    except OverflowError:
+        return False
+
+
+def first_inexact_int(values: Sequence[Any]) -> int | None:
+    """Index of the first int (bools are no ints here) of ``values`` that no double holds
+    exactly, or None: what a DOUBLE field refuses. One C loop each for ``min`` and ``max``
+    proves the common case (every value within +-2**53)."""
+    try:
+        if -MAX_EXACT_INT <= min(values, default=0) and max(values, default=0) <= MAX_EXACT_INT:
+            return None
+    except TypeError:  # not all numbers (a string, a None): each one is looked at
+        pass
+    for i, v in enumerate(values):
+        if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+            if not is_exact_double(int(v)):
+                return i
+    return None
+
+
+def inexact_int_text(v: int) -> str:
+    """What refusing ``v`` from a DOUBLE field says of it: the int (a very long one by its
+    size) and the double it would have become."""
+    v = int(v)
+    shown = str(v) if v.bit_length() <= 256 else f"an int of {v.bit_length()} bits"
+    try:
+        nearest = f"it would round to {float(v)!r}"
+    except OverflowError:
+        nearest = "it is past the double range"
+    return f"{shown}, which no double holds exactly ({nearest})"
+
+
 # --------------------------------------------------------------------------- columns
 
 COLUMN_KINDS = {

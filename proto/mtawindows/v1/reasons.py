@@ -2,17 +2,24 @@
 
 A failed call carries a ``google.rpc.Status`` whose ``ErrorInfo`` names the domain
 (:data:`DOMAIN`) and one of these UPPER_SNAKE reasons; clients branch on the reason (and the
-gRPC code), never on the message. ``tests/engine/test_errors.py`` checks that the server sends no
-reason that is not a member of :class:`Reason`.
+gRPC code), never on the message.
+
+The list itself is the contract's ``enum ErrorReason`` in ``windows.proto``, where each
+reason's gRPC code and metadata keys are documented for clients in any language: each value's
+name is a reason. :class:`Reason` is that list for Python, each member with its meaning; it
+must name exactly the enum's values (:func:`mismatch` says how they differ; a test fails on
+any difference). ``tests/engine/test_errors.py`` checks that the server sends no reason that
+is not a member of :class:`Reason`.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["DOMAIN", "Reason"]
+__all__ = ["DOMAIN", "UNSPECIFIED", "Reason", "mismatch", "proto_reasons"]
 
 DOMAIN = "mtawindows.dev"  # ErrorInfo.domain of every error the server sends
+UNSPECIFIED = "ERROR_REASON_UNSPECIFIED"  # the proto enum's 0: never sent
 
 
 class Reason(StrEnum):
@@ -69,8 +76,11 @@ class Reason(StrEnum):
         "WINDOW_NOT_FOUND",
         "no window of that name on the stream (or it was deleted)",
     )
-    STREAM_EXISTS = "STREAM_EXISTS", "a stream of that name exists with another definition"
-    WINDOW_EXISTS = "WINDOW_EXISTS", "a window of that name exists with another definition"
+    STREAM_EXISTS = "STREAM_EXISTS", "a stream of that name exists (whatever its definition)"
+    WINDOW_EXISTS = (
+        "WINDOW_EXISTS",
+        "a window of that name exists on the stream (whatever its definition)",
+    )
     TOO_MANY_STREAMS = "TOO_MANY_STREAMS", "the server holds its limit of streams"
     TOO_MANY_WINDOWS = "TOO_MANY_WINDOWS", "the stream holds its limit of windows"
     INVALID_DEFINITION = "INVALID_DEFINITION", "a stream or window definition is not valid"
@@ -104,3 +114,20 @@ class Reason(StrEnum):
         "the subscriber fell too far behind and was cut: resubscribe and catch up with ReadResults",
     )
     UNSUBSCRIBED = "UNSUBSCRIBED", "the subscriber went away (the server's own record; never sent)"
+
+
+def proto_reasons() -> tuple[str, ...]:
+    """The reasons ``enum ErrorReason`` of ``windows.proto`` lists, in its order (without
+    :data:`UNSPECIFIED`)."""
+    from .windows_pb2 import ErrorReason
+
+    return tuple(n for n in ErrorReason.keys() if n != UNSPECIFIED)
+
+
+def mismatch() -> dict[str, list[str]]:
+    """How :class:`Reason` and the proto's ``ErrorReason`` differ: the reasons only in the
+    proto (``"proto only"``) and only here (``"python only"``); empty when they agree."""
+    proto = set(proto_reasons())
+    here = set(Reason.__members__)
+    out = {"proto only": sorted(proto - here), "python only": sorted(here - proto)}
+    return {k: v for k, v in out.items() if v}

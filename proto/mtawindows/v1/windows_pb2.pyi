@@ -43,6 +43,44 @@ class ResultMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     NONE: _ClassVar[ResultMode]
     FINAL: _ClassVar[ResultMode]
     PER_ROW: _ClassVar[ResultMode]
+
+class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ERROR_REASON_UNSPECIFIED: _ClassVar[ErrorReason]
+    INTERNAL: _ClassVar[ErrorReason]
+    UNAUTHENTICATED: _ClassVar[ErrorReason]
+    MALFORMED_REQUEST: _ClassVar[ErrorReason]
+    INVALID_ARGUMENT: _ClassVar[ErrorReason]
+    VALUE_TOO_LONG: _ClassVar[ErrorReason]
+    TOO_MANY_ITEMS: _ClassVar[ErrorReason]
+    UNKNOWN_ENUM_VALUE: _ClassVar[ErrorReason]
+    STORE_UNAVAILABLE: _ClassVar[ErrorReason]
+    SERVER_STOPPING: _ClassVar[ErrorReason]
+    NOT_OWNER: _ClassVar[ErrorReason]
+    STREAM_MOVING: _ClassVar[ErrorReason]
+    FENCED: _ClassVar[ErrorReason]
+    STREAM_NOT_FOUND: _ClassVar[ErrorReason]
+    WINDOW_NOT_FOUND: _ClassVar[ErrorReason]
+    STREAM_EXISTS: _ClassVar[ErrorReason]
+    WINDOW_EXISTS: _ClassVar[ErrorReason]
+    TOO_MANY_STREAMS: _ClassVar[ErrorReason]
+    TOO_MANY_WINDOWS: _ClassVar[ErrorReason]
+    INVALID_DEFINITION: _ClassVar[ErrorReason]
+    UNKNOWN_FIELD: _ClassVar[ErrorReason]
+    UNKNOWN_MONOID: _ClassVar[ErrorReason]
+    INVALID_EXPRESSION: _ClassVar[ErrorReason]
+    CEL_TOO_LARGE: _ClassVar[ErrorReason]
+    CEL_TOO_DEEP: _ClassVar[ErrorReason]
+    AMBIGUOUS_BATCH: _ClassVar[ErrorReason]
+    BAD_ARROW: _ClassVar[ErrorReason]
+    SCHEMA_MISMATCH: _ClassVar[ErrorReason]
+    BAD_VALUES: _ClassVar[ErrorReason]
+    BATCH_TOO_LARGE: _ClassVar[ErrorReason]
+    BAD_RESULT_MODE: _ClassVar[ErrorReason]
+    OUT_OF_ORDER: _ClassVar[ErrorReason]
+    TOO_MANY_SUBSCRIBERS: _ClassVar[ErrorReason]
+    SUBSCRIBER_TOO_SLOW: _ClassVar[ErrorReason]
+    UNSUBSCRIBED: _ClassVar[ErrorReason]
 FIELD_TYPE_UNSPECIFIED: FieldType
 DOUBLE: FieldType
 INT64: FieldType
@@ -62,6 +100,41 @@ RESULT_MODE_UNSPECIFIED: ResultMode
 NONE: ResultMode
 FINAL: ResultMode
 PER_ROW: ResultMode
+ERROR_REASON_UNSPECIFIED: ErrorReason
+INTERNAL: ErrorReason
+UNAUTHENTICATED: ErrorReason
+MALFORMED_REQUEST: ErrorReason
+INVALID_ARGUMENT: ErrorReason
+VALUE_TOO_LONG: ErrorReason
+TOO_MANY_ITEMS: ErrorReason
+UNKNOWN_ENUM_VALUE: ErrorReason
+STORE_UNAVAILABLE: ErrorReason
+SERVER_STOPPING: ErrorReason
+NOT_OWNER: ErrorReason
+STREAM_MOVING: ErrorReason
+FENCED: ErrorReason
+STREAM_NOT_FOUND: ErrorReason
+WINDOW_NOT_FOUND: ErrorReason
+STREAM_EXISTS: ErrorReason
+WINDOW_EXISTS: ErrorReason
+TOO_MANY_STREAMS: ErrorReason
+TOO_MANY_WINDOWS: ErrorReason
+INVALID_DEFINITION: ErrorReason
+UNKNOWN_FIELD: ErrorReason
+UNKNOWN_MONOID: ErrorReason
+INVALID_EXPRESSION: ErrorReason
+CEL_TOO_LARGE: ErrorReason
+CEL_TOO_DEEP: ErrorReason
+AMBIGUOUS_BATCH: ErrorReason
+BAD_ARROW: ErrorReason
+SCHEMA_MISMATCH: ErrorReason
+BAD_VALUES: ErrorReason
+BATCH_TOO_LARGE: ErrorReason
+BAD_RESULT_MODE: ErrorReason
+OUT_OF_ORDER: ErrorReason
+TOO_MANY_SUBSCRIBERS: ErrorReason
+SUBSCRIBER_TOO_SLOW: ErrorReason
+UNSUBSCRIBED: ErrorReason
 
 class FieldSpec(_message.Message):
     __slots__ = ("name", "type", "allow_nan")

@@ -26,7 +26,24 @@ if _version_not_supported:
 
 
 class WindowServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Calls in common. Every call may fail UNAUTHENTICATED (with tokens configured), INTERNAL, and
+    INVALID_ARGUMENT MALFORMED_REQUEST, VALUE_TOO_LONG, TOO_MANY_ITEMS or UNKNOWN_ENUM_VALUE (the
+    screen every request passes before any work), and RESOURCE_EXHAUSTED for a message over the
+    server's size limit. A call about a stream may also fail FAILED_PRECONDITION NOT_OWNER (call
+    metadata owner), UNAVAILABLE STREAM_MOVING (resend after retry_after_ms) and UNAVAILABLE
+    STORE_UNAVAILABLE; after NOT_OWNER and STREAM_MOVING nothing was done, so any call may be
+    resent. Each rpc below names its own errors besides these.
+
+    Idempotency: a read (ListStreams, GetStream, GetWindow, ListWindows, Query, ReadResults,
+    Subscribe, GetClusterMap) changes nothing and may be resent at will. Append is idempotent
+    with a producer_id and a sequence (see AppendRequest); without them, resending a batch whose
+    answer was lost may apply it twice. CreateStream, DeleteStream, CreateWindow and DeleteWindow
+    are not: resent after a lost answer, they fail ALREADY_EXISTS or NOT_FOUND, which then says
+    the first one was done.
+
+    In a cluster (servers sharing one Redis), any member answers any call: a call about a stream
+    goes to its owner (GetClusterMap says where; a wrong guess is answered NOT_OWNER, naming it).
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -102,82 +119,150 @@ class WindowServiceStub:
 
 
 class WindowServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Calls in common. Every call may fail UNAUTHENTICATED (with tokens configured), INTERNAL, and
+    INVALID_ARGUMENT MALFORMED_REQUEST, VALUE_TOO_LONG, TOO_MANY_ITEMS or UNKNOWN_ENUM_VALUE (the
+    screen every request passes before any work), and RESOURCE_EXHAUSTED for a message over the
+    server's size limit. A call about a stream may also fail FAILED_PRECONDITION NOT_OWNER (call
+    metadata owner), UNAVAILABLE STREAM_MOVING (resend after retry_after_ms) and UNAVAILABLE
+    STORE_UNAVAILABLE; after NOT_OWNER and STREAM_MOVING nothing was done, so any call may be
+    resent. Each rpc below names its own errors besides these.
+
+    Idempotency: a read (ListStreams, GetStream, GetWindow, ListWindows, Query, ReadResults,
+    Subscribe, GetClusterMap) changes nothing and may be resent at will. Append is idempotent
+    with a producer_id and a sequence (see AppendRequest); without them, resending a batch whose
+    answer was lost may apply it twice. CreateStream, DeleteStream, CreateWindow and DeleteWindow
+    are not: resent after a lost answer, they fail ALREADY_EXISTS or NOT_FOUND, which then says
+    the first one was done.
+
+    In a cluster (servers sharing one Redis), any member answers any call: a call about a stream
+    goes to its owner (GetClusterMap says where; a wrong guess is answered NOT_OWNER, naming it).
+    """
 
     def CreateStream(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Creates a stream. Returns its StreamInfo (no windows yet).
+        Errors: INVALID_ARGUMENT INVALID_ARGUMENT (a name not matching its pattern, a field named
+        twice, a bad duration), UNKNOWN_ENUM_VALUE (a field type left FIELD_TYPE_UNSPECIFIED);
+        ALREADY_EXISTS STREAM_EXISTS; RESOURCE_EXHAUSTED TOO_MANY_STREAMS. Not idempotent.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DeleteStream(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Deletes a stream, its windows and all their data; the windows' subscriptions end
+        (NOT_FOUND, WINDOW_NOT_FOUND). Returns an empty message.
+        Errors: NOT_FOUND STREAM_NOT_FOUND. Not idempotent.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListStreams(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Returns the streams the answering server owns: in a cluster, ask every member of
+        GetClusterMap and merge (during a move two members may list one stream; keep one).
+        Errors: only those of every call. Read-only.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetStream(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Returns a stream's definition, its windows' names and its counters.
+        Errors: NOT_FOUND STREAM_NOT_FOUND. Read-only.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def CreateWindow(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Creates a window on a stream. Returns its WindowInfo, whose outputs give each output's
+        type (a struct's parts). The window starts empty and takes the rows appended after it.
+        Errors: NOT_FOUND STREAM_NOT_FOUND; INVALID_ARGUMENT INVALID_DEFINITION, UNKNOWN_FIELD,
+        UNKNOWN_MONOID, INVALID_EXPRESSION, CEL_TOO_LARGE, CEL_TOO_DEEP; ALREADY_EXISTS
+        WINDOW_EXISTS; RESOURCE_EXHAUSTED TOO_MANY_WINDOWS. Not idempotent.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DeleteWindow(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Deletes a window and its data; its subscriptions end (NOT_FOUND, WINDOW_NOT_FOUND).
+        Returns an empty message. Errors: NOT_FOUND STREAM_NOT_FOUND, WINDOW_NOT_FOUND.
+        Not idempotent.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetWindow(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Returns a window's definition, statistics and output types.
+        Errors: NOT_FOUND STREAM_NOT_FOUND, WINDOW_NOT_FOUND. Read-only.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListWindows(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Returns every window of a stream (as GetWindow does each).
+        Errors: NOT_FOUND STREAM_NOT_FOUND. Read-only.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Append(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Appends one batch of rows to a stream, atomically: every row is checked and taken by every
+        window, or nothing changes. Returns the rows applied, late and buffered, whether it was a
+        duplicate, and (AppendRequest.results) each window's result after the batch (FINAL) or
+        after each row (PER_ROW, see WindowRowResults). A batch of 0 rows changes nothing.
+        Errors: INVALID_ARGUMENT SCHEMA_MISMATCH, BAD_VALUES, AMBIGUOUS_BATCH, BAD_ARROW,
+        BAD_RESULT_MODE, INVALID_ARGUMENT (producer_id and sequence); FAILED_PRECONDITION
+        OUT_OF_ORDER (late_policy REJECT); RESOURCE_EXHAUSTED BATCH_TOO_LARGE; NOT_FOUND
+        STREAM_NOT_FOUND, WINDOW_NOT_FOUND (AppendRequest.windows). Idempotent only with a
+        producer_id and sequence.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Query(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Returns a window's current result.
+        Errors: NOT_FOUND STREAM_NOT_FOUND, WINDOW_NOT_FOUND. Read-only.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Subscribe(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Streams a window's result after every batch applied to its stream, in order. The response
+        headers carry "mtawindows-subscribed: 1" once the subscription is in place: every batch
+        applied from then on is sent. The stream ends with NOT_FOUND WINDOW_NOT_FOUND (the window
+        or its stream was deleted), RESOURCE_EXHAUSTED SUBSCRIBER_TOO_SLOW (it fell behind),
+        UNAVAILABLE SERVER_STOPPING, or NOT_OWNER / STREAM_MOVING (the stream moved: subscribe at
+        its new owner). Errors at its start: NOT_FOUND STREAM_NOT_FOUND, WINDOW_NOT_FOUND;
+        RESOURCE_EXHAUSTED TOO_MANY_SUBSCRIBERS. Read-only: subscribing again is safe, but the
+        results of the batches applied in between are not sent again (ReadResults has them).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ReadResults(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Returns a window's results with a sequence above after_sequence, oldest first, and its
+        latest sequence. Errors: INVALID_ARGUMENT INVALID_ARGUMENT (a negative after_sequence or
+        limit); NOT_FOUND STREAM_NOT_FOUND, WINDOW_NOT_FOUND. Read-only.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetClusterMap(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Returns the live members of the cluster and, for each stream asked about, its owner now
+        (member "" while it moves between owners: retry after a moment). A stream no member knows
+        is an error, not an owner: NOT_FOUND STREAM_NOT_FOUND (metadata stream: the first such name
+        in the request; no owner is answered then). Errors besides: UNAVAILABLE
+        STORE_UNAVAILABLE. Read-only.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -259,7 +344,24 @@ def add_WindowServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class WindowService:
-    """Missing associated documentation comment in .proto file."""
+    """Calls in common. Every call may fail UNAUTHENTICATED (with tokens configured), INTERNAL, and
+    INVALID_ARGUMENT MALFORMED_REQUEST, VALUE_TOO_LONG, TOO_MANY_ITEMS or UNKNOWN_ENUM_VALUE (the
+    screen every request passes before any work), and RESOURCE_EXHAUSTED for a message over the
+    server's size limit. A call about a stream may also fail FAILED_PRECONDITION NOT_OWNER (call
+    metadata owner), UNAVAILABLE STREAM_MOVING (resend after retry_after_ms) and UNAVAILABLE
+    STORE_UNAVAILABLE; after NOT_OWNER and STREAM_MOVING nothing was done, so any call may be
+    resent. Each rpc below names its own errors besides these.
+
+    Idempotency: a read (ListStreams, GetStream, GetWindow, ListWindows, Query, ReadResults,
+    Subscribe, GetClusterMap) changes nothing and may be resent at will. Append is idempotent
+    with a producer_id and a sequence (see AppendRequest); without them, resending a batch whose
+    answer was lost may apply it twice. CreateStream, DeleteStream, CreateWindow and DeleteWindow
+    are not: resent after a lost answer, they fail ALREADY_EXISTS or NOT_FOUND, which then says
+    the first one was done.
+
+    In a cluster (servers sharing one Redis), any member answers any call: a call about a stream
+    goes to its owner (GetClusterMap says where; a wrong guess is answered NOT_OWNER, naming it).
+    """
 
     @staticmethod
     def CreateStream(request,

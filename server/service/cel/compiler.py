@@ -12,8 +12,8 @@ from typing import Any, ClassVar
 
 from mtawindows.v1.reasons import Reason
 
-from .errors import CelError
-from .limits import CelLimits, check_limits
+from .expression_errors import CelError
+from .expression_limits import CelLimits, check_limits
 from .values import (
     _ORDERED,
     INT64_MAX,
@@ -24,6 +24,7 @@ from .values import (
     CelType,
     _cel_and,
     _cel_div,
+    _cel_i64,
     _cel_mod,
     _cel_or,
     _to_int,
@@ -37,11 +38,14 @@ _SAFE = re.compile(r"\(?[A-Za-z_][A-Za-z0-9_]*(\[[0-9]+\])*\)?|True|False")
 _HELPERS: dict[str, Any] = {
     "_div": _cel_div,
     "_mod": _cel_mod,
+    "_i64": _cel_i64,
     "_int": _to_int,
     "_dbl": float,
     "_or": _cel_or,
     "_and": _cel_and,
 }
+# the CEL types held as 64-bit integers (durations and timestamps in nanoseconds)
+_INT64 = frozenset({"int", "duration", "timestamp"})
 _PASS_THROUGH = frozenset(
     {
         "expr",
@@ -212,11 +216,12 @@ class _Compiler:
                 node,
                 f"no matching overload for {self.tname(at)} {op} {self.tname(bt)}{hint}",
             )
-        if op == "/":
-            return f"_div({a}, {b})", result
-        if op == "%":
+        if op == "%":  # |a % b| < |b|: never overflows
             return f"_mod({a}, {b})", result
-        return f"({a} {op} {b})", result
+        src = f"_div({a}, {b})" if op == "/" else f"({a} {op} {b})"
+        # 64-bit integers, durations and timestamps: an overflow is an evaluation error
+        # (INT64_MIN / -1 included), not a wider value
+        return (f"_i64({src})" if result in _INT64 else src), result
 
     n_addition = n_multiplication = _arith
 
@@ -248,7 +253,7 @@ class _Compiler:
             return f"(not {a})", "bool"
         if at not in (*NUMERIC, "duration"):
             raise self.fail(node, f"- needs a number or duration, got {self.tname(at)}")
-        return f"(-{a})", at
+        return (f"_i64(-{a})" if at in _INT64 else f"(-{a})"), at  # -INT64_MIN overflows
 
     def n_literal(self, node: Any) -> tuple[str, CelType]:
         tok = node.children[0]

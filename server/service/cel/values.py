@@ -1,7 +1,7 @@
 """The values a policy expression works with: the CEL types checked, the fields of the
 ``total``/``old`` records (:class:`CelField`), duration and timestamp literals in nanoseconds,
-and the run-time helpers the generated code calls (CEL's division, modulo and ``int()``, and
-``||``/``&&`` commutative over errors)."""
+and the run-time helpers the generated code calls (CEL's division, modulo and ``int()``, the
+int64 overflow check, and ``||``/``&&`` commutative over errors)."""
 
 from __future__ import annotations
 
@@ -90,12 +90,22 @@ def _cel_mod(a: int, b: int) -> int:  # sign of the dividend, as in CEL
     return r if a >= 0 else -r
 
 
+def _cel_i64(v: int) -> int:
+    """``v`` when it fits in an int64, else an evaluation error: CEL's integers (and its
+    durations and timestamps, nanoseconds here) are 64-bit, and an overflow is an error (the
+    expression is false, counted in ``policy_errors``), never a wrapped or a wider value."""
+    if INT64_MIN <= v <= INT64_MAX:
+        return v
+    msg = "int64 overflow"
+    raise OverflowError(msg)
+
+
 def _to_int(v: Any) -> int:
     if isinstance(v, float):
         if v != v or v in (float("inf"), float("-inf")):
             msg = f"int() of {v}"
             raise ValueError(msg)
-        return int(v)
+        return _cel_i64(int(v))
     return int(v)
 
 

@@ -1,4 +1,4 @@
-"""One window of a stream (:class:`Window`): its definition, compiled record and engine, and
+"""One window of a stream (:class:`HostedWindow`): its definition, compiled record and engine, and
 what it answers: its current result, the results kept for readers behind (``history``),
 per-row results as typed columns, its stats and info."""
 
@@ -19,11 +19,12 @@ from mtawindows.v1.types import (
     WindowSpec,
 )
 
-from .catalog import Built, Output, columnar_lifter
 from .cel import CelPolicy
+from .columnar_lift import columnar_lifter
+from .compiled import Built, Output
 
 
-class Window:
+class HostedWindow:
     """One window of a stream: its definition, compiled record and policy, and engine."""
 
     def __init__(

@@ -6,7 +6,7 @@ tokens as an upper bound of its syntax tree's depth: each bracket (parentheses, 
 index) counts one, and inside a bracket level the operators that can stack on one operand count
 one each (a chain of 30 ``||`` is 30 deep, ``!!x`` 2, ``total.a.b`` 2, ``int(x)`` 1). Parsing
 (an LALR parser, no recursion) and the compiler's walk stay within those bounds; a
-``RecursionError`` anywhere in them still becomes a :class:`~.errors.CelError`
+``RecursionError`` anywhere in them still becomes a :class:`~.expression_errors.CelError`
 (``CEL_TOO_DEEP``).
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from mtawindows.v1.reasons import Reason
 
-from .errors import CelError
+from .expression_errors import CelError
 
 
 @dataclass(frozen=True)

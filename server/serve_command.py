@@ -118,6 +118,17 @@ def add_serve_flags(s: argparse.ArgumentParser) -> None:
     )
     _flag(
         s,
+        "--redis-ping-timeout-ms",
+        "the watchdog: the server PINGs its Redis (embedded or --redis-url; every primary of "
+        "a Redis Cluster) every 500 ms or a quarter of this, whichever is less; no answer "
+        "for this long (a frozen, hung or unreachable Redis) and it is NOT_SERVING, refusing "
+        "at once every call that needs Redis (UNAVAILABLE, STORE_UNAVAILABLE), until one "
+        "answers; 0 = no watchdog",
+        kind=int,
+        default=2000,
+    )
+    _flag(
+        s,
         "--advertise",
         "host:port clients reach this server at, its member id in the cluster (default: the "
         "bound host and port)",
@@ -207,6 +218,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         port_file=args.port_file,
         reuse_port=args.reuse_port,
         redis_restarts=args.redis_restarts,
+        redis_ping_timeout=_ping_timeout(args.redis_ping_timeout_ms),
         advertise=args.advertise,
         lease_ms=args.lease_ms,
         wait_replicas=args.redis_wait_replicas,
@@ -218,6 +230,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"error: {ex}", file=sys.stderr)
         return 1
     return 0
+
+
+def _ping_timeout(ms: int) -> float:
+    """``--redis-ping-timeout-ms`` in seconds (0: no watchdog); ValueError below 0 or under
+    the 100 ms a PING round trip may take on a loaded machine."""
+    if ms != 0 and ms < 100:
+        msg = f"--redis-ping-timeout-ms: expected 0 (off) or at least 100, got {ms}"
+        raise ValueError(msg)
+    return ms / 1000
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,5 @@
 """The client commands of ``mtawindows``: streams, windows, append, query, watch (``serve``
-is the server's: :mod:`mtawindows.server.cli`; :mod:`mtawindows.cli` joins both).
+is the server's: :mod:`mtawindows.server.serve_command`; :mod:`mtawindows.cli` joins both).
 
 Every client subcommand takes ``--target`` ($MTAWINDOWS_TARGET, default localhost:50051: a
 server, or several comma-separated, the seeds of a cluster: each call goes to the server that
@@ -406,7 +406,7 @@ def guarded(command: Callable[[argparse.Namespace], int], args: argparse.Namespa
 
 def main(argv: list[str] | None = None) -> int:
     """The client commands (``mtawindows`` joins ``serve`` to them: :mod:`mtawindows.cli`).
-    ``serve`` given here, as the flat layout's ``python -m mtawindows.client.cli serve`` did,
+    ``serve`` given here, as the flat layout's ``python -m mtawindows.client.commands serve`` did,
     hands this process over to ``python -m mtawindows.server`` (same pid, same flags): the
     client never imports the server."""
     args = sys.argv[1:] if argv is None else argv

@@ -1,0 +1,248 @@
+"""The monoid catalog: a window's aggregations (``Aggregation(name, monoid, field, params)``)
+into monoids of the engine and their output columns, each built-in checking its field's type
+and its params; a name that is no built-in is a plugin (:mod:`.plugins`). Also the fixed-size
+record layout of the Redis tier that the column types allow (:func:`struct_layout`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from mtawindows.v1.reasons import Reason
+from mtawindows.v1.types import Aggregation, FieldType, StreamSpec, clip, show, show_names
+
+from ..engine.monoids import (
+    ArgMax,
+    ArgMin,
+    Count,
+    First,
+    GeometricMean,
+    Last,
+    Max,
+    MaxCount,
+    Mean,
+    Min,
+    Monoid,
+    Record,
+    StdDev,
+    Sum,
+    Variance,
+)
+from .compiled import DefinitionError, Output
+from .plugins import load_plugin, plugin_names
+
+__all__ = [
+    "BUILTINS",
+    "NUMERIC",
+    "ORDERED",
+    "build_aggregation",
+    "field_types",
+    "need_field",
+    "struct_layout",
+]
+
+NUMERIC = (FieldType.DOUBLE, FieldType.INT64)
+ORDERED = (FieldType.DOUBLE, FieldType.INT64, FieldType.TIMESTAMP)
+
+
+def _pair(r: Any) -> tuple[Any, Any]:
+    return (r[0], r[1])
+
+
+def field_types(stream: StreamSpec) -> dict[str, FieldType]:
+    types = {f.name: FieldType(f.type) for f in stream.fields}
+    types[stream.timestamp_field] = FieldType.TIMESTAMP
+    return types
+
+
+def need_field(
+    where: str, agg: Aggregation, types: Mapping[str, FieldType], allowed: tuple[FieldType, ...]
+) -> FieldType:
+    if not agg.field:
+        raise DefinitionError(f"{where}.field", f"{show(agg.monoid)} needs a field, got none")
+    t = types.get(agg.field)
+    if t is None:
+        raise DefinitionError(
+            f"{where}.field",
+            f"the stream has no field {show(agg.field)}; its fields are {show_names(sorted(types))}",
+            reason=Reason.UNKNOWN_FIELD,
+        )
+    if t not in allowed:
+        names = "/".join(a.value for a in allowed)
+        raise DefinitionError(
+            f"{where}.field",
+            f"{show(agg.monoid)} needs a {names} field, {show(agg.field)} is {t.value}",
+        )
+    return t
+
+
+def _params(where: str, agg: Aggregation, allowed: tuple[str, ...]) -> None:
+    extra = sorted(set(agg.params) - set(allowed))
+    if extra:
+        expected = f"only {list(allowed)}" if allowed else "none"
+        raise DefinitionError(
+            f"{where}.params",
+            f"{show(agg.monoid)} takes {expected} as params, got {show_names(extra)}",
+        )
+
+
+def build_aggregation(
+    where: str, agg: Aggregation, types: Mapping[str, FieldType]
+) -> tuple[Monoid, Output]:
+    """One aggregation -> (monoid, output description): a built-in, else a plugin."""
+    build = _BUILDERS.get(agg.monoid.lower())
+    if build is None:
+        return _plugin(where, agg, types)
+    return build(where, agg, types)
+
+
+# the built-in aggregations: each checks its params and field, then builds (monoid, output)
+Builder = Callable[[str, Aggregation, Mapping[str, FieldType]], tuple[Monoid, Output]]
+
+
+def _count(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tuple[Monoid, Output]:
+    _params(where, agg, ())
+    if agg.field:
+        raise DefinitionError(f"{where}.field", "count reads no field; leave it empty")
+    return Count(), Output(agg.name, FieldType.INT64, nullable_when_empty=False)
+
+
+def _sum(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tuple[Monoid, Output]:
+    _params(where, agg, ())
+    t = need_field(where, agg, types, NUMERIC)
+    return Sum(agg.field), Output(agg.name, t, nullable_when_empty=False)
+
+
+def _extreme(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tuple[Monoid, Output]:
+    """min, max, first, last: the field's own type."""
+    kind = agg.monoid.lower()
+    _params(where, agg, ())
+    t = need_field(where, agg, types, tuple(FieldType) if kind in ("first", "last") else ORDERED)
+    cls = {"min": Min, "max": Max, "first": First, "last": Last}[kind]
+    return cls(agg.field), Output(agg.name, t)
+
+
+def _mean(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tuple[Monoid, Output]:
+    """mean, geomean: a DOUBLE."""
+    _params(where, agg, ())
+    need_field(where, agg, types, NUMERIC)
+    m = Mean(agg.field) if agg.monoid.lower() == "mean" else GeometricMean(agg.field)
+    return m, Output(agg.name, FieldType.DOUBLE)
+
+
+def _spread(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tuple[Monoid, Output]:
+    """variance, stddev: a DOUBLE; params ddof 0 (population, default) or 1 (sample)."""
+    _params(where, agg, ("ddof",))
+    need_field(where, agg, types, NUMERIC)
+    ddof_text = agg.params.get("ddof", "0")
+    if ddof_text not in ("0", "1"):
+        raise DefinitionError(f"{where}.params.ddof", f"expected 0 or 1, got {show(ddof_text)}")
+    cls = Variance if agg.monoid.lower() == "variance" else StdDev
+    return cls(agg.field, ddof=int(ddof_text)), Output(agg.name, FieldType.DOUBLE)
+
+
+def _arg(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tuple[Monoid, Output]:
+    """argmax, argmin: a struct of the extreme value and the ``key`` field's value beside it."""
+    kind = agg.monoid.lower()
+    _params(where, agg, ("key",))
+    t = need_field(where, agg, types, ORDERED)
+    key = agg.params.get("key", "")
+    if key not in types:
+        raise DefinitionError(
+            f"{where}.params.key",
+            f"{kind} needs params key = the field whose value to report, one of "
+            f"{show_names(sorted(types))}; got {show(key)}",
+        )
+    arg: Monoid = (ArgMax if kind == "argmax" else ArgMin)(value=agg.field, key=key)
+    parts = (("value", t.value), ("key", types[key].value))
+    return arg, Output(agg.name, "STRUCT", parts, split=_pair)
+
+
+def _maxcount(
+    where: str, agg: Aggregation, types: Mapping[str, FieldType]
+) -> tuple[Monoid, Output]:
+    """maxcount: a struct of the maximum and how many rows hold it."""
+    _params(where, agg, ())
+    t = need_field(where, agg, types, ORDERED)
+    parts = (("max", t.value), ("count", FieldType.INT64.value))
+    return MaxCount(agg.field), Output(agg.name, "STRUCT", parts, split=_pair)
+
+
+def _plugin(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tuple[Monoid, Output]:
+    """A monoid of an entry point; its ``output_type`` (if a FieldType) types the column."""
+    factory = load_plugin(agg.monoid)
+    if factory is None:
+        raise DefinitionError(
+            f"{where}.monoid",
+            f"unknown monoid {show(agg.monoid)}; built-in: {list(BUILTINS)}, plugins: "
+            f"{show_names(plugin_names())}",
+            reason=Reason.UNKNOWN_MONOID,
+        )
+    if agg.field and agg.field not in types:
+        raise DefinitionError(
+            f"{where}.field",
+            f"the stream has no field {show(agg.field)}",
+            reason=Reason.UNKNOWN_FIELD,
+        )
+    try:
+        plugin: Monoid = factory(agg.field or None, dict(agg.params))
+    except (TypeError, ValueError) as ex:
+        raise DefinitionError(
+            f"{where}", f"plugin {show(agg.monoid)} refused: {clip(str(ex))}"
+        ) from None
+    # a declared FieldType (any case) types the result column; anything else stays untyped
+    declared = str(getattr(plugin, "output_type", None) or "").upper()
+    out_type = declared if declared in FieldType.__members__ else "ANY"
+    return plugin, Output(agg.name, out_type)
+
+
+_BUILDERS: dict[str, Builder] = {
+    "count": _count,
+    "sum": _sum,
+    "min": _extreme,
+    "max": _extreme,
+    "mean": _mean,
+    "variance": _spread,
+    "stddev": _spread,
+    "geomean": _mean,
+    "first": _extreme,
+    "last": _extreme,
+    "argmax": _arg,
+    "argmin": _arg,
+    "maxcount": _maxcount,
+}
+BUILTINS = tuple(_BUILDERS)
+
+
+def struct_layout(record: Record, types: Mapping[str, FieldType]) -> tuple[str, ...] | None:
+    """Fixed-size record layout of the Redis tier from the column types: a DOUBLE column's
+    aggregates are always floats ("d"), INT64/TIMESTAMP ones ints ("q"), so no value needs the
+    int-or-float tag of the generic "n". ``None`` when a field is not fixed-size (strings,
+    plugins, arg-monoids keyed by a string)."""
+    letters = {FieldType.DOUBLE: "d", FieldType.INT64: "q", FieldType.TIMESTAMP: "q"}
+    out: list[str] = []
+    for m in record.monoids:
+        kind = type(m)
+        f = getattr(m, "field", None)
+        ftype = types.get(f) if isinstance(f, str) else None
+        t = letters.get(ftype) if ftype is not None else None
+        if kind is Count:
+            out.append("q")
+        elif kind in (Sum, Max, Min, First, Last) and t is not None:
+            out.append(t)
+        elif kind is Mean and t is not None:
+            out.append("qd")
+        elif kind in (Variance, StdDev) and t is not None:
+            out.append("qdd")
+        elif kind is MaxCount and t is not None:
+            out.append(t + "q")
+        elif kind in (ArgMax, ArgMin) and t is not None:
+            key = getattr(m, "key_field", None)
+            ktype = types.get(key) if isinstance(key, str) else None
+            kt = letters.get(ktype) if ktype is not None else None
+            if kt is None:
+                return None
+            out.append(t + kt)
+        else:
+            return None
+    return tuple(out)

@@ -1,0 +1,57 @@
+"""From a window's definition to what the engine runs: :func:`build_window` checks a
+``WindowSpec`` against its stream and compiles it (the aggregations through
+:mod:`.monoid_catalog`, the policy through :mod:`.policy_catalog`, the Redis record layout)."""
+
+from __future__ import annotations
+
+from mtawindows.v1.reasons import Reason
+from mtawindows.v1.types import StreamSpec, WindowSpec, show
+
+from ..engine.monoids import Monoid, Record
+from ..storage.codecs import StructCodec
+from .compiled import NAME, Built, DefinitionError, Output
+from .monoid_catalog import build_aggregation, field_types, struct_layout
+from .policy_catalog import build_policy, compile_expression_policy
+
+__all__ = ["build_window"]
+
+
+def build_window(stream: StreamSpec, spec: WindowSpec) -> Built:
+    """Check ``spec`` against ``stream`` and compile it; raises DefinitionError."""
+    if not NAME.match(spec.name or ""):
+        raise DefinitionError(
+            "spec.name", f"expected a name matching {NAME.pattern}, got {show(spec.name)}"
+        )
+    if spec.algorithm not in ("AMTA", "LMTA"):
+        raise DefinitionError(
+            "spec.algorithm",
+            f"expected AMTA or LMTA, got {show(spec.algorithm)}",
+            reason=Reason.UNKNOWN_ENUM_VALUE,
+        )
+    if not spec.aggregations:
+        raise DefinitionError("spec.aggregations", "expected at least one aggregation, got none")
+    types = field_types(stream)
+    fields: dict[str, Monoid] = {}
+    outputs: list[Output] = []
+    for i, agg in enumerate(spec.aggregations):
+        where = f"spec.aggregations[{i}]"
+        if not NAME.match(agg.name or ""):
+            raise DefinitionError(
+                f"{where}.name",
+                f"expected an output name matching {NAME.pattern}, got {show(agg.name)}",
+            )
+        if agg.name in fields:
+            raise DefinitionError(f"{where}.name", f"output {show(agg.name)} is defined twice")
+        m, out = build_aggregation(where, agg, types)
+        fields[agg.name] = m
+        outputs.append(out)
+    visible = dict(fields)
+    policy = build_policy(spec.policy, types, fields, stream.timestamp_field)
+    hidden = tuple(n for n in fields if n not in visible)
+    record = Record(fields)
+    policy = compile_expression_policy(policy, record, fields, outputs)
+    batch_safe = spec.policy.kind in ("count", "time_range")
+    layout = struct_layout(record, types)
+    if layout is not None:
+        record.codec = StructCodec(layout)  # type: ignore[attr-defined]
+    return Built(record, policy, outputs, hidden, batch_safe)

@@ -259,9 +259,27 @@ def _print(obj: Any) -> None:
 
 
 def _rows(stream: TextIO, fmt: str, schema: dict[str, str]) -> Iterator[dict[str, Any]]:
-    from mtawindows.v1.convert import to_nanos
+    """The rows of a CSV or JSON-lines file, each value cast to its field's type. A DOUBLE
+    field takes an integer (a JSON int, or CSV text of digits) only where a double holds it
+    exactly: any other is a ValueError naming line and column, never rounded."""
+    from mtawindows.v1.convert import inexact_int_text, is_exact_double, to_nanos
 
-    def cast(name: str, v: Any) -> Any:
+    def double(name: str, v: Any, line: int) -> Any:
+        if isinstance(v, str):
+            if not re.fullmatch(r"[+-]?\d+", v.strip()):
+                return float(v)
+            v = int(v)
+        if isinstance(v, int) and not isinstance(v, bool):
+            if not is_exact_double(v):
+                msg = (
+                    f"line {line}: column {name!r}: expected DOUBLE values, got "
+                    f"{inexact_int_text(v)}; write it as a decimal, or make the field INT64"
+                )
+                raise ValueError(msg)
+            return float(v)
+        return v
+
+    def cast(name: str, v: Any, line: int) -> Any:
         t = schema.get(name)
         if t == "TIMESTAMP":
             if isinstance(v, str):
@@ -271,25 +289,24 @@ def _rows(stream: TextIO, fmt: str, schema: dict[str, str]) -> Iterator[dict[str
 
                 return to_nanos(datetime.fromisoformat(v.replace("Z", "+00:00")))
             return v
+        if t == "DOUBLE":
+            return double(name, v, line)
         if isinstance(v, str):
-            if t == "DOUBLE":
-                return float(v)
             if t == "INT64":
                 return int(v)
             if t == "BOOL":
                 return v.strip().lower() in ("1", "true", "yes")
-        if t == "DOUBLE" and isinstance(v, int):
-            return float(v)
         return v
 
     if fmt == "jsonl":
-        for line in stream:
+        for n, line in enumerate(stream, 1):
             if line.strip():
                 rec = json.loads(line)
-                yield {k: cast(k, v) for k, v in rec.items()}
+                yield {k: cast(k, v, n) for k, v in rec.items()}
     else:
-        for rec in csv.DictReader(stream):
-            yield {k: cast(k, v) for k, v in rec.items()}
+        reader = csv.DictReader(stream)
+        for rec in reader:
+            yield {k: cast(k, v, reader.line_num) for k, v in rec.items()}
 
 
 def cmd_append(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from mtawindows.v1 import convert
 from mtawindows.v1 import windows_pb2 as pb
+from mtawindows.v1.types import show
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -68,7 +69,9 @@ def encode_rows(
     """Rows as typed protobuf columns, or as Arrow IPC bytes for pyarrow tables; and the count.
 
     ``schema`` (field -> type name, from the stream) picks each column's type; without it the
-    type follows the values."""
+    type follows the values. A DOUBLE column takes ints where a double holds them exactly
+    (within +-2**53, and some past it); any other int is a TypeError naming column and row,
+    as the server refuses it (never rounded)."""
     if hasattr(rows, "schema") and hasattr(rows, "num_rows"):  # pyarrow Table / RecordBatch
         return [], _arrow_ipc(rows), int(rows.num_rows)
     out = []
@@ -79,7 +82,15 @@ def encode_rows(
         if kind == "TIMESTAMP" or any(isinstance(v, datetime) for v in values[:1]):
             kind = "TIMESTAMP"
             values = [convert.to_nanos(v) if isinstance(v, datetime) else v for v in values]
-        if kind == "DOUBLE":
+        if kind == "DOUBLE":  # ints only where a double holds them exactly (no rounding)
+            inexact = convert.first_inexact_int(values)
+            if inexact is not None:
+                msg = (
+                    f"column {show(name)}: expected DOUBLE values, got int at row {inexact}: "
+                    f"{convert.inexact_int_text(values[inexact])}; send a float, or make the "
+                    "field INT64"
+                )
+                raise TypeError(msg)
             values = [
                 float(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in values
             ]

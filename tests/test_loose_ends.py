@@ -128,3 +128,43 @@ def test_a_frozen_redis_is_seen_and_refused_fast_then_served_again(tmp_path: Pat
         if pid:
             os.kill(pid, signal.SIGCONT)
         srv.stop()
+
+
+@pytest.mark.server
+@pytest.mark.redis
+@pytest.mark.slow
+def test_a_frozen_primary_of_a_redis_cluster_is_seen_too(tmp_path: Path) -> None:
+    """``--redis-url`` to a Redis Cluster (three primaries, no replica: nothing fails over):
+    the watchdog PINGs every primary, so freezing any one of them makes the server
+    NOT_SERVING and refuse appends fast; thawed, it serves again and nothing was lost."""
+    from tests.support.redis_cluster import RedisClusterProcesses
+
+    with RedisClusterProcesses(replicas=0) as cluster:
+        srv = ServerProcess(
+            tmp_path / "srv", "--redis-url", cluster.cluster_url, "--redis-ping-timeout-ms", "1000"
+        ).start()
+        frozen = None
+        try:
+            with WindowClient(srv.target, timeout=20, retries=1) as c:
+                c.create_stream(StreamSpec("m", (Field("x"),)))
+                c.create_window(
+                    WindowSpec("m", "w", AGGS, Policy.count(10**9), storage=Storage(durable=True))
+                )
+                c.append("m", batch(1), producer_id="p", sequence=1)
+                frozen = cluster.primaries()[-1].proc
+                assert frozen is not None
+                os.kill(frozen.pid, signal.SIGSTOP)
+                wait_until(lambda: srv.health() == "NOT_SERVING", "NOT_SERVING", timeout=10)
+                t0 = time.monotonic()
+                e = rpc_error(lambda: c.append("m", batch(2), producer_id="p", sequence=2))
+                assert (e.code, e.reason) == ("UNAVAILABLE", "STORE_UNAVAILABLE")
+                assert time.monotonic() - t0 < 1.0
+                os.kill(frozen.pid, signal.SIGCONT)
+                frozen = None
+                wait_until(lambda: srv.health() == "SERVING", "SERVING again", timeout=20)
+                c.append("m", batch(2), producer_id="p", sequence=2)
+                assert c.query("m", "w").values == {"n": 2 * ROWS, "s": 2.0 * ROWS}
+        finally:
+            if frozen is not None:
+                os.kill(frozen.pid, signal.SIGCONT)
+            srv.stop()

@@ -422,14 +422,15 @@ def first_inexact_int(values: Sequence[Any]) -> int | None:
     exactly, or None: what a DOUBLE field refuses. One C loop each for ``min`` and ``max``
     proves the common case (every value within +-2**53)."""
     try:
-        if -MAX_EXACT_INT <= min(values, default=0) and max(values, default=0) <= MAX_EXACT_INT:
+        if min(values, default=0) >= -MAX_EXACT_INT and max(values, default=0) <= MAX_EXACT_INT:
             return None
     except TypeError:  # not all numbers (a string, a None): each one is looked at
         pass
     for i, v in enumerate(values):
-        if isinstance(v, numbers.Integral) and not isinstance(v, bool):
-            if not is_exact_double(int(v)):
-                return i
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, numbers.Integral) and not is_exact_double(int(v)):
+            return i
     return None
 
 

@@ -44,6 +44,11 @@ class Reason(StrEnum):
     INVALID_ARGUMENT = "INVALID_ARGUMENT", "a request field is out of its range (the field named)"
     VALUE_TOO_LONG = "VALUE_TOO_LONG", "a string of the request is over its length limit"
     TOO_MANY_ITEMS = "TOO_MANY_ITEMS", "a list of the request is over its size limit"
+    MESSAGE_TOO_LARGE = (
+        "MESSAGE_TOO_LARGE",
+        "the request's serialized size is over the limit (RESOURCE_EXHAUSTED): metadata "
+        "limit_bytes and size_bytes; send smaller batches (from the SDK, before it is sent)",
+    )
     UNKNOWN_ENUM_VALUE = (
         "UNKNOWN_ENUM_VALUE",
         "an enum field holds a number the server has no name for",
@@ -102,6 +107,12 @@ class Reason(StrEnum):
         "a batch holds values its stream or windows refuse (nulls, non-finite, out of range)",
     )
     BATCH_TOO_LARGE = "BATCH_TOO_LARGE", "a batch has more rows than the server's limit per Append"
+    LOWER_FAILED = (
+        "LOWER_FAILED",
+        "a plugin monoid's lower raised on the result the batch would give a window "
+        "(FAILED_PRECONDITION; metadata window, aggregation, monoid, error): nothing was "
+        "applied, and the same batch fails the same way",
+    )
     BAD_RESULT_MODE = "BAD_RESULT_MODE", "an Append asks for a result mode the server does not know"
     OUT_OF_ORDER = (
         "OUT_OF_ORDER",
@@ -121,7 +132,7 @@ def proto_reasons() -> tuple[str, ...]:
     :data:`UNSPECIFIED`)."""
     from .windows_pb2 import ErrorReason
 
-    return tuple(n for n in ErrorReason.keys() if n != UNSPECIFIED)
+    return tuple(v.name for v in ErrorReason.DESCRIPTOR.values if v.name != UNSPECIFIED)
 
 
 def mismatch() -> dict[str, list[str]]:

@@ -12,6 +12,7 @@ COPY server ./server
 COPY client ./client
 COPY spark_connector ./spark_connector
 COPY cli ./cli
+COPY testing ./testing
 RUN pip install . && pip install grpcio-health-checking \
     && useradd --system --uid 10001 mtaw && mkdir -p /data && chown mtaw /data
 

@@ -63,8 +63,6 @@ import json
 import math
 import os
 import random
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -79,11 +77,10 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from mtawindows.client.errors import from_rpc_error
 from mtawindows.server.storage.embedded import EmbeddedRedis
-from mtawindows.server.storage.processes import dying_with_parent, spawn_daemon
+from mtawindows.testing import LocalServer, free_port
 from mtawindows.v1 import convert
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1 import windows_pb2_grpc as pb_grpc
@@ -231,77 +228,29 @@ def mem_available_kb() -> int:
     return 0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Server:
-    """``python -m mtawindows.server`` on a fixed loopback port (it advertises it), on a
-    shared Redis; killed with this process."""
+class Server(LocalServer):
+    """``mtawindows serve`` on a fixed loopback port (it advertises it), on a shared Redis;
+    killed with this process (the testing kit's :class:`~mtawindows.testing.LocalServer`)."""
 
     def __init__(self, root: Path, redis_url: str) -> None:
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.redis_url = redis_url
-        self.log = root / f"server-{self.port}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
+        port = free_port()
+        super().__init__(
+            root / f"server-{port}",
+            "--advertise", f"127.0.0.1:{port}",
+            "--log-level", "warning",
+            "--lease-ms", str(LEASE_MS),
+            redis_url=redis_url,
+            port=port,
+            flush_interval=FLUSH_S,
+        )  # fmt: skip
 
     @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+    def address(self) -> str:
+        return self.target
 
     @property
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def start(self, timeout: float = 60.0) -> Server:
-        args = [
-            sys.executable, "-m", "mtawindows.server",
-            "--port", str(self.port),
-            "--advertise", self.address,
-            "--redis-url", self.redis_url,
-            "--log-level", "warning",
-            "--flush-interval", str(FLUSH_S),
-            "--lease-ms", str(LEASE_MS),
-        ]  # fmt: skip
-
-        self.proc = spawn_daemon(dying_with_parent(args), self.log)
-        deadline = time.monotonic() + timeout
-        with grpc.insecure_channel(self.address) as ch:
-            stub = health_pb2_grpc.HealthStub(ch)
-            while True:
-                if self.proc.poll() is not None:
-                    msg = f"server {self.address} exited: {self.log.read_text()[-2000:]}"
-                    raise RuntimeError(msg)
-                with contextlib.suppress(grpc.RpcError):
-                    st = stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
-                    if st.status == health_pb2.HealthCheckResponse.SERVING:
-                        return self
-                if time.monotonic() > deadline:
-                    msg = f"server {self.address} did not serve within {timeout}s"
-                    raise TimeoutError(msg)
-                time.sleep(0.05)
-
-    def kill(self) -> None:
-        """kill -9."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=30)
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM (a graceful stop hands the streams over), SIGKILL after ``timeout``."""
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        return self.running
 
 
 class Cluster:

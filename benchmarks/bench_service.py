@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import csv
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -26,10 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from mtawindows.client import (  # noqa: E402
+from mtawindows.client import (
     Aggregation,
     Field,
     Policy,
@@ -37,9 +33,10 @@ from mtawindows.client import (  # noqa: E402
     WindowClient,
     WindowSpec,
 )
-from mtawindows.client.calls import append_request  # noqa: E402
-from tests.support.servers import ServerProcess  # noqa: E402
+from mtawindows.client.calls import append_request
+from mtawindows.testing import LocalServer
 
+ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results"
 AGGS = (Aggregation("n", "count"), Aggregation("s", "sum", "v"), Aggregation("m", "max", "v"))
 
@@ -172,7 +169,7 @@ def run_once(quick: bool) -> tuple[list[dict[str, Any]], list[float], list[float
     with tempfile.TemporaryDirectory() as tmp:
         # 1 + 2: one window
         with (
-            ServerProcess(
+            LocalServer(
                 Path(tmp) / "one", "--log-level", "warning", "--flush-interval", "1.0"
             ) as srv,
             WindowClient(srv.target) as c,
@@ -216,7 +213,7 @@ def run_once(quick: bool) -> tuple[list[dict[str, Any]], list[float], list[float
             print(f"  window: {stats}")
         # 3: four windows on one stream
         with (
-            ServerProcess(
+            LocalServer(
                 Path(tmp) / "four", "--log-level", "warning", "--flush-interval", "1.0"
             ) as srv,
             WindowClient(srv.target) as c,

@@ -36,10 +36,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from mtawindows.client import (  # noqa: E402
+from mtawindows.client import (
     Aggregation,
     Field,
     Policy,
@@ -48,8 +45,9 @@ from mtawindows.client import (  # noqa: E402
     WindowClient,
     WindowSpec,
 )
-from tests.support.servers import ServerProcess  # noqa: E402
+from mtawindows.testing import LocalServer
 
+ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results"
 T0 = 1_700_000_000
 WINDOWS = (10, 60, 600)
@@ -155,7 +153,7 @@ def main() -> int:
     df = make_input(spark, args.rows, args.keys, args.rate, work / "input")
     n = df.count()
     servers = [
-        ServerProcess(work / f"server{i}", flush_interval=1.0).start()
+        LocalServer(work / f"server{i}", flush_interval=1.0).start()
         for i in range(max(1, args.servers))
     ]
     srv = servers[0]

@@ -41,10 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from mtawindows.client import (  # noqa: E402
+from mtawindows.client import (
     Aggregation,
     Field,
     MtaWindowsError,
@@ -53,10 +50,11 @@ from mtawindows.client import (  # noqa: E402
     WindowClient,
     WindowSpec,
 )
-from mtawindows.client.calls import append_request  # noqa: E402
-from mtawindows.v1 import windows_pb2 as pb  # noqa: E402
-from tests.support.servers import ServerProcess  # noqa: E402
+from mtawindows.client.calls import append_request
+from mtawindows.testing import LocalServer
+from mtawindows.v1 import windows_pb2 as pb
 
+ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results"
 AGGS = (Aggregation("n", "count"), Aggregation("s", "sum", "v"), Aggregation("m", "max", "v"))
 # subscribed windows also keep the last row's text: each result carries --value-bytes of it
@@ -181,9 +179,8 @@ def subscribers(
     args: tuple[str, ...] = ("--log-level", "warning")
     if n > 1000:
         args += ("--max-subscribers", str(n + 10))
-    with ServerProcess(tmp / f"{mode}{n}", *args) as srv, WindowClient(srv.target) as c:
-        assert srv.proc is not None
-        pid = srv.proc.pid
+    with LocalServer(tmp / f"{mode}{n}", *args) as srv, WindowClient(srv.target) as c:
+        pid = srv.pid
         c.create_stream(StreamSpec("s", (Field("v", "DOUBLE"), Field("tag", "STRING"))))
         c.create_window(WindowSpec("s", "w", SUB_AGGS, Policy.count(1000)))
         tag = "x" * value_bytes
@@ -266,9 +263,8 @@ def cel(label: str, tmp: Path, budget: float) -> list[dict[str, Any]]:
         "int_literal_2^64": "total.n > 18446744073709551616",
     }
     args = ("--log-level", "warning", "--max-message-mb", "16")
-    with ServerProcess(tmp / "cel", *args) as srv, WindowClient(srv.target, timeout=120) as c:
-        assert srv.proc is not None
-        pid = srv.proc.pid
+    with LocalServer(tmp / "cel", *args) as srv, WindowClient(srv.target, timeout=120) as c:
+        pid = srv.pid
         c.create_stream(StreamSpec("s", (Field("v", "DOUBLE"),)))
         c.create_window(WindowSpec("s", "w", AGGS, Policy.count(1000)))
         c.create_stream(StreamSpec("other", (Field("v", "DOUBLE"),)))

@@ -22,7 +22,7 @@ from mtawindows.v1.types import (
 
 from . import calls
 from .base import SUBSCRIBED, ClientBase
-from .channel import DEFAULT_TARGET, credentials, open_aio_channel
+from .channel import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_TARGET, credentials, open_aio_channel
 from .cluster_map import ClusterMap
 from .errors import MtaWindowsError, from_rpc_error
 from .rows import Rows
@@ -44,15 +44,18 @@ class AsyncWindowClient(ClientBase):
         retries: int | None = None,
         retry_time: float = 10.0,
         refresh_interval: float = 30.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
-        super().__init__(target, token, timeout, retries, retry_time, refresh_interval)
+        super().__init__(
+            target, token, timeout, retries, retry_time, refresh_interval, max_message_bytes
+        )
         self._creds = credentials(tls)
         first = self.seeds[0]
-        self.channel = open_aio_channel(first, self._creds)
+        self.channel = open_aio_channel(first, self._creds, self.max_message_bytes)
         self.stub = self._adopt(first, self.channel)  # the first seed's: raw calls
 
     def _open(self, address: str) -> grpc.aio.Channel:
-        return open_aio_channel(address, self._creds)
+        return open_aio_channel(address, self._creds, self.max_message_bytes)
 
     async def __aenter__(self) -> AsyncWindowClient:
         return self

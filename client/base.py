@@ -14,11 +14,12 @@ import grpc
 
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1 import windows_pb2_grpc as pb_grpc
+from mtawindows.v1.reasons import Reason
 
 from . import calls
-from .channel import auth_metadata
+from .channel import DEFAULT_MAX_MESSAGE_BYTES, auth_metadata, check_max_message_bytes
 from .cluster_map import ClusterMap, Topology, seeds_of
-from .errors import MtaWindowsError, UnavailableError, from_rpc_error
+from .errors import MessageTooLargeError, MtaWindowsError, UnavailableError, from_rpc_error
 
 MAP_TIMEOUT = 5.0  # seconds at most for one GetClusterMap (a dead seed must not hold a call)
 SUBSCRIBED = "mtawindows-subscribed"  # the header a server sends once a subscription is live
@@ -28,7 +29,9 @@ class ClientBase:
     """``target``: the seeds, ``host:port``, ``"a:1,b:2"`` or a list of those; ``token`` a
     bearer token; ``timeout`` the default deadline per try in seconds; ``retries`` and
     ``retry_time`` bound the tries of one call (:class:`~mtawindows.client.calls.Course`);
-    ``refresh_interval`` the cluster map's longest life in seconds."""
+    ``refresh_interval`` the cluster map's longest life in seconds; ``max_message_bytes``
+    the largest request sent and reply taken (a larger request is refused before it is sent:
+    :class:`~mtawindows.client.errors.MessageTooLargeError`)."""
 
     def __init__(
         self,
@@ -38,8 +41,10 @@ class ClientBase:
         retries: int | None,
         retry_time: float = 10.0,
         refresh_interval: float = 30.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         self.metadata = auth_metadata(token)  # first: a bad token opens no channel
+        self.max_message_bytes = check_max_message_bytes(max_message_bytes)
         self.seeds = seeds_of(target)
         self.target = ",".join(self.seeds)
         self.timeout = timeout
@@ -87,9 +92,27 @@ class ClientBase:
         )
 
     def _send(self, address: str, call: calls.Call[Any, Any], timeout: float | None) -> Any:
-        """The stub's reply (blocking client) or the awaitable of it (asyncio client)."""
+        """The stub's reply (blocking client) or the awaitable of it (asyncio client); a
+        request over ``max_message_bytes`` raises before it is sent."""
+        self._check_size(call)
         send = getattr(self._stub(address), call.method)
         return send(call.request, timeout=timeout or self.timeout, metadata=self.metadata)
+
+    def _check_size(self, call: calls.Call[Any, Any]) -> None:
+        """:class:`MessageTooLargeError` for a request gRPC would refuse to send (a bare
+        RESOURCE_EXHAUSTED otherwise), naming the limit and the size."""
+        size = call.request.ByteSize()
+        limit = self.max_message_bytes
+        if size > limit:
+            msg = (
+                f"{call.method}: the request is {size} bytes, over this client's limit of "
+                f"{limit} bytes (max_message_bytes); send fewer rows per call"
+            )
+            raise MessageTooLargeError(
+                msg,
+                reason=Reason.MESSAGE_TOO_LARGE,
+                metadata={"limit_bytes": str(limit), "size_bytes": str(size)},
+            )
 
     def _subscription(self, address: str, call: calls.Call[Any, Any], timeout: float | None) -> Any:
         """The Subscribe call at ``address``; ``timeout`` bounds it (None: no bound)."""

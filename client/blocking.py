@@ -22,7 +22,7 @@ from mtawindows.v1.types import (
 from . import calls
 from .base import SUBSCRIBED, ClientBase
 from .batch_writer import BatchWriter
-from .channel import DEFAULT_TARGET, credentials, open_channel
+from .channel import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_TARGET, credentials, open_channel
 from .cluster_map import ClusterMap
 from .errors import MtaWindowsError, from_rpc_error
 from .rows import Rows
@@ -49,7 +49,10 @@ class WindowClient(ClientBase):
     ``sequence`` are sent again after their server failed (the same key every time: the new
     owner acknowledges a batch the old one applied as a duplicate); any call is resent
     after a ``NOT_OWNER`` or ``STREAM_MOVING`` (nothing was done). ``refresh_interval``:
-    the cluster map's longest life in seconds."""
+    the cluster map's longest life in seconds. ``max_message_bytes`` (default 64 MiB, the
+    server's default too): the largest request sent and reply taken; a larger request
+    raises :class:`~mtawindows.client.errors.MessageTooLargeError` (its size and the limit)
+    before it is sent, and one over the server's own limit gets the same error from it."""
 
     def __init__(
         self,
@@ -62,15 +65,22 @@ class WindowClient(ClientBase):
         channel: grpc.Channel | None = None,
         retry_time: float = 10.0,
         refresh_interval: float = 30.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
-        super().__init__(target, token, timeout, retries, retry_time, refresh_interval)
+        super().__init__(
+            target, token, timeout, retries, retry_time, refresh_interval, max_message_bytes
+        )
         self._creds = credentials(tls)
         first = self.seeds[0]
-        self.channel = channel if channel is not None else open_channel(first, self._creds)
+        self.channel = (
+            channel
+            if channel is not None
+            else open_channel(first, self._creds, self.max_message_bytes)
+        )
         self.stub = self._adopt(first, self.channel)  # the first seed's: raw calls
 
     def _open(self, address: str) -> grpc.Channel:
-        return open_channel(address, self._creds)
+        return open_channel(address, self._creds, self.max_message_bytes)
 
     def __enter__(self) -> WindowClient:
         return self

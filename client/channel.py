@@ -9,9 +9,10 @@ from types import ModuleType
 import grpc
 
 DEFAULT_TARGET = "localhost:50051"
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # the server's default limit too
 
 
-def channel_options(max_message_bytes: int = 64 * 1024 * 1024) -> list[tuple[str, int]]:
+def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
     """gRPC channel options: messages up to ``max_message_bytes`` both ways."""
     return [
         ("grpc.max_send_message_length", max_message_bytes),
@@ -41,27 +42,49 @@ def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),)
 
 
-def open_channel(target: str, creds: grpc.ChannelCredentials | None) -> grpc.Channel:
-    """A blocking channel to ``target``: TLS with ``creds``, plaintext without."""
-    return _open(grpc, target, creds)
+def check_max_message_bytes(value: int) -> int:
+    """``value`` if it is a message limit gRPC takes (1 byte to 2 GiB - 1); ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**31:
+        msg = f"max_message_bytes: expected a number of bytes 1..2147483647, got {value!r}"
+        raise ValueError(msg)
+    return value
 
 
-def open_aio_channel(target: str, creds: grpc.ChannelCredentials | None) -> grpc.aio.Channel:
-    """The asyncio (grpc.aio) channel to ``target``: TLS with ``creds``, plaintext without."""
-    return _open(grpc.aio, target, creds)
+def open_channel(
+    target: str,
+    creds: grpc.ChannelCredentials | None,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+) -> grpc.Channel:
+    """A blocking channel to ``target``: TLS with ``creds``, plaintext without; messages up
+    to ``max_message_bytes`` both ways."""
+    return _open(grpc, target, creds, max_message_bytes)
 
 
-def _open(kind: ModuleType, target: str, creds: grpc.ChannelCredentials | None) -> object:
-    opts = channel_options()
+def open_aio_channel(
+    target: str,
+    creds: grpc.ChannelCredentials | None,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+) -> grpc.aio.Channel:
+    """The asyncio (grpc.aio) channel to ``target``: TLS with ``creds``, plaintext without;
+    messages up to ``max_message_bytes`` both ways."""
+    return _open(grpc.aio, target, creds, max_message_bytes)
+
+
+def _open(
+    kind: ModuleType, target: str, creds: grpc.ChannelCredentials | None, max_message_bytes: int
+) -> object:
+    opts = channel_options(max_message_bytes)
     if creds is not None:
         return kind.secure_channel(target, creds, opts)
     return kind.insecure_channel(target, opts)
 
 
 __all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
     "DEFAULT_TARGET",
     "auth_metadata",
     "channel_options",
+    "check_max_message_bytes",
     "credentials",
     "open_aio_channel",
     "open_channel",

@@ -93,6 +93,13 @@ class ResourceExhaustedError(MtaWindowsError):
     code = "RESOURCE_EXHAUSTED"
 
 
+class MessageTooLargeError(ResourceExhaustedError):
+    """A request over a message limit (reason ``MESSAGE_TOO_LARGE``; metadata ``limit_bytes``
+    and ``size_bytes``): the client's own (``max_message_bytes``: raised before anything is
+    sent, ``target`` None) or the server's (its ``--max-message-mb``). Send fewer rows per
+    call; sending it again fails the same way."""
+
+
 class UnauthenticatedError(MtaWindowsError, PermissionError):
     code = "UNAUTHENTICATED"
 
@@ -135,6 +142,7 @@ _BY_REASON: dict[str, type[MtaWindowsError]] = {
     Reason.OUT_OF_ORDER: OutOfOrderError,
     Reason.NOT_OWNER: NotOwnerError,
     Reason.STREAM_MOVING: StreamMovingError,
+    Reason.MESSAGE_TOO_LARGE: MessageTooLargeError,
 }
 
 

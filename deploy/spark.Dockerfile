@@ -25,6 +25,7 @@ COPY server ./server
 COPY client ./client
 COPY spark_connector ./spark_connector
 COPY cli ./cli
+COPY testing ./testing
 RUN pip install ".[spark]" "pyspark==${SPARK_VERSION}" \
     && useradd --system --create-home --uid 10001 spark \
     && mkdir -p /out /tmp/spark-work /shared \

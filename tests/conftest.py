@@ -1,4 +1,9 @@
-"""Shared fixtures and hypothesis profiles.
+"""Hypothesis profiles and the ``redis`` marker.
+
+The fixtures that start processes (``redis_url``, ``redis_cluster``, ``mtawindows_server``,
+``mtawindows_server_factory``, ``mtawindows_cluster``) come from the testing kit's pytest
+plugin, :mod:`mtawindows.testing.pytest_plugin` (registered by the package's ``pytest11``
+entry point): this file must not define fixtures of those names.
 
 Profiles: ``ci`` (default, bounded for a 2-core CI box), ``fast`` (``make test-fast``) and
 ``thorough`` (local soak):
@@ -9,13 +14,9 @@ Profiles: ``ci`` (default, bounded for a 2-core CI box), ``fast`` (``make test-f
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
-
-from tests.support.redis_cluster import RedisClusterProcesses
-from tests.support.redis_url import redis_url as _redis_url
 
 settings.register_profile(
     "ci",
@@ -50,18 +51,3 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "redis_url" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.redis)
-
-
-@pytest.fixture(scope="session")
-def redis_url() -> str:
-    """``REDIS_URL``, else a testcontainers Redis if Docker answers, else the embedded server."""
-    return _redis_url()
-
-
-@pytest.fixture(scope="session")
-def redis_cluster() -> Iterator[RedisClusterProcesses]:
-    """A real Redis Cluster for the session: six valkey-server processes on loopback, three
-    primaries with a replica each (:mod:`.cluster_support`). A test that damages a cluster
-    (a failover) starts its own :class:`RedisClusterProcesses` instead."""
-    with RedisClusterProcesses() as cluster:
-        yield cluster

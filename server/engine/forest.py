@@ -207,6 +207,49 @@ class LevelForest:
                     head[0] = EMPTY
         self._first = g
 
+    def _has_element(self, lvl: int, m: int) -> bool:
+        """Whether level ``lvl`` holds its element ``m``, without reading the store: the
+        head and the tail pairs are local, and a pair between them is full (Invariant 1)."""
+        levels = self._levels
+        if lvl >= len(levels):
+            return False
+        lv = levels[lvl]
+        pos = m >> 1
+        if pos == lv.start:
+            return lv.head[m & 1] is not EMPTY
+        if pos == lv.end - 1:
+            return lv.tail[m & 1] is not EMPTY
+        return bool(lv.start < pos < lv.end - 1)
+
+    def _fold(self, s: int, e: int) -> Any:
+        """The aggregate of the leaves ``[s, e)`` (``_first <= s <= e <= _next``), oldest
+        first, read-only: the leaves covered by the fewest elements the levels hold, each the
+        highest aligned one inside ``[s, e)``. O(log n) combines (and store reads).
+
+        Only elements whose leaves all lie in the window are read: those are exact in both
+        algorithms (the stale or partial values live on the leftmost branch, over evicted
+        leaves, and on LMTA's right spine, past ``_next``); AMTA's unsealed tails have no
+        element above them, so the cover goes down into them."""
+        combine = self._combine
+        has = self._has_element
+        levels = self._levels
+        acc: Any = UNSET
+        pos = s
+        while pos < e:
+            lvl = 0
+            while True:
+                up = lvl + 1
+                if pos & ((1 << up) - 1) or pos + (1 << up) > e or not has(up, pos >> up):
+                    break
+                lvl = up
+            lv = levels[lvl]
+            m = pos >> lvl
+            p = lv.head if (m >> 1) == lv.start else lv.peek(m >> 1)
+            v = p[m & 1]
+            acc = v if acc is UNSET else combine(acc, v)
+            pos += 1 << lvl
+        return self._identity if acc is UNSET else acc
+
     def _truncate_leaves(self, new_next: int) -> None:
         """Remove the leaves ``>= new_next`` (undo of inserts), structure only."""
         last_leaf = new_next - 1

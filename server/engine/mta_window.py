@@ -450,6 +450,75 @@ class MTAWindow(LevelForest):
             self.check_invariants()
         return k
 
+    def preview_lifted(
+        self,
+        lifted: list[Any],
+        *,
+        per_item: bool = False,
+        totals: list[Any] | None = None,
+        sizes: list[int] | None = None,
+    ) -> Any:
+        """What :meth:`apply_lifted` with the same arguments would make of ``lifted``, without
+        applying it: the window's lifted aggregate after the batch (with ``totals`` and
+        ``sizes``, also the aggregate and the size after every item), the window left as it
+        was (positions, contents, results, ledger; no operation logged: blocks a tiered level
+        wrote for the items are past the window's end, and rewritten by the next inserts).
+        The service lowers these before it applies a batch, so that a ``lower`` that refuses
+        a result refuses the batch with nothing changed. Never non-blocking: it may read the
+        store.
+
+        How: the items are inserted, then taken back (as when a plan raises); in between the
+        policy is planned without committing and the aggregates are read from the levels
+        (:meth:`_fold`). Batch-wise, the plan is the window's own (:meth:`_plan`). Item by
+        item (``per_item`` or ``totals``), the oldest leaf moves on as the policy lets each
+        item's window go: the longest prefix, tested leaf by leaf (the policies' semantics,
+        which the engines' searches compute for prefix-monotone policies; see
+        :mod:`.policies`). Costs the inserts twice and O(log n) per item; the policy is
+        called here too (a CEL policy counts its errors again: the caller resets them)."""
+        self._check_usable()
+        nxt = self._next
+        try:
+            self._insert_many(lifted)
+            if totals is None and not per_item:
+                return self._fold(self._first + self._plan(), self._next)
+            if (totals is None) != (sizes is None):
+                msg = "preview_lifted: totals and sizes go together"
+                raise TypeError(msg)
+            s = self._first
+            total: Any = UNSET
+            for end in range(nxt + 1, self._next + 1):
+                total = self._fold(s, end)
+                k = self._leaving(s, end, total)
+                if k:
+                    s += k
+                    total = self._fold(s, end)
+                if totals is not None:
+                    totals.append(total)
+                    sizes.append(end - s)  # type: ignore[union-attr]
+            return self._fold(s, nxt) if total is UNSET else total
+        finally:
+            if self._next != nxt:
+                self._undo_inserts(nxt)
+
+    def _leaving(self, s: int, e: int, total: Any) -> int:
+        """How many of the leaves ``[s, e)`` leave a window that holds them (aggregate
+        ``total``): the longest prefix the policy lets go, tested from the oldest leaf."""
+        policy = self._policy
+        combine = self._combine
+        lv0 = self._levels[0]
+        k = 0
+        sub: Any = UNSET
+        while s + k < e:
+            i = s + k
+            pos = i >> 1
+            u = (lv0.head if pos == lv0.start else lv0.peek(pos))[i & 1]
+            cand = u if sub is UNSET else combine(sub, u)
+            if not policy(total, cand):
+                break
+            sub = cand
+            k += 1
+        return k
+
     def _push_one(self, u: Any) -> tuple[Any, int]:
         """Insert the lifted ``u`` and enforce: (the total, or ``UNSET`` for "ask
         :meth:`query`"; items evicted). Algorithms override it with inline fast paths."""

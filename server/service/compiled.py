@@ -46,6 +46,9 @@ class Output:
     parts: tuple[tuple[str, str], ...] = ()  # (part name, FieldType value)
     split: Callable[[Any], tuple[Any, ...]] | None = None  # lowered value -> parts
     nullable_when_empty: bool = True
+    # a plugin's (user code): its ``lower`` is tried on a batch's results before the batch
+    # is applied (HostedWindow.check_results); the built-ins' never raise
+    plugin: bool = False
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """One window of a stream (:class:`HostedWindow`): its definition, compiled record and engine, and
 what it answers: its current result, the results kept for readers behind (``history``),
-per-row results as typed columns, its stats and info."""
+per-row results as typed columns, its stats and info; and the check that a plugin's ``lower``
+takes the results a batch would give, before the batch is applied (:meth:`check_results`)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from mtawindows.v1.types import (
 from .cel import CelPolicy
 from .columnar_lift import columnar_lifter
 from .compiled import Built, Output
+from .refusals import lower_failed
 
 
 class HostedWindow:
@@ -51,6 +53,16 @@ class HostedWindow:
         # output name -> (its index in the record's aggregate, its field monoid's lower or
         # None when that is the identity function)
         self._lowers = built.monoid.field_lowers()
+        # the plugins' outputs that lower: (output name, index, lower, monoid name); their
+        # lowers are user code, tried on a batch's results before it is applied
+        monoids = {a.name: a.monoid for a in spec.aggregations}
+        self._plugin_lowers = [
+            (o.name, i, lower, monoids.get(o.name, "?"))
+            for o in built.outputs
+            if o.plugin
+            for i, lower in (self._lowers[o.name],)
+            if lower is not None
+        ]
         nan_fields = {f.name for f in stream.fields if f.allow_nan}
         self.lift_columns = columnar_lifter(built.monoid, nan_fields)
         # the stream's batch count when the window last changed, and the newest timestamp then:
@@ -63,9 +75,41 @@ class HostedWindow:
 
     @property
     def inline_ok(self) -> bool:
-        """May a small batch be tried on the event loop (not reloading)? A stream with a
-        journal never tries (:meth:`Stream.inline_ok`)."""
-        return not self.engine.stale
+        """May a small batch be tried on the event loop (not reloading, no plugin results
+        to check: that may read the store)? A stream with a journal never tries
+        (:meth:`Stream.inline_ok`)."""
+        return not self.engine.stale and not self._plugin_lowers
+
+    @property
+    def checks_results(self) -> bool:
+        """Whether a batch's results are lowered before it is applied (a plugin's lower)."""
+        return bool(self._plugin_lowers)
+
+    def check_results(self, lifted: list[Any], *, per_row: bool) -> None:
+        """Refuse the batch ``lifted`` (FAILED_PRECONDITION, ``LOWER_FAILED``) when a plugin's
+        ``lower`` raises on a result it would give this window: the result after the batch
+        (every append lowers it), and with ``per_row`` the result after every row. Computed
+        without applying the batch (``preview_lifted`` of the engine: the window unchanged,
+        the same policy decisions), so a refused batch changes nothing and a retry gets the
+        same refusal. A CEL policy runs here too; its error count is kept as it was (the
+        apply counts them)."""
+        policy = self.built.policy
+        errors = policy.errors[0] if isinstance(policy, CelPolicy) else None
+        totals: list[Any] | None = [] if per_row else None
+        sizes: list[int] | None = [] if per_row else None
+        try:
+            total = self.engine.preview_lifted(
+                lifted, per_item=not self.built.batch_safe, totals=totals, sizes=sizes
+            )
+        finally:
+            if errors is not None:
+                policy.errors[0] = errors
+        for name, i, lower, monoid in self._plugin_lowers:
+            for t in (total, *(totals or ())):
+                try:
+                    lower(t[i])
+                except Exception as ex:
+                    raise lower_failed(self.stream.name, self.spec.name, name, monoid, ex) from None
 
     @property
     def window_id(self) -> str | None:

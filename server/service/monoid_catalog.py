@@ -193,7 +193,7 @@ def _plugin(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tup
     # a declared FieldType (any case) types the result column; anything else stays untyped
     declared = str(getattr(plugin, "output_type", None) or "").upper()
     out_type = declared if declared in FieldType.__members__ else "ANY"
-    return plugin, Output(agg.name, out_type)
+    return plugin, Output(agg.name, out_type, plugin=True)
 
 
 _BUILDERS: dict[str, Builder] = {

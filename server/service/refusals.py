@@ -8,6 +8,7 @@ code names.
 from __future__ import annotations
 
 import logging
+import traceback
 import uuid
 from collections.abc import Mapping, Sequence
 
@@ -45,6 +46,44 @@ def batch_too_large(rows: int, limit: int) -> ServiceError:
         Reason.BATCH_TOO_LARGE,
         f"batch of {rows} rows exceeds the server's limit of {limit} rows per Append; split it",
         metadata={"limit": str(limit), "rows": str(rows)},
+    )
+
+
+def lower_failed(stream: str, window: str, output: str, monoid: str, ex: Exception) -> ServiceError:
+    """FAILED_PRECONDITION, ``LOWER_FAILED``: the plugin monoid ``monoid`` of aggregation
+    ``output`` raised ``ex`` in ``lower`` on a result the batch would give ``window`` (found
+    before the batch changed anything, so the same batch fails the same way). The caller gets
+    the exception's type, and its text when it is a refusal the plugin means (ValueError,
+    TypeError, ArithmeticError, as for a ``lift``); any other text stays in the log, under an
+    error id."""
+    error_id = new_error_id()
+    trace = "".join(traceback.format_exception(type(ex), ex, ex.__traceback__, limit=8))
+    log.warning(
+        "plugin lower failed, error id %s: stream %r, window %r, aggregation %r (%s): %s",
+        error_id,
+        stream,
+        window,
+        output,
+        monoid,
+        clip(trace, 4000),  # bounded: a plugin's text may be any size
+        extra={"error_id": error_id, "stream": stream, "window": window},
+    )
+    meant = isinstance(ex, ValueError | TypeError | ArithmeticError)
+    said = f"{type(ex).__name__}: {clip(str(ex), 200)}" if meant else type(ex).__name__
+    return ServiceError(
+        "FAILED_PRECONDITION",
+        Reason.LOWER_FAILED,
+        f"window {window!r}: the lower of aggregation {output!r} (plugin {monoid!r}) raised "
+        f"{said} on the result this batch would give; nothing was applied (error id "
+        f"{error_id})",
+        metadata={
+            "stream": stream,
+            "window": window,
+            "aggregation": output,
+            "monoid": monoid,
+            "error": said,
+            "error_id": error_id,
+        },
     )
 
 

@@ -1,9 +1,10 @@
 """One stream (:class:`Stream`): its windows and state, and ingestion.
 
 A batch is validated and decoded once (columns -> schema order), passes the lateness rule,
-and is lifted for every window before any changes (so a refused row changes nothing); then it
-is journaled (when a window is durable), applied to each window's engine and committed to the
-stream's state, and the stream's listeners (subscribers) get the results.
+and is lifted for every window before any changes (so a refused row changes nothing), the
+results a plugin's ``lower`` would get tried too (so a refused result changes nothing); then
+it is journaled (when a window is durable), applied to each window's engine and committed to
+the stream's state, and the stream's listeners (subscribers) get the results.
 
 Every operation on a stream's windows and state runs under the stream's lock (``_locked``).
 """
@@ -178,12 +179,14 @@ class Stream:
 
     def replay(self, entry: JournalEntry) -> None:
         """Apply a journaled append again (recovery): the same checks against the same state
-        give the same batch; windows that hold the entry already are skipped."""
+        give the same batch; windows that hold the entry already are skipped. Its results
+        are not tried again (they were before it was journaled, and a window that holds the
+        entry would try them on top of it)."""
         which = [w for w in entry.which if w in self.windows]
         request = Append(
             entry.columns, entry.producer_id, entry.sequence, entry.mode, which, 1 << 62
         )
-        batch = self.prepare(request)
+        batch = self.prepare(request, replay=True)
         if batch.result.duplicate:  # pragma: no cover - a journal written by another state
             msg = f"stream {self.spec.name!r}: journal entry {entry.lsn} replays as a duplicate"
             raise StoreError(msg)
@@ -214,8 +217,9 @@ class Stream:
         return one_step and all(w.inline_ok for w in self.windows.values())
 
     # -- the steps of an append
-    def prepare(self, request: Append) -> Batch:
-        """Everything that can refuse the batch, before any window changes."""
+    def prepare(self, request: Append, *, replay: bool = False) -> Batch:
+        """Everything that can refuse the batch, before any window changes (a journaled one
+        being replayed: ``replay``)."""
         self._check_windows(request.which)
         n_rows, cols = self.decode(request.columns)
         if n_rows > request.max_rows:
@@ -231,15 +235,26 @@ class Stream:
         ts = cols[0]
         columns_of, rows, late, buffered = self._admit(cols)
         lifted = self._lift(columns_of, rows)
+        if not replay:
+            self._check_results(request, lifted)
         released_ts = columns_of[self.spec.timestamp_field]
         result = AppendResult(rows_applied=len(released_ts), rows_late=late, rows_buffered=buffered)
         return Batch(request, result, ts, lifted, released_ts, late)
+
+    def _check_results(self, request: Append, lifted: dict[str, list[Any]]) -> None:
+        """A window with a plugin's ``lower`` lowers the results the batch would give it
+        before anything changes (journal, windows, ledger): one that raises refuses the
+        batch here (``LOWER_FAILED``), as a ``lift`` that raises does."""
+        for name, win in self.windows.items():
+            if win.checks_results:
+                per_row = request.mode == PER_ROW and (not request.which or name in request.which)
+                win.check_results(lifted[name], per_row=per_row)
 
     def _check_windows(self, which: Sequence[str]) -> None:
         for w in which:
             if w not in self.windows:
                 msg = f"stream {self.spec.name!r} has no window {w!r}"
-                raise not_found(Reason.WINDOW_NOT_FOUND, msg)
+                raise not_found(Reason.WINDOW_NOT_FOUND, msg, stream=self.spec.name, window=w)
 
     def _noop(self, request: Append) -> Batch:
         """No rows: acknowledged without a trace (no batch counted, no sequence, the

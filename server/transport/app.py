@@ -9,7 +9,6 @@ NOT_SERVING while it does not) and stops gracefully.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import os
@@ -35,11 +34,13 @@ from ..service.registry import Registry
 from ..storage.connect import connect, ping_nodes
 from ..storage.datadir import DataDirLock
 from ..storage.embedded import EmbeddedRedis, EmbeddedRedisError
+from ..storage.processes import RestartBudget
 from ..storage.protocol import StoreError, StoreUnavailableError
 from ..storage.replication import replicas_waiter
 from .auth import TokenAuth
 from .metrics import Metrics
 from .servicer import WindowServicer, add_servicer
+from .status import receive_limit
 
 __all__ = ["SERVICE_NAME", "ServeConfig", "Server", "default_data_dir", "serve"]
 
@@ -68,8 +69,8 @@ class ServeConfig:
     reuse_port: bool = False
     # the embedded Redis: restarts allowed within the window (then NOT_SERVING for good), and
     # seconds between checks of its process
-    redis_restarts: int = 5
-    redis_restart_window: float = 300.0
+    redis_restarts: int = RestartBudget.LIMIT
+    redis_restart_window: float = RestartBudget.WINDOW
     supervise_interval: float = 0.2
     # the watchdog of the Redis (embedded or not): a PING every ``redis_ping_interval``
     # seconds (at most a quarter of the timeout) on a connection of its own; no answer for
@@ -238,7 +239,9 @@ class Server:
         cfg = self.config
         interceptors = [TokenAuth(cfg.tokens)] if cfg.tokens else []
         options = [
-            ("grpc.max_receive_message_length", cfg.limits.max_message_bytes),
+            # twice the limit: a request between the two is refused by its size with a rich
+            # status (MESSAGE_TOO_LARGE, servicer._within); past it gRPC cuts it itself
+            ("grpc.max_receive_message_length", receive_limit(cfg.limits.max_message_bytes)),
             ("grpc.max_send_message_length", cfg.limits.max_message_bytes),
             ("grpc.so_reuseport", 1 if cfg.reuse_port else 0),
         ]
@@ -314,7 +317,7 @@ class Server:
     async def _supervise(self) -> None:
         emb = self.embedded
         assert emb is not None
-        restarts: collections.deque[float] = collections.deque()
+        restarts = RestartBudget(self.config.redis_restarts, self.config.redis_restart_window)
         while not self._stopping:
             await asyncio.sleep(self.config.supervise_interval)
             if emb.running or self._stopping:
@@ -426,18 +429,13 @@ class Server:
             extra={"event": "store_answers", "ping_ms": round(took * 1000, 1)},
         )
 
-    async def _restart_store(self, restarts: collections.deque[float], why: str) -> bool:
+    async def _restart_store(self, restarts: RestartBudget, why: str) -> bool:
         """Restart the embedded Redis on its data directory (bounded, with backoff), then make
         every window reload its durable state and go back to SERVING. False: gave up."""
-        cfg = self.config
         emb = self.embedded
         assert emb is not None and self.servicer is not None
-        delay = 0.5
         while True:
-            now = time.monotonic()
-            while restarts and now - restarts[0] > cfg.redis_restart_window:
-                restarts.popleft()
-            if len(restarts) >= cfg.redis_restarts:
+            if not restarts.take():
                 await self._hold_down(
                     "process",
                     "the embedded Redis is down and the server gave up restarting it (see its log)",
@@ -446,13 +444,11 @@ class Server:
                     "embedded Redis not restarted: NOT_SERVING until the server is restarted",
                     extra={
                         "event": "store_given_up",
-                        "reason": f"{len(restarts)} restarts within "
-                        f"{cfg.redis_restart_window:g}s; last: {why}",
+                        "reason": restarts.spent(why),
                         "data_dir": str(emb.data_dir),
                     },
                 )
                 return False
-            restarts.append(now)
             # shielded: a stop() during the restart waits for it instead of racing it
             self._restart = asyncio.ensure_future(asyncio.to_thread(emb.start))
             try:
@@ -464,8 +460,7 @@ class Server:
                     "embedded Redis restart failed",
                     extra={"event": "store_restart_failed", "reason": why},
                 )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 10.0)
+            await asyncio.sleep(restarts.backoff())
         await self._invalidate_windows()
         serving = await self._release_down("process")
         log.warning(

@@ -167,10 +167,17 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         """Refuse a request that did not parse or whose strings, lists or enums are out of
         bounds (inputs.py), and a call that needs the store while it is down; before any
         other work."""
-        if isinstance(request, decode.Malformed):
+        if isinstance(request, decode.Malformed | ServiceError):  # unparsed, or too large
             raise request
         check_request(request)
-        if self.store_down is not None and method in NEEDS_STORE:
+        if method in NEEDS_STORE:
+            self.store_ready(method)
+
+    def store_ready(self, method: str) -> None:
+        """Refuse a call that needs the store while it is down (the supervisor or the
+        watchdog says so), at once: at admission, and again once the call holds its stream's
+        lock (it may have gone down while the call waited: no call waits on it)."""
+        if self.store_down is not None:
             raise status.store_unavailable_refusal(method, self.store_down)
 
     async def fail(
@@ -311,6 +318,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         await self.owned(request.stream)
         mode = decode.result_mode(request)
         async with self.lock(request.stream):
+            self.store_ready("Append")
             stream = await self.owned(request.stream)  # it may have moved meanwhile
             if not request.arrow_ipc and stream.inline_ok(decode.rows_hint(request), mode):
                 # small batch: on the loop unless a window would wait for Redis
@@ -378,6 +386,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
     async def Query(self, request: pb.QueryRequest, context: Any) -> pb.WindowResult:
         _, w = await self.window_of(request.stream, request.window)
         async with self.lock(request.stream):
+            self.store_ready("Query")
             _, w = await self.window_of(request.stream, request.window)
             r = await self.run(self.registry.result, request.stream, request.window)
         return convert.result_to_proto(r, w.type_tags)
@@ -392,6 +401,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         await self.window_of(request.stream, request.window)
         limit = min(request.limit or 1000, 10_000)
         async with self.lock(request.stream):
+            self.store_ready("ReadResults")
             _, w = await self.window_of(request.stream, request.window)
             got = await self.run(w.results_after, request.after_sequence, limit)
             latest = w.sequence
@@ -489,8 +499,10 @@ def _event_bytes(tags: Any, batch: int, result: Any) -> bytes:
 
 def add_servicer(servicer: WindowServicer, server: grpc.aio.Server) -> None:
     """Register the WindowService, each handler behind its guard, with parsers that turn
-    malformed bytes into a refusal."""
+    malformed bytes, and requests over the message limit, into a refusal. The server lets
+    gRPC take requests up to :func:`~.status.receive_limit` (twice the limit) for that."""
     service = pb.DESCRIPTOR.services_by_name["WindowService"]
+    limit = servicer.registry.limits.max_message_bytes
     handlers = {}
     for method in service.methods:
         request = getattr(pb, method.input_type.name)
@@ -503,7 +515,7 @@ def add_servicer(servicer: WindowServicer, server: grpc.aio.Server) -> None:
         guard = _guard_stream if method.server_streaming else _guard_unary
         handlers[method.name] = make(
             guard(servicer, method.name, getattr(servicer, method.name)),
-            request_deserializer=decode.safe_parser(request),
+            request_deserializer=_within(limit, request, decode.safe_parser(request)),
             response_serializer=_passthrough(response)
             if method.server_streaming
             else response.SerializeToString,
@@ -511,6 +523,20 @@ def add_servicer(servicer: WindowServicer, server: grpc.aio.Server) -> None:
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(service.full_name, handlers),)
     )
+
+
+def _within(limit: int, message: Any, parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """``parse``, for requests of at most ``limit`` bytes; a larger one is not parsed: it
+    becomes its refusal (RESOURCE_EXHAUSTED, ``MESSAGE_TOO_LARGE``), which the guard raises."""
+    name = message.DESCRIPTOR.name
+
+    def parse_within(data: bytes) -> Any:
+        size = len(data)
+        if size > limit:
+            return status.message_too_large(name, size, limit)
+        return parse(data)
+
+    return parse_within
 
 
 def _passthrough(message: Any) -> Callable[[Any], bytes]:

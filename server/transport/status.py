@@ -1,11 +1,13 @@
 """Errors on the wire: the one place that turns what ended a call into the status the client gets.
 
-A call ends in error for one of four things, mapped here (:func:`failure`) and nowhere else:
+A call ends in error for one of these, mapped here (:func:`failure`) and nowhere else:
 
 * a refusal (:class:`ServiceError`, raised by any layer): its code, reason, message, field
   violations and metadata, as they are;
 * a request whose bytes do not parse (:class:`~.decode.Malformed`): INVALID_ARGUMENT,
   ``MALFORMED_REQUEST``;
+* a request over the message limit (:func:`message_too_large`, built by the parser in place
+  of the message): RESOURCE_EXHAUSTED, ``MESSAGE_TOO_LARGE`` with the limit and the size;
 * the store failing (``StoreError``, ``redis.RedisError``): UNAVAILABLE, ``STORE_UNAVAILABLE``
   with an error id (the store's text stays in the log);
 * anything else: INTERNAL, logged with its traceback under a fresh error id, and the id is all
@@ -49,6 +51,8 @@ __all__ = [
     "failure",
     "internal_status",
     "loggable",
+    "message_too_large",
+    "receive_limit",
     "refusal_of",
     "refusal_status",
     "rich_status",
@@ -114,6 +118,26 @@ def refusal_of(method: str, ex: BaseException) -> ServiceError | None:
     if isinstance(ex, StoreError | redis.RedisError):  # the store failing is never INTERNAL
         return store_failed(method, ex)
     return None
+
+
+def receive_limit(max_message_bytes: int) -> int:
+    """What gRPC itself lets in for a server whose limit is ``max_message_bytes``: twice that
+    (at most 2 GiB - 1, gRPC's own bound). A request between the two is read and refused by
+    its size before it is parsed (:func:`message_too_large`, a rich status); one past this
+    hard cap is cut by gRPC as it arrives (RESOURCE_EXHAUSTED without ErrorInfo), so a call
+    never holds more than twice the limit in memory."""
+    return min(2 * max_message_bytes, 2**31 - 1)
+
+
+def message_too_large(type_name: str, size: int, limit: int) -> ServiceError:
+    """The refusal of a request of ``size`` serialized bytes over the server's ``limit``."""
+    return ServiceError(
+        "RESOURCE_EXHAUSTED",
+        Reason.MESSAGE_TOO_LARGE,
+        f"the {type_name} is {size} bytes, over the server's limit of {limit} bytes "
+        "(--max-message-mb): send fewer rows per call",
+        metadata={"limit_bytes": str(limit), "size_bytes": str(size)},
+    )
 
 
 def store_unavailable_refusal(method: str, why: str) -> ServiceError:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -23,9 +22,8 @@ import pytest
 
 from mtawindows.client import WindowClient
 from mtawindows.client.errors import MtaWindowsError
-from mtawindows.server.storage.embedded import EmbeddedRedis
+from mtawindows.testing import LocalCluster
 from mtawindows.v1.types import Aggregation, Field, Policy, Storage, StreamSpec, WindowSpec
-from tests.support.servers import ServerProcess, free_port
 
 pytestmark = [pytest.mark.server, pytest.mark.slow, pytest.mark.redis]
 
@@ -35,33 +33,19 @@ CHAOS_SECONDS = float(os.environ.get("MTAWINDOWS_CHAOS_SECONDS", "20"))
 
 
 @pytest.fixture
-def shared_redis(tmp_path: Path) -> Iterator[str]:
-    srv = EmbeddedRedis(tmp_path / "redis").start()
-    yield srv.url
-    srv.stop()
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    """Three servers on one embedded Redis, a lease of 1 s."""
+    with LocalCluster(3, "--lease-ms", "1000", data_dir=tmp_path) as c:
+        yield c
 
 
 def test_kill_and_restart_servers_at_random_and_lose_no_acknowledged_row(
-    shared_redis: str, tmp_path: Path
+    cluster: LocalCluster,
 ) -> None:
     seed = int(os.environ.get("MTAWINDOWS_CHAOS_SEED", str(random.randrange(1 << 30))))
     rnd = random.Random(seed)
-    ports = [free_port() for _ in range(3)]
-    servers = [
-        ServerProcess(
-            tmp_path / f"s{i}",
-            "--redis-url",
-            shared_redis,
-            "--port",
-            str(ports[i]),
-            "--lease-ms",
-            "1000",
-        )
-        for i in range(3)
-    ]
-    for s in servers:
-        s.start()
-    seeds = ",".join(f"127.0.0.1:{p}" for p in ports)
+    servers = cluster.servers
+    seeds = ",".join(cluster.targets)  # every member, the dead ones too: a client's seeds
     names = [f"chaos{i}" for i in range(STREAMS)]
     with WindowClient(seeds, retry_time=30) as c:
         for n in names:
@@ -121,10 +105,10 @@ def test_kill_and_restart_servers_at_random_and_lose_no_acknowledged_row(
         while time.monotonic() < end and not errors:
             time.sleep(rnd.uniform(1.0, 3.0))
             victim = rnd.choice(servers)
-            victim.stop(signal.SIGKILL)
+            victim.kill()
             kills += 1
             time.sleep(rnd.uniform(0.2, 2.0))
-            victim.start()
+            victim.start()  # on its port: the same member
         stop.set()
         for t in threads:
             t.join(timeout=120)
@@ -140,5 +124,3 @@ def test_kill_and_restart_servers_at_random_and_lose_no_acknowledged_row(
                 assert got == want, f"stream {n} (seed {seed}): window {got} != model {want}"
     finally:
         stop.set()
-        for s in servers:
-            s.stop()

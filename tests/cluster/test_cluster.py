@@ -25,16 +25,15 @@ from grpc_status import rpc_status
 
 from mtawindows.server.service.ownership import Ownership
 from mtawindows.server.service.registry import Registry
-from mtawindows.server.storage.embedded import EmbeddedRedis
 from mtawindows.server.storage.fencing import Fence, FencedError, fenced
 from mtawindows.server.storage.journal import StreamJournal
 from mtawindows.server.storage.leases import Leases
 from mtawindows.server.storage.membership import Membership
+from mtawindows.testing import LocalCluster, RedisCluster
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1 import windows_pb2_grpc as pb_grpc
 from mtawindows.v1.placement import place
 from mtawindows.v1.types import Field, StreamSpec
-from tests.support.servers import ServerProcess, free_port
 
 pytestmark = [pytest.mark.redis]
 
@@ -259,13 +258,6 @@ def _reason(ex: grpc.RpcError) -> tuple[str, dict[str, str]]:
     return "", {}
 
 
-@pytest.fixture
-def shared_redis(tmp_path: Path) -> Iterator[str]:
-    srv = EmbeddedRedis(tmp_path / "redis").start()
-    yield srv.url
-    srv.stop()
-
-
 def _spec(name: str) -> pb.StreamSpec:
     return pb.StreamSpec(
         name=name, timestamp_field="ts", fields=[pb.FieldSpec(name="x", type=pb.DOUBLE)]
@@ -299,15 +291,12 @@ def _append(stream: str, ts: list[int], xs: list[float], seq: int) -> pb.AppendR
 
 @pytest.mark.server
 @pytest.mark.slow
-def test_sigstopped_owner_is_fenced_out_and_stops_serving(
-    shared_redis: str, tmp_path: Path
-) -> None:
+def test_sigstopped_owner_is_fenced_out_and_stops_serving(tmp_path: Path) -> None:
     """SIGSTOP the owner past its lease, let the other server take the stream and write,
     SIGCONT the old one: what it tries is refused, it serves the stream no more, and the
     window holds exactly what was acknowledged."""
-    lease = "600"
-    a = ServerProcess(tmp_path / "a", "--redis-url", shared_redis, "--lease-ms", lease).start()
-    b = ServerProcess(tmp_path / "b", "--redis-url", shared_redis, "--lease-ms", lease).start()
+    cluster = LocalCluster(2, "--lease-ms", "600", data_dir=tmp_path).start()
+    a, b = cluster.servers
     stubs = {s.target: pb_grpc.WindowServiceStub(grpc.insecure_channel(s.target)) for s in (a, b)}
     try:
         # a stream placed on a (its name chosen so), created there
@@ -330,8 +319,7 @@ def test_sigstopped_owner_is_fenced_out_and_stops_serving(
             "NOT_OWNER",
             {"stream": name, "owner": a.target, "owner_id": a.target, "token": "1"},
         )
-        assert a.proc is not None
-        os.kill(a.proc.pid, signal.SIGSTOP)
+        os.kill(a.pid, signal.SIGSTOP)
         try:
             deadline = time.monotonic() + 20
             while True:  # b takes the stream once a's lease ran out
@@ -346,7 +334,7 @@ def test_sigstopped_owner_is_fenced_out_and_stops_serving(
             acked += 100.0
             rows += 1
         finally:
-            os.kill(a.proc.pid, signal.SIGCONT)
+            os.kill(a.pid, signal.SIGCONT)
         # a, resumed, is asked to write: refused, sent to b
         with pytest.raises(grpc.RpcError) as info:
             sa.Append(_append(name, [11], [1000.0], 11), timeout=10)
@@ -356,24 +344,14 @@ def test_sigstopped_owner_is_fenced_out_and_stops_serving(
         assert r.values["n"].int_value == rows and r.values["s"].double_value == acked
         assert "lost the lease" in a.log.read_text() or "adopted" in b.log.read_text()
     finally:
-        a.stop()
-        b.stop()
+        cluster.close()
 
 
 @pytest.mark.server
 @pytest.mark.slow
-def test_a_killed_owner_s_streams_move_and_keep_every_acknowledged_row(
-    shared_redis: str, tmp_path: Path
-) -> None:
-    port = free_port()
-    servers = [
-        ServerProcess(tmp_path / f"s{i}", "--redis-url", shared_redis, "--lease-ms", "1000")
-        for i in range(2)
-    ]
-    servers[0].args += ["--port", str(port)]
-    for s in servers:
-        s.start()
-    a, b = servers
+def test_a_killed_owner_s_streams_move_and_keep_every_acknowledged_row(tmp_path: Path) -> None:
+    cluster = LocalCluster(2, "--lease-ms", "1000", data_dir=tmp_path).start()
+    a, b = cluster.servers
     stub_a = pb_grpc.WindowServiceStub(grpc.insecure_channel(a.target))
     stub_b = pb_grpc.WindowServiceStub(grpc.insecure_channel(b.target))
     try:
@@ -384,7 +362,7 @@ def test_a_killed_owner_s_streams_move_and_keep_every_acknowledged_row(
         stub_a.CreateWindow(pb.CreateWindowRequest(spec=_window(name)), timeout=10)
         for seq in range(1, 21):
             stub_a.Append(_append(name, [seq], [1.0], seq), timeout=10)
-        a.stop(signal.SIGKILL)
+        a.kill()
         t0 = time.monotonic()
         while True:
             try:
@@ -397,8 +375,7 @@ def test_a_killed_owner_s_streams_move_and_keep_every_acknowledged_row(
         assert r.duplicate  # applied once, before the kill
         q = stub_b.Query(pb.QueryRequest(stream=name, window="w"), timeout=10)
         assert q.values["n"].int_value == 20
-        # the killed server comes back on its port: the stream is placed on it again
-        a.start()
+        a.start()  # back on its port (the same member): the stream is placed on it again
         deadline = time.monotonic() + 20
         while True:
             try:
@@ -410,8 +387,7 @@ def test_a_killed_owner_s_streams_move_and_keep_every_acknowledged_row(
                 time.sleep(0.1)
         assert q.values["n"].int_value == 20
     finally:
-        for s in servers:
-            s.stop()
+        cluster.close()
 
 
 # --------------------------------------------------------------------------- Redis Cluster
@@ -424,12 +400,10 @@ def test_servers_on_redis_cluster_survive_a_primary_failover(tmp_path: Path) -> 
     ``--redis-wait-replicas 1``: streams over every primary, definitions, leases, fences and
     windows across slots; the primary holding a stream is killed: calls fail clearly
     (UNAVAILABLE) meanwhile, then succeed, and every acknowledged row is there."""
-    from tests.support.redis_cluster import RedisClusterProcesses
-
-    with RedisClusterProcesses() as rc:
-        args = ("--redis-url", rc.cluster_url, "--redis-wait-replicas", "1", "--lease-ms", "1500")
-        servers = [ServerProcess(tmp_path / f"s{i}", *args).start() for i in range(2)]
-        targets = [s.target for s in servers]
+    with RedisCluster() as rc:
+        args = ("--redis-wait-replicas", "1", "--lease-ms", "1500")
+        cluster = LocalCluster(2, *args, redis_url=rc.cluster_url, data_dir=tmp_path).start()
+        targets = cluster.targets
         stubs = {t: pb_grpc.WindowServiceStub(grpc.insecure_channel(t)) for t in targets}
 
         def call(name: str, fn: Any, deadline: float = 30.0) -> Any:
@@ -469,8 +443,7 @@ def test_servers_on_redis_cluster_survive_a_primary_failover(tmp_path: Path) -> 
                 q = call(n, lambda s, n=n: s.Query(pb.QueryRequest(stream=n, window="w")))
                 assert q.values["n"].int_value == acked[n], n
         finally:
-            for s in servers:
-                s.stop()
+            cluster.close()
 
 
 # --------------------------------------------------------------------------- found from outside

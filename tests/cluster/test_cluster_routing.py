@@ -1,6 +1,6 @@
 """Routing for every client, end to end: three real ``mtawindows serve`` processes on one Redis
-(a cluster; each advertises ``127.0.0.1:<its port>``), the SDK (blocking and asyncio), the CLI
-and the Spark connector given one seed or several.
+(a :class:`mtawindows.testing.LocalCluster`; each advertises ``127.0.0.1:<its port>``), the
+SDK (blocking and asyncio), the CLI and the Spark connector given one seed or several.
 
 * a call to a server that does not own its stream is refused there (``NOT_OWNER``, naming the
   owner) and the clients follow: every call lands at the owner, whatever seed they were given;
@@ -24,7 +24,6 @@ import queue
 import signal
 import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -47,10 +46,10 @@ from mtawindows.client import (
     keyed_stream_name,
 )
 from mtawindows.client.errors import from_rpc_error
+from mtawindows.testing import LocalCluster, mtawindows_command
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1 import windows_pb2_grpc as pb_grpc
 from mtawindows.v1.placement import place
-from tests.support.servers import BIN, ServerProcess, free_port
 
 pytestmark = [pytest.mark.server, pytest.mark.redis]
 
@@ -59,71 +58,12 @@ AGGS = (Aggregation("n", "count"), Aggregation("total", "sum", "x"))
 DURABLE = Storage("redis", durable=True)
 
 
-class Cluster:
-    """Three servers on one embedded Redis of their own (a fresh cluster per module)."""
-
-    def __init__(self, root: Path, n: int = 3) -> None:
-        from mtawindows.server.storage.embedded import EmbeddedRedis
-
-        self.root = root
-        self.redis = EmbeddedRedis(root / "redis").start()
-        self.servers: list[ServerProcess] = []
-        for i in range(n):
-            self.servers.append(self.start(i))
-        self.wait_formed()
-
-    def start(self, i: int) -> ServerProcess:
-        port = free_port()
-        srv = ServerProcess(
-            self.root / f"server{i}-{port}",
-            "--port", str(port),
-            "--advertise", f"127.0.0.1:{port}",
-            "--redis-url", self.redis.url,
-            "--lease-ms", str(LEASE_MS),
-        )  # fmt: skip
-        return srv.start()
-
-    def wait_formed(self, timeout: float = 60.0) -> None:
-        """Until every live server's map lists every live server (the heartbeats went round);
-        bounded by ``timeout``."""
-        want = sorted(s.target for s in self.live)
-        deadline = time.monotonic() + timeout
-        seen: dict[str, list[str]] = {}
-        while time.monotonic() < deadline:
-            for s in self.live:
-                with grpc.insecure_channel(s.target) as ch:
-                    m = pb_grpc.WindowServiceStub(ch).GetClusterMap(
-                        pb.GetClusterMapRequest(), timeout=10
-                    )
-                seen[s.target] = sorted(x.address for x in m.members)
-            if all(v == want for v in seen.values()):
-                return
-            time.sleep(0.1)
-        msg = f"the cluster did not form in {timeout}s: want {want}, the maps say {seen}"
-        raise TimeoutError(msg)
-
-    @property
-    def live(self) -> list[ServerProcess]:
-        return [s for s in self.servers if s.proc is not None and s.proc.poll() is None]
-
-    @property
-    def seeds(self) -> str:
-        return ",".join(s.target for s in self.live)
-
-    def by_target(self, target: str) -> ServerProcess:
-        return next(s for s in self.servers if s.target == target)
-
-    def stop(self) -> None:
-        for s in self.servers:
-            s.stop()
-        self.redis.stop()
-
-
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("cluster"))
-    yield c
-    c.stop()
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Three servers on one embedded Redis of their own (a fresh cluster per module)."""
+    root = tmp_path_factory.mktemp("cluster")
+    with LocalCluster(3, "--lease-ms", str(LEASE_MS), data_dir=root) as c:
+        yield c
 
 
 def new_name(prefix: str = "c") -> str:
@@ -155,7 +95,7 @@ def other_than(c: WindowClient, target: str, prefix: str = "c") -> str:
 # --------------------------------------------------------------------------- the contract
 
 
-def test_the_cluster_map_lists_every_member(cluster: Cluster) -> None:
+def test_the_cluster_map_lists_every_member(cluster: LocalCluster) -> None:
     for seed in cluster.live:
         with WindowClient(seed.target, timeout=30) as c:
             cmap = c.cluster_map()
@@ -164,7 +104,7 @@ def test_the_cluster_map_lists_every_member(cluster: Cluster) -> None:
             assert cmap.lease_ms == LEASE_MS and cmap.answered_by == seed.target
 
 
-def test_a_server_refuses_a_stream_it_does_not_own_naming_the_owner(cluster: Cluster) -> None:
+def test_a_server_refuses_a_stream_it_does_not_own_naming_the_owner(cluster: LocalCluster) -> None:
     first = cluster.live[0]
     with WindowClient(first.target, timeout=30) as c:
         name = other_than(c, first.target)
@@ -181,7 +121,7 @@ def test_a_server_refuses_a_stream_it_does_not_own_naming_the_owner(cluster: Clu
 # --------------------------------------------------------------------------- the SDK
 
 
-def test_one_seed_reaches_every_stream_and_redirects_are_followed(cluster: Cluster) -> None:
+def test_one_seed_reaches_every_stream_and_redirects_are_followed(cluster: LocalCluster) -> None:
     """Given one seed, the client creates, appends to and reads streams placed on every
     member; an owner cache made wrong on purpose is put right by the server's redirect."""
     seed = cluster.live[0]
@@ -208,7 +148,7 @@ def test_one_seed_reaches_every_stream_and_redirects_are_followed(cluster: Clust
         assert mine == {n for n in names if owners[n] == srv.target}
 
 
-def test_the_async_client_routes_the_same_way(cluster: Cluster) -> None:
+def test_the_async_client_routes_the_same_way(cluster: LocalCluster) -> None:
     seed = cluster.live[-1]
     names = [new_name("a") for _ in range(6)]
 
@@ -234,13 +174,13 @@ def test_the_async_client_routes_the_same_way(cluster: Cluster) -> None:
 
 def cli(*args: str, timeout: float = 120) -> Any:
     out = subprocess.run(
-        [str(BIN), *args], capture_output=True, text=True, timeout=timeout, check=False
+        [*mtawindows_command(), *args], capture_output=True, text=True, timeout=timeout, check=False
     )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout) if out.stdout.strip() else None
 
 
-def test_the_cli_takes_seeds_and_routes(cluster: Cluster, tmp_path: Path) -> None:
+def test_the_cli_takes_seeds_and_routes(cluster: LocalCluster, tmp_path: Path) -> None:
     seed = cluster.live[1]
     with WindowClient(seed.target, timeout=30) as c:
         name = other_than(c, seed.target, "cli")
@@ -306,53 +246,52 @@ def test_idempotent_appends_carry_on_at_the_new_owner(tmp_path: Path, how: signa
     the appends carry on at the new owner, each applied exactly once (``n`` and ``total``
     count every row once), and a subscription opened before the failover goes on receiving
     results from the new owner."""
-    cl = Cluster(tmp_path)
-    try:
-        with WindowClient(cl.seeds, timeout=30) as c:
-            name = new_name("f")
-            make(c, name)
-            owner = cl.by_target(c.owner(name))
-            sub = c.subscribe(name, "w", timeout=300)
-            events: queue.Queue[Any] = queue.Queue()
+    with (
+        LocalCluster(3, "--lease-ms", str(LEASE_MS), data_dir=tmp_path) as cl,
+        WindowClient(cl.seeds, timeout=30) as c,
+    ):
+        name = new_name("f")
+        make(c, name)
+        owner = cl.by_target(c.owner(name))
+        sub = c.subscribe(name, "w", timeout=300)
+        events: queue.Queue[Any] = queue.Queue()
 
-            def read() -> None:
-                try:
-                    for e in sub:
-                        events.put(e)
-                except BaseException as ex:
-                    events.put(ex)
+        def read() -> None:
+            try:
+                for e in sub:
+                    events.put(e)
+            except BaseException as ex:
+                events.put(ex)
 
-            threading.Thread(target=read, daemon=True).start()
-            done: queue.Queue[BaseException | int] = queue.Queue()
-            writer = _writer(owner.target, name, 60, done)  # its one seed is to die
-            acked = [done.get(timeout=120) for _ in range(10)]  # under way
-            assert acked == list(range(1, 11))
-            owner.stop(how)
-            while len(acked) < 60:
-                item = done.get(timeout=120)
-                if isinstance(item, BaseException):
-                    raise item
-                acked.append(item)
-            writer.join(60)
-            assert acked == list(range(1, 61))
-            result = c.query(name, "w")
-            assert (result["n"], result["total"]) == (600, 600.0)  # no loss, no double
-            info = c.get_stream(name)
-            assert info.rows_appended == 600
-            new_owner = c.owner(name)
-            assert new_owner != owner.target and new_owner in cl.seeds.split(",")
-            assert name in {s.spec.name for s in c.list_streams()}  # the live members
-            # the subscription followed the stream: a batch applied now reaches it
-            seen = 0
-            for seq in range(61, 91):
-                c.append(name, rows(seq), producer_id="failover", sequence=seq)
-                got = _drain(events, wait=2.0)
-                seen = max([seen, *(r["n"] for _, r in got)])
-                if seen > 600:
-                    break
-            assert seen > 600, "no result reached the subscription after the failover"
-    finally:
-        cl.stop()
+        threading.Thread(target=read, daemon=True).start()
+        done: queue.Queue[BaseException | int] = queue.Queue()
+        writer = _writer(owner.target, name, 60, done)  # its one seed is to die
+        acked = [done.get(timeout=120) for _ in range(10)]  # under way
+        assert acked == list(range(1, 11))
+        owner.stop(how)
+        while len(acked) < 60:
+            item = done.get(timeout=120)
+            if isinstance(item, BaseException):
+                raise item
+            acked.append(item)
+        writer.join(60)
+        assert acked == list(range(1, 61))
+        result = c.query(name, "w")
+        assert (result["n"], result["total"]) == (600, 600.0)  # no loss, no double
+        info = c.get_stream(name)
+        assert info.rows_appended == 600
+        new_owner = c.owner(name)
+        assert new_owner != owner.target and new_owner in cl.seeds.split(",")
+        assert name in {s.spec.name for s in c.list_streams()}  # the live members
+        # the subscription followed the stream: a batch applied now reaches it
+        seen = 0
+        for seq in range(61, 91):
+            c.append(name, rows(seq), producer_id="failover", sequence=seq)
+            got = _drain(events, wait=2.0)
+            seen = max([seen, *(r["n"] for _, r in got)])
+            if seen > 600:
+                break
+        assert seen > 600, "no result reached the subscription after the failover"
 
 
 @pytest.mark.slow
@@ -361,22 +300,21 @@ def test_a_plain_append_surfaces_its_owner_dying_and_the_next_call_goes_on(
 ) -> None:
     """Without an idempotency key an append is not resent after its server failed; the
     client forgets that server and the next call reaches the stream's new owner."""
-    cl = Cluster(tmp_path)
-    try:
-        with WindowClient(cl.seeds, timeout=30) as c:
-            name = new_name("p")
-            make(c, name)
-            c.append(name, rows(0))
-            owner = cl.by_target(c.owner(name))
-            owner.stop(signal.SIGKILL)
-            with pytest.raises(UnavailableError) as info:
-                c.append(name, rows(1))  # its cached owner is gone: never reached
-            assert info.value.target == owner.target
-            res = c.append(name, rows(2), producer_id="after", sequence=1)
-            assert res.rows_applied == 10
-            assert c.query(name, "w")["n"] == 20
-    finally:
-        cl.stop()
+    with (
+        LocalCluster(3, "--lease-ms", str(LEASE_MS), data_dir=tmp_path) as cl,
+        WindowClient(cl.seeds, timeout=30) as c,
+    ):
+        name = new_name("p")
+        make(c, name)
+        c.append(name, rows(0))
+        owner = cl.by_target(c.owner(name))
+        owner.stop(signal.SIGKILL)
+        with pytest.raises(UnavailableError) as info:
+            c.append(name, rows(1))  # its cached owner is gone: never reached
+        assert info.value.target == owner.target
+        res = c.append(name, rows(2), producer_id="after", sequence=1)
+        assert res.rows_applied == 10
+        assert c.query(name, "w")["n"] == 20
 
 
 # --------------------------------------------------------------------------- Spark
@@ -394,7 +332,7 @@ def spark() -> Iterator[Any]:
 @pytest.mark.spark
 @pytest.mark.slow
 def test_spark_spreads_keys_over_the_cluster_and_reads_them_back(
-    spark: Any, cluster: Cluster
+    spark: Any, cluster: LocalCluster
 ) -> None:
     """``endpoint`` = one seed: ``sliding_aggregate``, the writer and the reader place each
     key's stream where the cluster puts it (several members hold keys) and get the same

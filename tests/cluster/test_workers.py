@@ -26,6 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from mtawindows.server.serve_command import build_parser
 from mtawindows.server.workers import advertise_base, child_argv
+from mtawindows.testing import free_port_run
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -34,29 +35,6 @@ _T = TypeVar("_T")
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def free_ports(n: int) -> int:
-    """The first of ``n`` consecutive loopback ports nothing listens on."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            first = int(s.getsockname()[1])
-        if first + n - 1 > 65535:
-            continue
-        socks = []
-        try:
-            for port in range(first, first + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return first
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError(f"no {n} consecutive free ports")
 
 
 def wait_for(what: str, probe: Callable[[], _T | None], timeout: float = START) -> _T:
@@ -172,7 +150,7 @@ class Supervisor:
 
 @pytest.fixture
 def supervisor(tmp_path: Path) -> Iterator[Supervisor]:
-    sup = Supervisor(tmp_path, 2, free_ports(2))
+    sup = Supervisor(tmp_path, 2, free_port_run(2))
     try:
         sup.wait_serving()
         yield sup
@@ -274,7 +252,7 @@ def test_workers_need_a_fixed_port(tmp_path: Path) -> None:
 def test_a_worker_that_cannot_start_stops_the_supervisor(tmp_path: Path) -> None:
     """Port P+1 is taken: worker 1 exits before it ever served, so the supervisor stops worker
     0 and its Redis and exits 1 (no endless restarts of a misconfigured node)."""
-    first = free_ports(2)
+    first = free_port_run(2)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", first + 1))
         taken.listen()

@@ -1,11 +1,13 @@
 """The architecture, checked from the sources: imports point one way and nothing loops.
 
-Every ``import`` / ``from ... import`` in the five packages counts, at module level or inside a
+Every ``import`` / ``from ... import`` in the six packages counts, at module level or inside a
 function, under ``TYPE_CHECKING`` or not (a lazy import is still a dependency). The rules:
 
 * ``mtawindows.v1`` (the wire contract) imports no other first-party package;
 * the server never imports the client, the connector or the command; the client never imports
-  the server; the connector imports the client and the contract only;
+  the server; the connector imports the client and the contract only; the testing kit
+  (``mtawindows.testing``) imports the contract, the client and the server, and no package
+  imports it;
 * inside the server, layers import downwards only:
   transport -> service -> engine -> storage -> sentinels (the CLI on top), and every server
   module sits in a layer;
@@ -32,6 +34,7 @@ PACKAGES = {
     "mtawindows.client": ROOT / "client",
     "mtawindows.spark_connector": ROOT / "spark_connector",
     "mtawindows.cli": ROOT / "cli",
+    "mtawindows.testing": ROOT / "testing",
 }
 # which first-party packages each package may import (besides itself)
 ALLOWED = {
@@ -40,6 +43,8 @@ ALLOWED = {
     "mtawindows.client": {"mtawindows.v1"},
     "mtawindows.spark_connector": {"mtawindows.v1", "mtawindows.client"},
     "mtawindows.cli": {"mtawindows.v1", "mtawindows.client", "mtawindows.server"},
+    # the testing kit runs servers and talks to them; nothing imports it (tests and users do)
+    "mtawindows.testing": {"mtawindows.v1", "mtawindows.client", "mtawindows.server"},
 }
 # the server's layers, bottom first; a module may import its own layer and the ones below
 SERVER_LAYERS = ["sentinels", "storage", "engine", "service", "transport", "cli"]
@@ -150,6 +155,18 @@ def test_packages_import_only_what_is_below_them(package: str) -> None:
         if package_of(t) != package and package_of(t) not in ALLOWED[package]
     ]
     assert not bad, "\n".join(bad)
+
+
+def test_no_package_imports_the_testing_kit() -> None:
+    bad = [
+        f"{m}:{line} imports {t}"
+        for m, edges in GRAPH.items()
+        if package_of(m) != "mtawindows.testing"
+        for t, line in edges
+        if package_of(t) == "mtawindows.testing"
+    ]
+    assert not bad, "\n".join(bad)
+    assert all("mtawindows.testing" not in allowed for allowed in ALLOWED.values())
 
 
 def test_server_layers_import_downwards_only() -> None:

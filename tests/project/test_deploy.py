@@ -15,7 +15,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -33,8 +32,7 @@ from mtawindows.client import Aggregation, Field, Policy, StreamSpec, WindowClie
 from mtawindows.server.serve_command import build_parser as server_parser
 from mtawindows.server.storage.embedded import server_binary
 from mtawindows.server.storage.processes import dying_with_parent, spawn
-from tests.support.redis_cluster import RedisClusterProcesses
-from tests.support.servers import free_port
+from mtawindows.testing import RedisCluster, free_ports
 
 pytestmark = [pytest.mark.server, pytest.mark.redis]
 
@@ -328,23 +326,12 @@ def _wait(what: str, probe: Any, timeout: float = 60.0) -> Any:
         time.sleep(0.1)
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 @pytest.fixture
 def cluster_nodes(tmp_path: Path) -> Iterator[list[str]]:
     """Six nodes started as the compose file starts redis-1..6 (deploy/redis-cluster.conf, its
     name announced), on loopback ports; their addresses as ``localhost:port``."""
     procs: list[subprocess.Popen[bytes]] = []
-    ports = _free_ports(12)
+    ports = free_ports(12)
     addresses = []
     try:
         for i in range(6):
@@ -443,8 +430,8 @@ def test_compose_servers_as_local_processes(services: dict[str, Any], tmp_path: 
     compose job's command (the Spark demo through the connector, routed over the three servers)
     with a local Spark master and fewer hosts and hours."""
     procs: list[subprocess.Popen[bytes]] = []
-    with RedisClusterProcesses() as cluster:
-        ports = [free_port() for _ in SERVERS]
+    with RedisCluster() as cluster:
+        ports = free_ports(len(SERVERS))
         try:
             for name, port in zip(SERVERS, ports, strict=True):
                 args = _command(services, name, port=port, cluster_url=cluster.cluster_url)

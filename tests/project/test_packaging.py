@@ -16,7 +16,7 @@ import mtawindows
 
 def test_mtawindows_is_an_implicit_namespace_package() -> None:
     assert getattr(mtawindows, "__file__", None) is None
-    for sub in ("server", "client", "spark_connector"):
+    for sub in ("server", "client", "spark_connector", "cli", "testing"):
         importlib.import_module(f"mtawindows.{sub}")
 
 
@@ -36,6 +36,36 @@ def test_public_engine_api_names() -> None:
     for cls in (AmortizedMTA, LogMTA, NaiveWindow):
         for attr in ("insert", "enforce", "query", "push", "extend", "__len__"):
             assert callable(getattr(cls, attr)), (cls, attr)
+
+
+def test_the_testing_kit_ships_typed_with_its_pytest_plugin() -> None:
+    """``mtawindows.testing`` is installed (``py.typed`` beside it), its pytest plugin is the
+    ``pytest11`` entry point ``mtawindows``, and every name it exports resolves."""
+    from importlib.metadata import entry_points
+
+    import mtawindows.testing as kit
+
+    assert (Path(kit.__file__).parent / "py.typed").is_file()
+    (ep,) = [e for e in entry_points(group="pytest11") if e.name == "mtawindows"]
+    assert ep.value == "mtawindows.testing.pytest_plugin"
+    assert all(getattr(kit, name) is not None for name in kit.__all__)
+    assert sorted(kit.__all__) == sorted(kit._LAZY)
+
+
+def test_the_testing_kit_needs_no_pytest() -> None:
+    """Its context managers are for any test runner: importing the kit, and using it up to a
+    started and stopped server, loads no pytest; the plugin module alone imports it."""
+    code = (
+        "import sys\n"
+        "from mtawindows.testing import LocalCluster, LocalServer, RedisCluster, free_port\n"
+        "import mtawindows.testing.server, mtawindows.testing.cluster\n"
+        "import mtawindows.testing.redis_cluster, mtawindows.testing.shared_redis\n"
+        "print('pytest' in sys.modules, '_pytest' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.strip()
+    assert out == "False False"
 
 
 def test_every_package_folder_is_in_the_distribution() -> None:

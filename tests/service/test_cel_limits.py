@@ -27,8 +27,8 @@ from mtawindows.server.service.cel.compiler import CelPolicy, compile_expression
 from mtawindows.server.service.cel.expression_errors import CelError
 from mtawindows.server.service.cel.expression_limits import CelLimits, check_limits, measure
 from mtawindows.server.service.cel.values import CelField
+from mtawindows.testing import LocalServer
 from tests.service.test_cel import RECORD, _bool_expr
-from tests.support.servers import ServerProcess
 
 pytestmark = [pytest.mark.server, pytest.mark.redis]
 
@@ -47,12 +47,12 @@ def rss_mb(pid: int) -> float:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with ServerProcess(tmp_path_factory.mktemp("cel_limits")) as srv:  # default limits
+    with LocalServer(tmp_path_factory.mktemp("cel_limits")) as srv:  # default limits
         yield srv
 
 
 @pytest.fixture(scope="module")
-def client(server: ServerProcess) -> Any:
+def client(server: LocalServer) -> Any:
     with WindowClient(server.target, timeout=120) as c:
         c.create_stream(StreamSpec("s", (Field("x", "DOUBLE"),)))
         c.create_window(WindowSpec("s", "w", AGGS, Policy.count(100)))
@@ -71,7 +71,7 @@ def definitions(c: WindowClient) -> list[Any]:
     )
 
 
-def refused(server: ServerProcess, client: WindowClient, text: str) -> InvalidArgumentError:
+def refused(server: LocalServer, client: WindowClient, text: str) -> InvalidArgumentError:
     """CreateWindow with ``text`` as its policy is refused; nothing changed; others served."""
     before, result = definitions(client), client.query("s", "w")
     with pytest.raises(InvalidArgumentError) as info:
@@ -102,7 +102,7 @@ def accepted(client: WindowClient, text: str) -> None:
 
 
 def test_a_megabyte_expression_is_refused_before_parsing(
-    server: ServerProcess, client: WindowClient
+    server: LocalServer, client: WindowClient
 ) -> None:
     text = "total.n > 1 && " * (1024 * 1024 // 15) + "true"
     e = refused(server, client, text)
@@ -112,7 +112,7 @@ def test_a_megabyte_expression_is_refused_before_parsing(
 
 
 def test_size_is_counted_in_utf8_bytes_up_to_the_limit(
-    server: ServerProcess, client: WindowClient
+    server: LocalServer, client: WindowClient
 ) -> None:
     base = "total.n >= 0"
     accepted(client, base + " " * (4096 - len(base)))  # exactly the limit
@@ -125,10 +125,9 @@ def test_size_is_counted_in_utf8_bytes_up_to_the_limit(
 
 
 def test_refused_expressions_keep_no_memory_and_others_keep_appending(
-    server: ServerProcess, client: WindowClient
+    server: LocalServer, client: WindowClient
 ) -> None:
-    assert server.proc is not None
-    pid = server.proc.pid
+    pid = server.pid
     text = "total.n > 1 && " * (1024 * 1024 // 15) + "true"
     refused(server, client, text)  # warm: the first large message grows gRPC's buffers
     rss0 = rss_mb(pid)
@@ -184,7 +183,7 @@ DEEP = {
 
 @pytest.mark.parametrize("shape", sorted(DEEP))
 def test_deep_expressions_are_refused_before_parsing(
-    server: ServerProcess, client: WindowClient, shape: str
+    server: LocalServer, client: WindowClient, shape: str
 ) -> None:
     e = refused(server, client, DEEP[shape])
     assert e.reason == "CEL_TOO_DEEP"
@@ -225,7 +224,7 @@ def test_expressions_within_the_limits_work(client: WindowClient, text: str) -> 
     ],
 )
 def test_integer_literals_past_64_bits_are_refused(
-    server: ServerProcess, client: WindowClient, literal: str
+    server: LocalServer, client: WindowClient, literal: str
 ) -> None:
     e = refused(server, client, f"total.n > {literal}")
     assert e.reason == "INVALID_EXPRESSION"

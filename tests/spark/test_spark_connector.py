@@ -29,7 +29,7 @@ from mtawindows.client import (
 )
 from mtawindows.spark_connector import ConnectorError, keyed_stream_name
 from mtawindows.spark_connector.transform import sliding_aggregate
-from tests.support.servers import ServerProcess, free_port
+from mtawindows.testing import LocalServer, free_port
 from tests.support.spark import spark_session
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.server, pytest.mark.redis]
@@ -45,8 +45,8 @@ AGGS = (
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    srv = ServerProcess(tmp_path_factory.mktemp("spark-server")).start()
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+    srv = LocalServer(tmp_path_factory.mktemp("spark-server")).start()
     yield srv
     srv.stop()
 
@@ -59,7 +59,7 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture
-def client(server: ServerProcess) -> Iterator[WindowClient]:
+def client(server: LocalServer) -> Iterator[WindowClient]:
     with WindowClient(server.target) as c:
         yield c
 
@@ -139,7 +139,7 @@ def assert_matches(got: pd.DataFrame, want: pd.DataFrame) -> None:
     ids=["time-10s", "time-60s", "count-7"],
 )
 def test_sliding_aggregate_equals_pandas(
-    spark: Any, client: WindowClient, server: ServerProcess, policy: Policy
+    spark: Any, client: WindowClient, server: LocalServer, policy: Policy
 ) -> None:
     name = new_stream(client, policy)
     pdf = telemetry(seed=len(name), hosts=5, per_host=120)
@@ -156,7 +156,7 @@ def test_sliding_aggregate_equals_pandas(
 
 
 def test_sliding_aggregate_struct_outputs_and_no_key(
-    spark: Any, client: WindowClient, server: ServerProcess
+    spark: Any, client: WindowClient, server: LocalServer
 ) -> None:
     name = f"peak{next(_names)}"
     client.create_stream(
@@ -182,7 +182,7 @@ def test_sliding_aggregate_struct_outputs_and_no_key(
 
 
 def test_sliding_aggregate_streaming_carries_state(
-    spark: Any, client: WindowClient, server: ServerProcess, tmp_path: Path
+    spark: Any, client: WindowClient, server: LocalServer, tmp_path: Path
 ) -> None:
     policy = Policy.time_range(timedelta(seconds=30))
     name = new_stream(client, policy)
@@ -229,7 +229,7 @@ def _final_per_host(pdf: pd.DataFrame, policy: Policy) -> dict[str, dict[str, fl
 
 
 def test_streaming_sink_exactly_once_after_failure_and_replay(
-    spark: Any, client: WindowClient, server: ServerProcess, tmp_path: Path
+    spark: Any, client: WindowClient, server: LocalServer, tmp_path: Path
 ) -> None:
     policy = Policy.time_range(timedelta(seconds=45))
     name = new_stream(client, policy)
@@ -284,7 +284,7 @@ def test_streaming_sink_exactly_once_after_failure_and_replay(
 
 
 def test_batch_write_then_rerun_with_same_write_id(
-    spark: Any, client: WindowClient, server: ServerProcess
+    spark: Any, client: WindowClient, server: LocalServer
 ) -> None:
     policy = Policy.count(1000)
     name = new_stream(client, policy)
@@ -328,7 +328,7 @@ def test_endpoint_lists_are_checked() -> None:
 
 
 def test_batch_read_returns_each_windows_result(
-    spark: Any, client: WindowClient, server: ServerProcess
+    spark: Any, client: WindowClient, server: LocalServer
 ) -> None:
     name = new_stream(client, Policy.count(10), storage="memory")
     client.create_window(
@@ -358,7 +358,7 @@ def test_batch_read_returns_each_windows_result(
 
 
 def test_stream_read_follows_new_results(
-    spark: Any, client: WindowClient, server: ServerProcess, tmp_path: Path
+    spark: Any, client: WindowClient, server: LocalServer, tmp_path: Path
 ) -> None:
     name = new_stream(client, Policy.count(4), storage="memory")
     expected = []
@@ -408,7 +408,7 @@ def test_unreachable_endpoint_names_the_option(spark: Any) -> None:
 
 
 def test_a_dead_seed_among_the_endpoints_is_skipped(
-    spark: Any, client: WindowClient, server: ServerProcess
+    spark: Any, client: WindowClient, server: LocalServer
 ) -> None:
     """endpoint "dead,live": the seeds of a cluster, any one of which is enough; the rows
     (each key's stream included) reach the live server."""
@@ -424,7 +424,7 @@ def test_a_dead_seed_among_the_endpoints_is_skipped(
     assert client.get_stream(keyed_stream_name(name, "h1")).rows_appended == 1
 
 
-def test_unknown_stream_names_the_option(spark: Any, server: ServerProcess) -> None:
+def test_unknown_stream_names_the_option(spark: Any, server: LocalServer) -> None:
     df = spark.createDataFrame([(datetime.now(tz=UTC), 1.0)], "ts timestamp, mem double")
     with pytest.raises(Exception, match=r"option 'stream'.*no_such_stream"):
         df.write.format("mtawindows").option("endpoint", server.target).option(
@@ -439,7 +439,7 @@ def test_unknown_stream_names_the_option(spark: Any, server: ServerProcess) -> N
 
 
 def test_wrong_schema_names_the_column(
-    spark: Any, client: WindowClient, server: ServerProcess
+    spark: Any, client: WindowClient, server: LocalServer
 ) -> None:
     name = new_stream(client, Policy.count(3))
     text = spark.createDataFrame([(datetime.now(tz=UTC), "high")], "ts timestamp, mem string")
@@ -469,7 +469,7 @@ def test_wrong_schema_names_the_column(
 
 
 def test_out_of_order_rows_fail_with_the_ordering_contract(
-    spark: Any, client: WindowClient, server: ServerProcess
+    spark: Any, client: WindowClient, server: LocalServer
 ) -> None:
     name = new_stream(client, Policy.count(3))
     rows = [(datetime.fromtimestamp(T0 + t, tz=UTC), 1.0) for t in (5, 3, 9)]

@@ -244,10 +244,10 @@ def test_appends_whose_deadline_expires_mid_apply_never_run_beside_the_next(
         WindowClient,
         WindowSpec,
     )
-    from tests.support.servers import ServerProcess
+    from mtawindows.testing import LocalServer
 
     aggs = (Aggregation("n", "count"), Aggregation("s", "sum", "v"), Aggregation("f", "first", "v"))
-    with ServerProcess(tmp_path / "deadline") as srv, WindowClient(srv.target, timeout=60) as c:
+    with LocalServer(tmp_path / "deadline") as srv, WindowClient(srv.target, timeout=60) as c:
         c.create_stream(StreamSpec("d", (Field("v", "DOUBLE"),)))
         c.create_window(WindowSpec("d", "w", aggs, Policy.count(50_000), "LMTA",
                                    Storage(durable=True, block_size=16)))  # fmt: skip

@@ -1,4 +1,5 @@
-"""A real Redis Cluster (six valkey-server processes on loopback, :mod:`.cluster_support`):
+"""A real Redis Cluster (six valkey-server processes on loopback, the testing kit's
+:class:`mtawindows.testing.RedisCluster`):
 the cluster forms, :func:`~mtawindows.server.storage.connect.connect` tells a cluster from a
 standalone server, a stream's keys share a slot (pipelines, Lua, ``WAIT`` on the node of the
 slot), windows work on it through :class:`RedisStore`, and a primary's failover keeps what
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 import redis
-from redis.cluster import RedisCluster
+from redis.cluster import RedisCluster as ClusterClient
 
 from mtawindows.server.engine.amta import AmortizedMTA
 from mtawindows.server.engine.laws import approx_equal as same
@@ -31,8 +32,7 @@ from mtawindows.server.storage.connect import (
 )
 from mtawindows.server.storage.protocol import StoreUnavailableError
 from mtawindows.server.storage.redis_store import RedisStore
-from tests.support.redis_cluster import SLOT_RANGES, RedisClusterProcesses
-from tests.support.servers import free_port
+from mtawindows.testing import SLOT_RANGES, RedisCluster, free_port
 
 pytestmark = [pytest.mark.redis]
 
@@ -74,15 +74,15 @@ def unique(name: str) -> str:
 
 
 @pytest.fixture
-def own_cluster() -> Iterator[RedisClusterProcesses]:
+def own_cluster() -> Iterator[RedisCluster]:
     """A cluster of this test alone (it gets damaged)."""
-    with RedisClusterProcesses() as cluster:
+    with RedisCluster() as cluster:
         yield cluster
 
 
 # ----------------------------------------------------------------------------- the cluster
 def test_the_fixture_forms_a_real_cluster_of_three_primaries_with_a_replica_each(
-    redis_cluster: RedisClusterProcesses,
+    redis_cluster: RedisCluster,
 ) -> None:
     roles = []
     for node in redis_cluster.nodes:
@@ -105,13 +105,13 @@ def test_the_fixture_forms_a_real_cluster_of_three_primaries_with_a_replica_each
 
 # ----------------------------------------------------------------------------- connect()
 def test_connect_gives_a_cluster_client_for_a_node_url_and_for_a_cluster_url(
-    redis_cluster: RedisClusterProcesses,
+    redis_cluster: RedisCluster,
 ) -> None:
     assert redis_cluster.url.startswith("redis://127.0.0.1:")
     assert redis_cluster.cluster_url.startswith("redis+cluster://127.0.0.1:")
     for url in (redis_cluster.url, redis_cluster.cluster_url, redis_cluster.url + "?cluster=1"):
         client = connect(url, timeout=2.0)
-        assert isinstance(client, RedisCluster) and is_cluster(client), url
+        assert isinstance(client, ClusterClient) and is_cluster(client), url
         # one key in each slot range: every primary answers through the one client
         keys = {redis_cluster.range_of_slot(client.keyslot(f"k{i}")): f"k{i}" for i in range(40)}
         assert sorted(keys) == [0, 1, 2]
@@ -146,7 +146,7 @@ def test_connect_to_a_server_that_is_down_assumes_standalone_and_the_first_comma
 
 
 def test_a_cluster_url_with_a_dead_seed_connects_through_the_others(
-    redis_cluster: RedisClusterProcesses,
+    redis_cluster: RedisCluster,
 ) -> None:
     live = redis_cluster.cluster_url.removeprefix("redis+cluster://")
     client = connect(f"redis+cluster://127.0.0.1:{free_port()},{live}", timeout=2.0)
@@ -182,7 +182,7 @@ def test_connect_checks_its_options() -> None:
 
 # ----------------------------------------------------------------------------- one slot per stream
 def test_keys_of_one_hash_tag_share_a_slot_and_a_lua_script_touches_two_of_them(
-    redis_cluster: RedisClusterProcesses,
+    redis_cluster: RedisCluster,
 ) -> None:
     client = connect(redis_cluster.cluster_url)
     journal, fence = stream_keys(unique("stream"))
@@ -208,7 +208,7 @@ def test_keys_of_one_hash_tag_share_a_slot_and_a_lua_script_touches_two_of_them(
 
 
 def test_a_write_and_wait_on_the_node_of_the_key_count_the_replica(
-    redis_cluster: RedisClusterProcesses,
+    redis_cluster: RedisCluster,
 ) -> None:
     """``WAIT`` counts the writes of its own connection: the script and the ``WAIT`` go down
     one pipeline on the node serving the key's slot, so ``WAIT 1`` answers 1 (the replica)."""
@@ -228,14 +228,14 @@ def test_a_write_and_wait_on_the_node_of_the_key_count_the_replica(
 
 
 # ----------------------------------------------------------------------------- windows on a cluster
-def cluster_urls(cluster: RedisClusterProcesses) -> dict[str, str]:
+def cluster_urls(cluster: RedisCluster) -> dict[str, str]:
     return {"node-url": cluster.url, "cluster-url": cluster.cluster_url}
 
 
 @pytest.mark.parametrize("cls", ALGS)
 @pytest.mark.parametrize("which", ["node-url", "cluster-url"])
 def test_a_durable_window_works_on_the_cluster_and_reopens(
-    redis_cluster: RedisClusterProcesses, cls: Any, which: str
+    redis_cluster: RedisCluster, cls: Any, which: str
 ) -> None:
     url = cluster_urls(redis_cluster)[which]
     policy = TimeRangePolicy(50, field="t")
@@ -269,7 +269,7 @@ def test_a_durable_window_works_on_the_cluster_and_reopens(
     w2.close()
 
 
-def test_many_windows_spread_over_the_primaries(redis_cluster: RedisClusterProcesses) -> None:
+def test_many_windows_spread_over_the_primaries(redis_cluster: RedisCluster) -> None:
     policy = CountPolicy(30)
     windows = []
     for i in range(12):
@@ -293,7 +293,7 @@ def test_many_windows_spread_over_the_primaries(redis_cluster: RedisClusterProce
 # ----------------------------------------------------------------------------- failover
 @pytest.mark.slow
 def test_a_failover_keeps_what_wait_acknowledged_and_the_client_finds_the_new_primary(
-    own_cluster: RedisClusterProcesses,
+    own_cluster: RedisCluster,
 ) -> None:
     """Writes acknowledged by ``WAIT 1`` survive a kill -9 of their primary; meanwhile the
     client reports unavailability (never a wrong answer), and once the replica is promoted it
@@ -359,7 +359,7 @@ def test_a_failover_keeps_what_wait_acknowledged_and_the_client_finds_the_new_pr
 @pytest.mark.slow
 @pytest.mark.parametrize("cls", ALGS)
 def test_a_durable_window_survives_the_failover_of_its_primary(
-    own_cluster: RedisClusterProcesses, cls: Any
+    own_cluster: RedisCluster, cls: Any
 ) -> None:
     """Push with idempotency keys; a ``WAIT 1`` barrier on the window's node makes everything
     before it acknowledged by the replica; kill -9 the primary. Meanwhile every call fails with
@@ -425,7 +425,7 @@ def test_a_durable_window_survives_the_failover_of_its_primary(
 
 @pytest.mark.slow
 def test_kill_primary_returns_the_promoted_replica_and_the_old_primary_rejoins_as_its_replica(
-    own_cluster: RedisClusterProcesses,
+    own_cluster: RedisCluster,
 ) -> None:
     client = connect(own_cluster.cluster_url, timeout=1.0)
     key = next(

@@ -35,7 +35,7 @@ from mtawindows.server.engine.policies import (
 )
 from mtawindows.server.storage.memory import MemoryStore
 from mtawindows.server.storage.redis_store import RedisStore
-from tests.support.redis_url import redis_url
+from mtawindows.testing import shared_redis_url as redis_url
 
 ALGORITHMS = {"AMTA": AmortizedMTA, "LMTA": LogMTA}
 

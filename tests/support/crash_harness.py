@@ -44,7 +44,7 @@ from mtawindows.client import (
     WindowClient,
     WindowSpec,
 )
-from tests.support.servers import ServerProcess
+from mtawindows.testing import LocalServer
 
 STREAM = "crash"
 PRODUCER = "harness"
@@ -154,27 +154,13 @@ def _valkey_pids(data_dir: Path, server_pid: int | None) -> list[int]:
     return [int(p) for p in out if int(p) not in (server_pid, os.getpid())]
 
 
-def _kill(srv: ServerProcess, mode: str) -> None:
-    assert srv.proc is not None
-    pid = srv.proc.pid
+def _kill(srv: LocalServer, mode: str) -> None:
+    pid = srv.pid
     if mode in ("redis", "both"):
         for vp in _valkey_pids(srv.data_dir, pid):
             os.kill(vp, signal.SIGKILL)
     if mode in ("server", "both"):
         srv.stop(signal.SIGKILL)
-
-
-def _wait_serving(srv: ServerProcess, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if srv.health() == "SERVING":
-                return
-        except Exception:  # restarting
-            pass
-        time.sleep(0.1)
-    msg = f"server not SERVING within {timeout}s: {srv.log.read_text()[-3000:]}"
-    raise AssertionError(msg)
 
 
 def _produce(
@@ -263,7 +249,7 @@ def run_campaign(
     model = Model()
     camp = Campaign()
     # every kill of Redis alone is one restart of it by the server: allow the campaign's
-    srv = ServerProcess(
+    srv = LocalServer(
         data_dir,
         "--redis-restarts",
         str(kills + 1),
@@ -305,7 +291,7 @@ def run_campaign(
                 leftover = _valkey_pids(srv.data_dir, None)
                 assert not leftover, f"embedded Redis outlived its server: pids {leftover}"
                 srv.start()
-            _wait_serving(srv)
+            srv.wait_serving()
             with WindowClient(srv.target, timeout=30) as c:
                 try:
                     check(c, model, camp, rnd)

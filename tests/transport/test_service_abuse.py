@@ -28,8 +28,8 @@ from mtawindows.client import (
     WindowSpec,
 )
 from mtawindows.client.errors import from_rpc_error
+from mtawindows.testing import LocalServer, free_port
 from mtawindows.v1 import windows_pb2 as pb
-from tests.support.servers import ServerProcess, free_port
 
 pytestmark = [pytest.mark.server, pytest.mark.redis]
 
@@ -39,12 +39,12 @@ AGGS = (Aggregation("n", "count"), Aggregation("s", "sum", "x"), Aggregation("m"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     args = ("--max-batch-rows", "200000", "--max-message-mb", "16", "--metrics-port", "0")
-    with ServerProcess(tmp_path_factory.mktemp("abuse"), *args) as srv:
+    with LocalServer(tmp_path_factory.mktemp("abuse"), *args) as srv:
         yield srv
 
 
 @pytest.fixture(scope="module")
-def client(server: ServerProcess) -> Any:
+def client(server: LocalServer) -> Any:
     with WindowClient(server.target, timeout=120) as c:
         c.create_stream(StreamSpec("s", (Field("x", "DOUBLE"), Field("tag", "STRING"))))
         c.create_window(WindowSpec("s", "w", AGGS, Policy.count(100)))
@@ -53,7 +53,7 @@ def client(server: ServerProcess) -> Any:
         yield c
 
 
-def unchanged(server: ServerProcess, client: WindowClient, action: Callable[[], Any]) -> Any:
+def unchanged(server: LocalServer, client: WindowClient, action: Callable[[], Any]) -> Any:
     """Run a refused action; return its error after checking nothing moved."""
     before = {w: client.query("s", w) for w in ("w", "w2")}
     stream_before = client.get_stream("s")
@@ -69,7 +69,7 @@ def unchanged(server: ServerProcess, client: WindowClient, action: Callable[[], 
     return info.value
 
 
-def test_unknown_stream_and_window(server: ServerProcess, client: WindowClient) -> None:
+def test_unknown_stream_and_window(server: LocalServer, client: WindowClient) -> None:
     e = unchanged(server, client, lambda: client.query("nope", "w"))
     assert isinstance(e, NotFoundError) and e.reason == "STREAM_NOT_FOUND"
     e = unchanged(server, client, lambda: client.query("s", "nope"))
@@ -79,7 +79,7 @@ def test_unknown_stream_and_window(server: ServerProcess, client: WindowClient) 
     assert isinstance(e, NotFoundError)
 
 
-def test_errors_name_their_server(server: ServerProcess, client: WindowClient) -> None:
+def test_errors_name_their_server(server: LocalServer, client: WindowClient) -> None:
     """Every SDK error carries the target of the server the call went to (with several
     servers, the caller can tell which one failed)."""
     import asyncio
@@ -103,7 +103,7 @@ def test_errors_name_their_server(server: ServerProcess, client: WindowClient) -
     assert ainfo.value.target == dead
 
 
-def test_duplicate_names(server: ServerProcess, client: WindowClient) -> None:
+def test_duplicate_names(server: LocalServer, client: WindowClient) -> None:
     e = unchanged(server, client, lambda: client.create_stream(StreamSpec("s", ())))
     assert isinstance(e, AlreadyExistsError) and e.reason == "STREAM_EXISTS"
     spec = WindowSpec("s", "w", AGGS, Policy.count(3))
@@ -122,7 +122,7 @@ def test_duplicate_names(server: ServerProcess, client: WindowClient) -> None:
     ids=["missing-column", "unknown-column", "wrong-lengths", "nan"],
 )
 def test_bad_batches(
-    server: ServerProcess, client: WindowClient, columns: dict[str, Any], reason: str, field: str
+    server: LocalServer, client: WindowClient, columns: dict[str, Any], reason: str, field: str
 ) -> None:
     e = unchanged(server, client, lambda: client.append("s", columns))
     assert isinstance(e, InvalidArgumentError)
@@ -130,7 +130,7 @@ def test_bad_batches(
     assert field in [v.field for v in e.violations]
 
 
-def test_wrong_column_type_is_named(server: ServerProcess, client: WindowClient) -> None:
+def test_wrong_column_type_is_named(server: LocalServer, client: WindowClient) -> None:
     req = pb.AppendRequest(
         stream="s",
         columns=[
@@ -151,7 +151,7 @@ def _raw_append(client: WindowClient, req: pb.AppendRequest) -> Any:
         raise from_rpc_error(err) from None
 
 
-def test_out_of_order_rows_are_rejected_whole(server: ServerProcess, client: WindowClient) -> None:
+def test_out_of_order_rows_are_rejected_whole(server: LocalServer, client: WindowClient) -> None:
     batch = {"ts": [20, 21, 5, 22], "x": [1.0, 2.0, 3.0, 4.0], "tag": ["a"] * 4}
     e = unchanged(server, client, lambda: client.append("s", batch))
     assert isinstance(e, OutOfOrderError) and e.code == "FAILED_PRECONDITION"
@@ -198,7 +198,7 @@ def test_out_of_order_rows_are_rejected_whole(server: ServerProcess, client: Win
     ],
 )
 def test_bad_window_definitions(
-    server: ServerProcess, client: WindowClient, spec: WindowSpec, field: str
+    server: LocalServer, client: WindowClient, spec: WindowSpec, field: str
 ) -> None:
     e = unchanged(server, client, lambda: client.create_window(spec))
     assert isinstance(e, InvalidArgumentError)
@@ -223,7 +223,7 @@ def test_bad_window_definitions(
     ],
 )
 def test_cel_expressions_reach_only_total_and_old(
-    server: ServerProcess, client: WindowClient, expr: str
+    server: LocalServer, client: WindowClient, expr: str
 ) -> None:
     spec = WindowSpec("s", "cel_bad", AGGS, Policy.expression(expr))
     e = unchanged(server, client, lambda: client.create_window(spec))
@@ -234,7 +234,7 @@ def test_cel_expressions_reach_only_total_and_old(
         assert int(e.metadata["line"]) >= 1 and int(e.metadata["column"]) >= 1
 
 
-def test_garbage_and_truncated_messages(server: ServerProcess, client: WindowClient) -> None:
+def test_garbage_and_truncated_messages(server: LocalServer, client: WindowClient) -> None:
     good = pb.AppendRequest(
         stream="s",
         columns=[
@@ -263,7 +263,7 @@ def test_garbage_and_truncated_messages(server: ServerProcess, client: WindowCli
     assert e.reason == "BAD_ARROW"
 
 
-def test_huge_and_million_row_requests(server: ServerProcess, client: WindowClient) -> None:
+def test_huge_and_million_row_requests(server: LocalServer, client: WindowClient) -> None:
     n = 1_000_000
     million = {"ts": list(range(1000, 1000 + n)), "x": [1.0] * n, "tag": ["a"] * n}
     e = unchanged(server, client, lambda: client.append("s", million))
@@ -283,7 +283,7 @@ def test_huge_and_million_row_requests(server: ServerProcess, client: WindowClie
 
 def test_limits_on_windows(tmp_path: Path) -> None:
     with (
-        ServerProcess(tmp_path, "--max-windows", "2", "--max-streams", "1") as srv,
+        LocalServer(tmp_path, "--max-windows", "2", "--max-streams", "1") as srv,
         WindowClient(srv.target) as c,
     ):
         c.create_stream(StreamSpec("a", (Field("x"),)))
@@ -301,7 +301,7 @@ def test_limits_on_windows(tmp_path: Path) -> None:
 def test_auth_without_token_is_unauthenticated(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens"
     tokens.write_text("# one per line\ns3cret-token\n")
-    with ServerProcess(tmp_path, "--tokens-file", str(tokens)) as srv:
+    with LocalServer(tmp_path, "--tokens-file", str(tokens)) as srv:
         assert srv.health() == "SERVING"  # probes need no token
         for token in (None, "wrong"):
             with WindowClient(srv.target, token=token) as c, pytest.raises(UnauthenticatedError):
@@ -321,7 +321,7 @@ def test_tls(tmp_path: Path) -> None:
          "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
         check=True, capture_output=True, timeout=60,
     )  # fmt: skip
-    with ServerProcess(tmp_path, "--tls-cert", str(cert), "--tls-key", str(key)) as srv:
+    with LocalServer(tmp_path, "--tls-cert", str(cert), "--tls-key", str(key)) as srv:
         with WindowClient(f"localhost:{srv.port}", tls=str(cert)) as c:
             c.create_stream(StreamSpec("tls", (Field("x"),)))
             assert c.get_stream("tls").spec.name == "tls"
@@ -334,7 +334,7 @@ def test_tls(tmp_path: Path) -> None:
 
 def test_metrics_endpoint(tmp_path: Path) -> None:
     port = free_port()
-    with ServerProcess(tmp_path, "--metrics-port", str(port)) as srv:
+    with LocalServer(tmp_path, "--metrics-port", str(port)) as srv:
         with WindowClient(srv.target) as c:
             c.create_stream(StreamSpec("m", (Field("x"),)))
             c.create_window(WindowSpec("m", "w", AGGS, Policy.count(2)))
@@ -351,7 +351,7 @@ def test_metrics_endpoint(tmp_path: Path) -> None:
 
 
 def test_graceful_shutdown_flushes(tmp_path: Path) -> None:
-    srv = ServerProcess(tmp_path, "--flush-interval", "3600").start()
+    srv = LocalServer(tmp_path, "--flush-interval", "3600").start()
     with WindowClient(srv.target) as c:
         c.create_stream(StreamSpec("g", (Field("x"),)))
         c.create_window(WindowSpec("g", "w", AGGS, Policy.count(1000)))

@@ -34,7 +34,7 @@ from mtawindows.client import (
     WindowClient,
     WindowSpec,
 )
-from tests.support.servers import BIN, ServerProcess
+from mtawindows.testing import LocalServer, mtawindows_command
 
 pytestmark = [pytest.mark.server, pytest.mark.redis]
 
@@ -44,12 +44,12 @@ Rows = list[dict[str, Any]]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with ServerProcess(tmp_path_factory.mktemp("srv")) as srv:
+    with LocalServer(tmp_path_factory.mktemp("srv")) as srv:
         yield srv
 
 
 @pytest.fixture
-def client(server: ServerProcess) -> Any:
+def client(server: LocalServer) -> Any:
     with WindowClient(server.target, timeout=60) as c:
         yield c
 
@@ -269,7 +269,7 @@ def test_subscribe_delivers_every_batch_in_order(client: WindowClient) -> None:
     assert batches == sorted(batches) and len(set(batches)) == 25
 
 
-def test_read_results_follows_each_window_by_sequence(server: ServerProcess) -> None:
+def test_read_results_follows_each_window_by_sequence(server: LocalServer) -> None:
     """Every result carries the stream's batch sequence and newest timestamp; ReadResults
     returns those after a sequence, oldest first, within the kept history (--result-history)."""
     with WindowClient(server.target) as client:
@@ -309,7 +309,7 @@ def test_read_results_follows_each_window_by_sequence(server: ServerProcess) -> 
 
 
 def test_result_history_keeps_the_last_results(tmp_path: Path) -> None:
-    with ServerProcess(tmp_path, "--result-history", "4") as srv, WindowClient(srv.target) as c:
+    with LocalServer(tmp_path, "--result-history", "4") as srv, WindowClient(srv.target) as c:
         make_stream(c, "h")
         c.create_window(WindowSpec("h", "w", AGGS[:2], Policy.count(100)))
         for i in range(10):
@@ -318,7 +318,7 @@ def test_result_history_keeps_the_last_results(tmp_path: Path) -> None:
         assert latest == 10 and [r.sequence for r in got] == [7, 8, 9, 10]  # the gap shows
 
 
-def test_async_client_and_batching_writer(server: ServerProcess, client: WindowClient) -> None:
+def test_async_client_and_batching_writer(server: LocalServer, client: WindowClient) -> None:
     make_stream(client, "writer")
     client.create_window(WindowSpec("writer", "w", AGGS[:3], Policy.count(10**6)))
     with client.writer("writer", batch_rows=700, producer_id="wr", max_pending=2) as wr:
@@ -360,7 +360,9 @@ def test_drop_policy_counts_late_rows_and_reorders_within_lateness(client: Windo
 
 def _cli(target: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(BIN), *args, "--target", target] if args[0] not in ("serve",) else [str(BIN), *args],
+        [*mtawindows_command(), *args, "--target", target]
+        if args[0] not in ("serve",)
+        else [*mtawindows_command(), *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -369,7 +371,7 @@ def _cli(target: str, *args: str, stdin: str | None = None) -> subprocess.Comple
     )
 
 
-def test_cli_creates_appends_and_queries(server: ServerProcess, tmp_path: Path) -> None:
+def test_cli_creates_appends_and_queries(server: LocalServer, tmp_path: Path) -> None:
     t = server.target
     r = _cli(
         t, "streams", "create", "clistream", "--field", "load:DOUBLE", "--field", "host:STRING"
@@ -428,18 +430,20 @@ def test_cli_creates_appends_and_queries(server: ServerProcess, tmp_path: Path) 
     ],
 )
 def test_cli_help(cmd: list[str]) -> None:
-    r = subprocess.run([str(BIN), *cmd], capture_output=True, text=True, timeout=60, check=False)
+    r = subprocess.run(
+        [*mtawindows_command(), *cmd], capture_output=True, text=True, timeout=60, check=False
+    )
     assert r.returncode == 0, r.stderr
     assert "usage: mtawindows" in r.stdout
     if cmd != ["--help"]:
         assert "examples:" in r.stdout
 
 
-def test_cli_watch_follows_subscribe(server: ServerProcess, client: WindowClient) -> None:
+def test_cli_watch_follows_subscribe(server: LocalServer, client: WindowClient) -> None:
     make_stream(client, "watched")
     client.create_window(WindowSpec("watched", "w", AGGS[:1], Policy.count(10**6)))
     proc = subprocess.Popen(
-        [str(BIN), "watch", "watched", "w", "--target", server.target],
+        [*mtawindows_command(), "watch", "watched", "w", "--target", server.target],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -468,7 +472,7 @@ def test_cli_watch_follows_subscribe(server: ServerProcess, client: WindowClient
 def test_restart_keeps_results(tmp_path: Path) -> None:
     """Graceful stop and start: same results; then kill -9 of server and Redis with a durable
     window: every acknowledged batch is there."""
-    srv = ServerProcess(tmp_path / "restart").start()
+    srv = LocalServer(tmp_path / "restart").start()
     try:
         with WindowClient(srv.target) as c:
             make_stream(c, "r")
@@ -508,7 +512,7 @@ def test_restart_keeps_results(tmp_path: Path) -> None:
         srv.stop()
 
 
-def test_health_and_reflection(server: ServerProcess) -> None:
+def test_health_and_reflection(server: LocalServer) -> None:
     import grpc
     from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
         ProtoReflectionDescriptorDatabase,

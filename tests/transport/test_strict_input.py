@@ -39,10 +39,10 @@ from mtawindows.client import (
     WindowSpec,
 )
 from mtawindows.client.errors import from_rpc_error
+from mtawindows.testing import LocalServer, free_port, mtawindows_command
 from mtawindows.v1 import convert
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1.types import MAX_DURATION, SpecError
-from tests.support.servers import BIN, ServerProcess, free_port
 
 pytestmark = [pytest.mark.server, pytest.mark.redis]
 
@@ -85,7 +85,7 @@ def snapshot(c: WindowClient, streams: tuple[str, ...] = STREAMS) -> dict[Any, A
 
 
 def refused(
-    server: ServerProcess,
+    server: LocalServer,
     c: WindowClient,
     action: Callable[[], Any],
     reason: str,
@@ -134,13 +134,13 @@ def row_s(t: int, x: float = 1.0) -> list[pb.Column]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with ServerProcess(tmp_path_factory.mktemp("strict")) as srv:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+    with LocalServer(tmp_path_factory.mktemp("strict")) as srv:
         yield srv
 
 
 @pytest.fixture(scope="module")
-def client(server: ServerProcess) -> Iterator[WindowClient]:
+def client(server: LocalServer) -> Iterator[WindowClient]:
     with WindowClient(server.target, timeout=120) as c:
         fields = (Field("x", "DOUBLE"), Field("k", "INT64"), Field("tag", "STRING"))
         c.create_stream(StreamSpec("s", fields))
@@ -170,7 +170,7 @@ def stub(client: WindowClient) -> Any:
 
 @pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan], ids=["+inf", "-inf", "nan"])
 def test_non_finite_values_are_refused_in_a_double_field(
-    server: ServerProcess, client: WindowClient, bad: float
+    server: LocalServer, client: WindowClient, bad: float
 ) -> None:
     batch = {"ts": [10, 11], "x": [1.0, bad], "k": [1, 2], "tag": ["a", "b"]}
     e = refused(server, client, lambda: client.append("s", batch), "BAD_VALUES")
@@ -178,7 +178,7 @@ def test_non_finite_values_are_refused_in_a_double_field(
 
 
 def test_non_finite_values_are_refused_in_arrow_batches_too(
-    server: ServerProcess, client: WindowClient
+    server: LocalServer, client: WindowClient
 ) -> None:
     pa = pytest.importorskip("pyarrow")
     table = pa.table({"ts": pa.array([10], pa.int64()), "x": [math.inf], "k": [1], "tag": ["a"]})
@@ -186,7 +186,7 @@ def test_non_finite_values_are_refused_in_arrow_batches_too(
     assert fields_of(e) == ["columns[x][0]"]
 
 
-def test_allow_nan_lets_every_non_finite_value_in(server: ServerProcess) -> None:
+def test_allow_nan_lets_every_non_finite_value_in(server: LocalServer) -> None:
     with WindowClient(server.target) as c:
         c.create_stream(StreamSpec("nan_ok", (Field("x", "DOUBLE", allow_nan=True),)))
         c.create_window(WindowSpec("nan_ok", "w", (Aggregation("n", "count"),), Policy.count(9)))
@@ -250,7 +250,7 @@ ENUM_CASES = [
     ("method", "spec", "field"), [c[1:] for c in ENUM_CASES], ids=[c[0] for c in ENUM_CASES]
 )
 def test_unknown_enum_numbers_are_refused_on_the_wire(
-    server: ServerProcess, stub: Any, client: WindowClient, method: str, spec: Any, field: str
+    server: LocalServer, stub: Any, client: WindowClient, method: str, spec: Any, field: str
 ) -> None:
     req = (pb.CreateStreamRequest if method == "CreateStream" else pb.CreateWindowRequest)(
         spec=spec
@@ -261,7 +261,7 @@ def test_unknown_enum_numbers_are_refused_on_the_wire(
 
 
 def test_unknown_result_mode_is_refused(
-    server: ServerProcess, stub: Any, client: WindowClient
+    server: LocalServer, stub: Any, client: WindowClient
 ) -> None:
     req = pb.AppendRequest(stream="s", columns=row_s(10), results=7)
     e = refused(server, client, lambda: rpc(lambda: stub.Append(req, timeout=30)),
@@ -292,7 +292,7 @@ DURATION_CASES = [
 
 @pytest.mark.parametrize("spec", [c[1] for c in DURATION_CASES], ids=[c[0] for c in DURATION_CASES])
 def test_out_of_range_lateness_is_refused(
-    server: ServerProcess, stub: Any, client: WindowClient, spec: pb.StreamSpec
+    server: LocalServer, stub: Any, client: WindowClient, spec: pb.StreamSpec
 ) -> None:
     req = pb.CreateStreamRequest(spec=spec)
     e = refused(server, client, lambda: rpc(lambda: stub.CreateStream(req, timeout=30)),
@@ -336,7 +336,7 @@ POLICY_CASES = [
     ("policy", "field"), [c[1:] for c in POLICY_CASES], ids=[c[0] for c in POLICY_CASES]
 )
 def test_bad_policy_numbers_are_invalid_argument_not_internal(
-    server: ServerProcess, stub: Any, client: WindowClient, policy: pb.SlidePolicy, field: str
+    server: LocalServer, stub: Any, client: WindowClient, policy: pb.SlidePolicy, field: str
 ) -> None:
     req = pb.CreateWindowRequest(spec=_window_spec(policy=policy))
     e = refused(server, client, lambda: rpc(lambda: stub.CreateWindow(req, timeout=30)),
@@ -345,7 +345,7 @@ def test_bad_policy_numbers_are_invalid_argument_not_internal(
 
 
 def test_bad_storage_numbers_are_refused(
-    server: ServerProcess, stub: Any, client: WindowClient
+    server: LocalServer, stub: Any, client: WindowClient
 ) -> None:
     req = pb.CreateWindowRequest(spec=_window_spec(storage_block_size=-1))
     e = refused(server, client, lambda: rpc(lambda: stub.CreateWindow(req, timeout=30)),
@@ -366,7 +366,7 @@ def test_bad_storage_numbers_are_refused(
     ids=["negative-double", "negative-int", "minus-inf"],
 )
 def test_bounded_sum_fields_refuse_negative_values(
-    server: ServerProcess, client: WindowClient, batch: dict[str, Any], field: str, row: str
+    server: LocalServer, client: WindowClient, batch: dict[str, Any], field: str, row: str
 ) -> None:
     e = refused(server, client, lambda: client.append("b", batch), "BAD_VALUES")
     assert fields_of(e) == [field]
@@ -384,7 +384,7 @@ def test_bounded_sum_fields_take_zero(client: WindowClient) -> None:
 # --------------------------------------------------------------------------- empty batches
 
 
-def test_an_empty_batch_changes_nothing(server: ServerProcess, client: WindowClient) -> None:
+def test_an_empty_batch_changes_nothing(server: LocalServer, client: WindowClient) -> None:
     """Acknowledged (not a duplicate, nothing applied), and no counter, result or sequence
     moves: the stream looks as if it never came."""
     empty: dict[str, list[Any]] = {"ts": [], "x": [], "k": [], "tag": []}
@@ -414,7 +414,7 @@ def test_an_empty_batch_does_not_take_its_producers_sequence(client: WindowClien
 
 
 def test_an_empty_batch_is_still_checked_against_the_schema(
-    server: ServerProcess, client: WindowClient
+    server: LocalServer, client: WindowClient
 ) -> None:
     e = refused(server, client, lambda: client.append("s", {"ts": [], "x": []}), "SCHEMA_MISMATCH")
     assert "columns[k]" in fields_of(e)
@@ -483,7 +483,7 @@ LENGTH_CASES: list[tuple[str, str, Any, str, int]] = [
     ids=[c[0] for c in LENGTH_CASES],
 )
 def test_strings_over_their_limit_are_refused_first_without_echo(
-    server: ServerProcess,
+    server: LocalServer,
     stub: Any,
     client: WindowClient,
     method: str,
@@ -500,7 +500,7 @@ def test_strings_over_their_limit_are_refused_first_without_echo(
 
 
 def test_subscribe_checks_lengths_first(
-    server: ServerProcess, stub: Any, client: WindowClient
+    server: LocalServer, stub: Any, client: WindowClient
 ) -> None:
     def subscribe() -> None:
         rpc(lambda: list(stub.Subscribe(pb.SubscribeRequest(stream="s", window=LONG), timeout=30)))
@@ -511,7 +511,7 @@ def test_subscribe_checks_lengths_first(
 
 
 def test_arrow_column_names_are_checked_before_the_rows(
-    server: ServerProcess, client: WindowClient
+    server: LocalServer, client: WindowClient
 ) -> None:
     pa = pytest.importorskip("pyarrow")
     table = pa.table({"ts": pa.array([100], pa.int64()), LONG: [1.0]})
@@ -520,7 +520,7 @@ def test_arrow_column_names_are_checked_before_the_rows(
     no_long_echo(e)
 
 
-def test_duplicate_arrow_columns_are_refused(server: ServerProcess, client: WindowClient) -> None:
+def test_duplicate_arrow_columns_are_refused(server: LocalServer, client: WindowClient) -> None:
     pa = pytest.importorskip("pyarrow")
     table = pa.Table.from_arrays(
         [pa.array([100], pa.int64()), pa.array([1.0]), pa.array([2.0])], names=["ts", "x", "x"]
@@ -550,7 +550,7 @@ COUNT_CASES = [
     ("method", "request_", "field"), [c[1:] for c in COUNT_CASES], ids=[c[0] for c in COUNT_CASES]
 )
 def test_lists_over_their_limit_are_refused(
-    server: ServerProcess, stub: Any, client: WindowClient, method: str, request_: Any, field: str
+    server: LocalServer, stub: Any, client: WindowClient, method: str, request_: Any, field: str
 ) -> None:
     e = refused(server, client, lambda: rpc(lambda: getattr(stub, method)(request_, timeout=60)),
                 "TOO_MANY_ITEMS")  # fmt: skip
@@ -558,7 +558,7 @@ def test_lists_over_their_limit_are_refused(
 
 
 def test_an_error_with_a_thousand_violations_still_fits_in_the_trailers(
-    server: ServerProcess, stub: Any, client: WindowClient
+    server: LocalServer, stub: Any, client: WindowClient
 ) -> None:
     """1000 unknown columns of 60 characters: each a violation. Unbounded, the status would
     pass gRPC's metadata limit and the client would see only "Stream removed"."""
@@ -571,7 +571,7 @@ def test_an_error_with_a_thousand_violations_still_fits_in_the_trailers(
     no_long_echo(e)
 
 
-def test_log_lines_stay_bounded(server: ServerProcess, stub: Any, client: WindowClient) -> None:
+def test_log_lines_stay_bounded(server: LocalServer, stub: Any, client: WindowClient) -> None:
     refused(server, client, lambda: rpc(lambda: stub.GetStream(pb.GetStreamRequest(name=HUGE))),
             "VALUE_TOO_LONG")  # fmt: skip
     longest = max(len(line) for line in server.log.read_text().splitlines())
@@ -634,7 +634,7 @@ def factory(field, params):
 
 
 @pytest.fixture(scope="module")
-def plugin_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def plugin_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
     """A server with a real monoid plugin (an entry point in mtawindows.monoids) that raises
     RuntimeError, which nothing in the server expects."""
     root = tmp_path_factory.mktemp("plugin")
@@ -648,7 +648,7 @@ def plugin_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
         "[mtawindows.monoids]\nboom = boom_plugin:factory\n"
     )
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
-    with ServerProcess(root / "srv", env={"PYTHONPATH": path}) as srv:
+    with LocalServer(root / "srv", env={"PYTHONPATH": path}) as srv:
         yield srv
 
 
@@ -664,7 +664,7 @@ def _internal(e: MtaWindowsError) -> str:
     return error_id
 
 
-def test_internal_errors_carry_an_id_and_no_exception_text(plugin_server: ServerProcess) -> None:
+def test_internal_errors_carry_an_id_and_no_exception_text(plugin_server: LocalServer) -> None:
     srv = plugin_server
     with WindowClient(srv.target, timeout=60) as c:
         c.create_stream(StreamSpec("p", (Field("x", "DOUBLE"),)))
@@ -696,7 +696,7 @@ def test_internal_errors_carry_an_id_and_no_exception_text(plugin_server: Server
                                (Aggregation("b", "boom", "x", {"lower_interrupt": "1"}),),
                                Policy.count(3), storage=Storage("memory"))  # fmt: skip
         c.create_window(interrupt)
-        for results in ("none", "final"):  # a small append lowers on the event loop's thread
+        for results in ("none", "final"):  # every append lowers every window's result
             with pytest.raises(MtaWindowsError) as info:
                 c.append("p", {"ts": [7], "x": [1.0]}, results=results, windows=["w_interrupt"])
             assert (info.value.code, info.value.reason) == ("INTERNAL", "INTERNAL")
@@ -708,8 +708,8 @@ def test_internal_errors_carry_an_id_and_no_exception_text(plugin_server: Server
         assert (info.value.code, info.value.reason) == ("INTERNAL", "INTERNAL")
         assert "object at 0x" not in str(info.value)
         opaque_id = _internal(info.value)
-        # the rows went in (a broken lower fails the answer, after the windows took the rows)
-        assert c.query("p", "w").values["b"] == 5.0
+        # nothing went in: a lower that raises refuses the batch before any window takes it
+        assert c.query("p", "w").values["b"] == 3.0
         assert srv.health() == "SERVING"
     assert len({*ids, opaque_id}) == len(ids) + 1  # a fresh id per error
     log = srv.log.read_text()
@@ -827,7 +827,7 @@ def test_internal_errors_on_every_path_carry_only_an_id(
 def _serve_fails(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> str:
     """``mtawindows serve`` with ``args`` must exit non-zero before serving; its stderr."""
     port_file = tmp_path / "port"
-    cmd = [str(BIN), "serve", "--port", str(free_port()), "--port-file", str(port_file),
+    cmd = [*mtawindows_command(), "serve", "--port", str(free_port()), "--port-file", str(port_file),
            "--data-dir", str(tmp_path / "data"), *args]  # fmt: skip
     base = {k: v for k, v in os.environ.items() if not k.startswith("MTAWINDOWS_")}
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**base, **(env or {})})
@@ -880,10 +880,10 @@ def test_token_auth_refuses_to_be_built_open() -> None:
 
 
 @pytest.fixture(scope="module")
-def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
     root = tmp_path_factory.mktemp("auth")
     (root / "tokens").write_text("# ops\n  s3cret-token  \nother-token\n")
-    with ServerProcess(root, "--tokens-file", str(root / "tokens")) as srv:
+    with LocalServer(root, "--tokens-file", str(root / "tokens")) as srv:
         yield srv
 
 
@@ -904,7 +904,7 @@ HEADERS = [
 
 @pytest.mark.parametrize("metadata", [h[1] for h in HEADERS], ids=[h[0] for h in HEADERS])
 def test_the_bearer_header_must_be_exact(
-    auth_server: ServerProcess, metadata: list[tuple[str, str]]
+    auth_server: LocalServer, metadata: list[tuple[str, str]]
 ) -> None:
     with WindowClient(auth_server.target, token="s3cret-token") as good:
         before = snapshot(good, ())
@@ -923,7 +923,7 @@ def test_the_bearer_header_must_be_exact(
     "header", ["Bearer s3cret-token", "bearer other-token", "BEARER s3cret-token"]
 )
 def test_the_scheme_is_case_insensitive_and_file_tokens_are_trimmed(
-    auth_server: ServerProcess, header: str
+    auth_server: LocalServer, header: str
 ) -> None:
     with WindowClient(auth_server.target) as c:
         m = c.stub.ListStreams(

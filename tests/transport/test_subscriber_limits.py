@@ -32,9 +32,9 @@ from mtawindows.client import (
 from mtawindows.client.errors import from_rpc_error
 from mtawindows.server.service import Stream
 from mtawindows.server.service.fanout import Fanout
+from mtawindows.testing import LocalServer
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1 import windows_pb2_grpc as pb_grpc
-from tests.support.servers import ServerProcess
 
 pytestmark = [pytest.mark.server, pytest.mark.redis]
 
@@ -134,14 +134,14 @@ def assert_too_slow(err: MtaWindowsError | None, limit: int, which: str) -> None
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
     args = ("--subscriber-queue-mb", str(64 / 1024), "--max-subscribers", "50")
-    with ServerProcess(tmp_path_factory.mktemp("subscribers"), *args) as srv:
+    with LocalServer(tmp_path_factory.mktemp("subscribers"), *args) as srv:
         yield srv
 
 
 @pytest.fixture(scope="module")
-def client(server: ServerProcess) -> Iterator[WindowClient]:
+def client(server: LocalServer) -> Iterator[WindowClient]:
     with WindowClient(server.target, timeout=90) as c:
         yield c
 
@@ -150,7 +150,7 @@ def client(server: ServerProcess) -> Iterator[WindowClient]:
 
 
 def test_over_the_limit_of_subscriptions_is_refused(  # first: no other subscriber lives
-    server: ServerProcess, client: WindowClient
+    server: LocalServer, client: WindowClient
 ) -> None:
     make(client, "c")
     held = [client.subscribe("c", "w", timeout=60) for _ in range(50)]
@@ -165,7 +165,7 @@ def test_over_the_limit_of_subscriptions_is_refused(  # first: no other subscrib
 
 
 def test_a_subscriber_that_never_reads_is_cut_while_a_reader_and_appends_go_on(
-    server: ServerProcess, client: WindowClient
+    server: LocalServer, client: WindowClient
 ) -> None:
     make(client, "a")
     n = 200  # 4 KiB results: 800 KiB, a dozen times what the stalled one may hold
@@ -183,7 +183,7 @@ def test_a_subscriber_that_never_reads_is_cut_while_a_reader_and_appends_go_on(
 
 
 def test_cut_subscribers_free_their_slots_and_appends_never_wait_for_them(
-    server: ServerProcess, client: WindowClient
+    server: LocalServer, client: WindowClient
 ) -> None:
     make(client, "b")
     stalled = [Stalled(server.target, "b", "w") for _ in range(40)]  # of 50 slots
@@ -205,7 +205,7 @@ def test_cut_subscribers_free_their_slots_and_appends_never_wait_for_them(
 
 
 def test_deleting_a_window_or_stream_ends_its_subscriptions_at_once(
-    server: ServerProcess, client: WindowClient
+    server: LocalServer, client: WindowClient
 ) -> None:
     make(client, "d", ("w", "v"))
     client.append("d", row(16))
@@ -229,7 +229,7 @@ def test_past_the_servers_budget_the_subscribers_furthest_behind_are_cut(
     tmp_path: Path,
 ) -> None:
     args = ("--subscriber-queue-mb", "1", "--subscribers-memory-mb", str(128 / 1024))
-    with ServerProcess(tmp_path, *args) as srv, WindowClient(srv.target, timeout=90) as c:
+    with LocalServer(tmp_path, *args) as srv, WindowClient(srv.target, timeout=90) as c:
         make(c, "s")
         n = 200
         stalled = [Stalled(srv.target, "s", "w") for _ in range(4)]  # 4 x 1 MiB > 128 KiB
@@ -252,9 +252,8 @@ def test_memory_of_stalled_subscribers_comes_back_when_cut_or_cancelled(tmp_path
     args = ("--subscriber-queue-mb", "8", "--subscribers-memory-mb", "512")
     args += ("--result-history", "1")
     windows = tuple(f"w{i}" for i in range(6))
-    with ServerProcess(tmp_path, *args) as srv, WindowClient(srv.target, timeout=90) as c:
-        assert srv.proc is not None
-        pid = srv.proc.pid
+    with LocalServer(tmp_path, *args) as srv, WindowClient(srv.target, timeout=90) as c:
+        pid = srv.pid
         make(c, "m", windows, rows=1)
         for _ in range(5):
             c.append("m", row(64 * KIB))
@@ -354,7 +353,7 @@ def test_queue_accounting_holds_under_random_traffic() -> None:
 def test_a_graceful_stop_ends_subscriptions_instead_of_waiting_for_them(tmp_path: Path) -> None:
     """Subscribe never ends by itself: a SIGTERM used to wait the whole grace period for it.
     Now every subscriber gets UNAVAILABLE (SERVER_STOPPING) and the server exits promptly."""
-    srv = ServerProcess(tmp_path / "stop", "--grace", "120").start()
+    srv = LocalServer(tmp_path / "stop", "--grace", "120").start()
     try:
         with WindowClient(srv.target, timeout=60) as c:
             make(c, "g")

@@ -42,7 +42,7 @@ from mtawindows.client import (
 )
 from mtawindows.client.errors import MtaWindowsError
 from mtawindows.server.storage.embedded import server_binary
-from tests.support.servers import BIN, ServerProcess
+from mtawindows.testing import LocalServer, mtawindows_command
 
 pytestmark = [
     pytest.mark.skipif(
@@ -71,7 +71,7 @@ def wait_until(pred: Callable[[], Any], what: str, timeout: float = 30.0) -> Any
         time.sleep(0.02)
 
 
-def redis_dir(srv: ServerProcess) -> Path:
+def redis_dir(srv: LocalServer) -> Path:
     return srv.data_dir / "data" / "redis"
 
 
@@ -110,7 +110,7 @@ def assert_no_valkey_survives(data_dir: Path) -> None:
     assert not socket_answers(data_dir)
 
 
-def recorded_pid(srv: ServerProcess) -> int | None:
+def recorded_pid(srv: LocalServer) -> int | None:
     """The pid in the embedded Redis's pid file (None while there is none)."""
     try:
         return int((redis_dir(srv) / "redis.pid").read_text().split()[0])
@@ -118,7 +118,7 @@ def recorded_pid(srv: ServerProcess) -> int | None:
         return None
 
 
-def log_events(srv: ServerProcess) -> list[dict[str, Any]]:
+def log_events(srv: LocalServer) -> list[dict[str, Any]]:
     out = []
     for line in srv.log.read_text(errors="replace").splitlines():
         if line.startswith("{"):
@@ -129,7 +129,7 @@ def log_events(srv: ServerProcess) -> list[dict[str, Any]]:
     return out
 
 
-def has_event(srv: ServerProcess, name: str) -> dict[str, Any] | None:
+def has_event(srv: LocalServer, name: str) -> dict[str, Any] | None:
     return next((e for e in log_events(srv) if e.get("event") == name), None)
 
 
@@ -151,7 +151,7 @@ def rpc_error(call: Callable[[], Any]) -> MtaWindowsError:
     return info.value
 
 
-def break_manifest(srv: ServerProcess) -> tuple[Path, bytes]:
+def break_manifest(srv: LocalServer) -> tuple[Path, bytes]:
     """Garbage in the AOF manifest (valkey reads it only at start): restarts now fail."""
     manifest = next((redis_dir(srv) / "appendonlydir").glob("*.manifest"))
     good = manifest.read_bytes()
@@ -159,7 +159,7 @@ def break_manifest(srv: ServerProcess) -> tuple[Path, bytes]:
     return manifest, good
 
 
-def kill_valkey(srv: ServerProcess) -> int:
+def kill_valkey(srv: LocalServer) -> int:
     pid = recorded_pid(srv)
     assert pid is not None and pid in valkeys_of(srv.data_dir)
     os.kill(pid, signal.SIGKILL)
@@ -173,7 +173,7 @@ def test_kill_9_of_the_server_at_any_moment_leaves_no_valkey(tmp_path: Path) -> 
     """Five kills on one data dir: serving, appending, starting, restarting its Redis, and
     serving again. After each, no valkey of the dir lives; each next server starts (the lock
     went with the dead one) and the durable window has every acknowledged batch."""
-    srv = ServerProcess(tmp_path / "srv")
+    srv = LocalServer(tmp_path / "srv")
     acked = 0  # batches acknowledged so far (sequence numbers 1..acked)
 
     def kill_server() -> None:
@@ -238,7 +238,7 @@ def test_kill_9_of_the_server_at_any_moment_leaves_no_valkey(tmp_path: Path) -> 
     pid_file = redis_dir(srv) / "redis.pid"
     assert not pid_file.exists()  # a clean stop removes it
     proc = subprocess.Popen(
-        [str(BIN), "serve", "--port", "0", "--data-dir", str(srv.data_dir / "data")],
+        [*mtawindows_command(), "serve", "--port", "0", "--data-dir", str(srv.data_dir / "data")],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=srv.env,
@@ -277,7 +277,7 @@ def test_redis_killed_alone_is_restarted_and_the_windows_come_back(tmp_path: Pat
     """kill -9 of the valkey (kept down by a broken manifest): NOT_SERVING, every call that
     needs the store is UNAVAILABLE / STORE_UNAVAILABLE; repaired: the server restarts it on
     the same AOF, SERVING, the durable window has every acknowledged batch, appends go on."""
-    srv = ServerProcess(tmp_path / "srv", "--redis-restarts", "1000").start()
+    srv = LocalServer(tmp_path / "srv", "--redis-restarts", "1000").start()
     try:
         with WindowClient(srv.target, retries=1) as c:
             make_windows(c)
@@ -330,7 +330,7 @@ def test_redis_killed_alone_is_restarted_and_the_windows_come_back(tmp_path: Pat
 
 
 def test_a_redis_that_cannot_restart_leaves_the_server_not_serving(tmp_path: Path) -> None:
-    srv = ServerProcess(tmp_path / "srv", "--redis-restarts", "2").start()
+    srv = LocalServer(tmp_path / "srv", "--redis-restarts", "2").start()
     try:
         with WindowClient(srv.target, retries=1) as c:
             make_windows(c)
@@ -364,7 +364,7 @@ def test_an_external_redis_dying_gives_unavailable_never_internal(tmp_path: Path
     from mtawindows.server.storage.embedded import EmbeddedRedis
 
     ext = EmbeddedRedis(tmp_path / "external").start()
-    srv = ServerProcess(tmp_path / "srv", "--redis-url", ext.url).start()
+    srv = LocalServer(tmp_path / "srv", "--redis-url", ext.url).start()
     try:
         with WindowClient(srv.target, retries=1) as c:
             make_windows(c)
@@ -399,7 +399,7 @@ def test_an_orphaned_valkey_on_the_data_dir_is_stopped_at_start_up(
     """A valkey left on the data dir by a server that died where the death signal does not
     exist: the next server shuts it down (SHUTDOWN if it answers, SIGKILL if it is hung,
     found by its recorded pid) and starts its own on the same AOF."""
-    srv = ServerProcess(tmp_path / "srv")
+    srv = LocalServer(tmp_path / "srv")
     rdir = redis_dir(srv)
     rdir.mkdir(parents=True)
     sock = rdir / "redis.sock"
@@ -448,7 +448,7 @@ def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
     """``mtawindows serve`` expected to fail at start-up (bounded)."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MTAWINDOWS_")}
     return subprocess.run(
-        [str(BIN), "serve", "--host", "127.0.0.1", *args],
+        [*mtawindows_command(), "serve", "--host", "127.0.0.1", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -458,7 +458,7 @@ def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
 
 
 def test_a_second_server_on_the_same_data_dir_stops_at_start_up(tmp_path: Path) -> None:
-    srv = ServerProcess(tmp_path / "srv").start()
+    srv = LocalServer(tmp_path / "srv").start()
     try:
         valkey = valkeys_of(srv.data_dir)
         assert len(valkey) == 1
@@ -466,7 +466,7 @@ def test_a_second_server_on_the_same_data_dir_stops_at_start_up(tmp_path: Path) 
         second = run_serve("--port", "0", "--data-dir", str(data))
         assert second.returncode != 0
         assert str(data) in second.stderr
-        assert srv.proc is not None and f"pid {srv.proc.pid}" in second.stderr
+        assert f"pid {srv.pid}" in second.stderr
         assert "Traceback" not in second.stderr
         assert valkeys_of(srv.data_dir) == valkey  # the first one's, untouched
         assert srv.health() == "SERVING"
@@ -479,7 +479,7 @@ def test_a_second_server_on_the_same_data_dir_stops_at_start_up(tmp_path: Path) 
 
 
 def test_a_second_server_on_a_taken_port_stops_at_start_up(tmp_path: Path) -> None:
-    srv = ServerProcess(tmp_path / "srv").start()
+    srv = LocalServer(tmp_path / "srv").start()
     try:
         other = tmp_path / "other"
         for flags in ([], ["--reuse-port"]):  # the first server did not opt in: never shared
@@ -496,8 +496,8 @@ def test_a_second_server_on_a_taken_port_stops_at_start_up(tmp_path: Path) -> No
 def test_reuse_port_is_opt_in_for_both_servers(tmp_path: Path) -> None:
     """``--reuse-port`` (or $MTAWINDOWS_REUSE_PORT) on both: the second server shares the
     port, as asked."""
-    first = ServerProcess(tmp_path / "a", "--reuse-port").start()
-    second = ServerProcess(tmp_path / "b", "--port", str(first.port))
+    first = LocalServer(tmp_path / "a", "--reuse-port").start()
+    second = LocalServer(tmp_path / "b", "--port", str(first.port))
     second.env["MTAWINDOWS_REUSE_PORT"] = "1"
     try:
         second.start()
@@ -512,14 +512,13 @@ def test_a_relative_data_dir_works(tmp_path: Path) -> None:
     """`serve --data-dir reldata` from another working directory: valkey used to fail to open
     its files (it resolved the relative path against its own directory)."""
     from mtawindows.client.launch import start_server
-    from tests.support.servers import BIN
 
     work = tmp_path / "cwd"
     work.mkdir()
     old = os.getcwd()
     os.chdir(work)
     try:
-        proc, port = start_server(Path("rel"), program=(str(BIN),))
+        proc, port = start_server(Path("rel"), program=mtawindows_command())
     finally:
         os.chdir(old)
     try:

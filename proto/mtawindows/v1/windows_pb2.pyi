@@ -81,6 +81,8 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TOO_MANY_SUBSCRIBERS: _ClassVar[ErrorReason]
     SUBSCRIBER_TOO_SLOW: _ClassVar[ErrorReason]
     UNSUBSCRIBED: _ClassVar[ErrorReason]
+    MESSAGE_TOO_LARGE: _ClassVar[ErrorReason]
+    LOWER_FAILED: _ClassVar[ErrorReason]
 FIELD_TYPE_UNSPECIFIED: FieldType
 DOUBLE: FieldType
 INT64: FieldType
@@ -135,6 +137,8 @@ OUT_OF_ORDER: ErrorReason
 TOO_MANY_SUBSCRIBERS: ErrorReason
 SUBSCRIBER_TOO_SLOW: ErrorReason
 UNSUBSCRIBED: ErrorReason
+MESSAGE_TOO_LARGE: ErrorReason
+LOWER_FAILED: ErrorReason
 
 class FieldSpec(_message.Message):
     __slots__ = ("name", "type", "allow_nan")

@@ -28,8 +28,8 @@ if _version_not_supported:
 class WindowServiceStub:
     """Calls in common. Every call may fail UNAUTHENTICATED (with tokens configured), INTERNAL, and
     INVALID_ARGUMENT MALFORMED_REQUEST, VALUE_TOO_LONG, TOO_MANY_ITEMS or UNKNOWN_ENUM_VALUE (the
-    screen every request passes before any work), and RESOURCE_EXHAUSTED for a message over the
-    server's size limit. A call about a stream may also fail FAILED_PRECONDITION NOT_OWNER (call
+    screen every request passes before any work), and RESOURCE_EXHAUSTED MESSAGE_TOO_LARGE for a
+    message over the server's size limit. A call about a stream may also fail FAILED_PRECONDITION NOT_OWNER (call
     metadata owner), UNAVAILABLE STREAM_MOVING (resend after retry_after_ms) and UNAVAILABLE
     STORE_UNAVAILABLE; after NOT_OWNER and STREAM_MOVING nothing was done, so any call may be
     resent. Each rpc below names its own errors besides these.
@@ -121,8 +121,8 @@ class WindowServiceStub:
 class WindowServiceServicer:
     """Calls in common. Every call may fail UNAUTHENTICATED (with tokens configured), INTERNAL, and
     INVALID_ARGUMENT MALFORMED_REQUEST, VALUE_TOO_LONG, TOO_MANY_ITEMS or UNKNOWN_ENUM_VALUE (the
-    screen every request passes before any work), and RESOURCE_EXHAUSTED for a message over the
-    server's size limit. A call about a stream may also fail FAILED_PRECONDITION NOT_OWNER (call
+    screen every request passes before any work), and RESOURCE_EXHAUSTED MESSAGE_TOO_LARGE for a
+    message over the server's size limit. A call about a stream may also fail FAILED_PRECONDITION NOT_OWNER (call
     metadata owner), UNAVAILABLE STREAM_MOVING (resend after retry_after_ms) and UNAVAILABLE
     STORE_UNAVAILABLE; after NOT_OWNER and STREAM_MOVING nothing was done, so any call may be
     resent. Each rpc below names its own errors besides these.
@@ -217,7 +217,8 @@ class WindowServiceServicer:
         after each row (PER_ROW, see WindowRowResults). A batch of 0 rows changes nothing.
         Errors: INVALID_ARGUMENT SCHEMA_MISMATCH, BAD_VALUES, AMBIGUOUS_BATCH, BAD_ARROW,
         BAD_RESULT_MODE, INVALID_ARGUMENT (producer_id and sequence); FAILED_PRECONDITION
-        OUT_OF_ORDER (late_policy REJECT); RESOURCE_EXHAUSTED BATCH_TOO_LARGE; NOT_FOUND
+        OUT_OF_ORDER (late_policy REJECT), LOWER_FAILED (a plugin's lower raised: nothing applied);
+        RESOURCE_EXHAUSTED BATCH_TOO_LARGE; NOT_FOUND
         STREAM_NOT_FOUND, WINDOW_NOT_FOUND (AppendRequest.windows). Idempotent only with a
         producer_id and sequence.
         """
@@ -346,8 +347,8 @@ def add_WindowServiceServicer_to_server(servicer, server):
 class WindowService:
     """Calls in common. Every call may fail UNAUTHENTICATED (with tokens configured), INTERNAL, and
     INVALID_ARGUMENT MALFORMED_REQUEST, VALUE_TOO_LONG, TOO_MANY_ITEMS or UNKNOWN_ENUM_VALUE (the
-    screen every request passes before any work), and RESOURCE_EXHAUSTED for a message over the
-    server's size limit. A call about a stream may also fail FAILED_PRECONDITION NOT_OWNER (call
+    screen every request passes before any work), and RESOURCE_EXHAUSTED MESSAGE_TOO_LARGE for a
+    message over the server's size limit. A call about a stream may also fail FAILED_PRECONDITION NOT_OWNER (call
     metadata owner), UNAVAILABLE STREAM_MOVING (resend after retry_after_ms) and UNAVAILABLE
     STORE_UNAVAILABLE; after NOT_OWNER and STREAM_MOVING nothing was done, so any call may be
     resent. Each rpc below names its own errors besides these.

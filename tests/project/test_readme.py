@@ -1,0 +1,436 @@
+"""The README's code runs as written (issue 20), and every import it shows is canonical.
+
+How the README's blocks run here:
+
+* **```python blocks are the cells of one notebook**: they run in README order in one
+  namespace, so a block may use what an earlier block defined (the cluster block appends to the
+  stream the SDK block created). Each test runs one group of cells in a fresh interpreter
+  (``sys.executable``), every cell compiled under README.md's own path and line numbers: a
+  failure's traceback shows the README line, and the test names the block that failed. A cell
+  belongs to a group by the heading it sits under (:data:`GROUPS`):
+
+  - ``engine``: "## Usage" and "### Redis-backed windows": no server; the Redis block uses the
+    session's Redis (the ``redis_url`` fixture);
+  - ``service``: "### The gRPC service, SDK and CLI", against a fresh server;
+  - ``cluster``: the ``service`` cells, then "## The cluster"'s (it goes on with their stream
+    ``cpu`` and producer ``agent-1``), against a real cluster of two servers on one Redis;
+  - ``spark``: "### From Spark ..." on a real local Spark (``local[2]``) and a fresh server,
+    marked ``spark`` and ``slow``.
+
+  A ```python block under any other heading fails :func:`test_every_block_is_run_or_skipped`
+  until it is given a group here: every python block runs.
+* **Addresses**: the README says ``localhost:50051`` (the default port of ``mtawindows serve``)
+  for a server, ``host1:50051,host2:50051`` for a cluster's seeds and
+  ``redis://localhost:6379/0`` for a Redis; the test replaces those strings in the block text
+  with the real servers' addresses (:class:`Addresses`) before it runs a block.
+* **```bash blocks**: each command (continuation lines joined) is classified by
+  :func:`classify`. Run, in README order, through ``bash -c`` in one temporary directory, with
+  ``$MTAWINDOWS_TARGET`` set to a fresh server and this interpreter's ``bin`` first on PATH:
+  every ``mtawindows`` client command, and the ``printf`` that writes the file they read.
+  ``mtawindows watch`` follows a window until stopped: it runs in the background until it
+  prints the result of a batch the test appends, then is stopped. Skipped, each for its
+  reason: ``make`` (it builds ``.venv`` and runs the demo or the whole suite: the demo has
+  ``tests/spark/test_spark_demo.py``), ``docker`` (no Docker engine here;
+  ``tests/project/test_deploy.py`` runs the compose topology as processes) and
+  ``mtawindows serve`` (it runs until stopped; the servers here are the same command, started
+  by :mod:`mtawindows.testing`). A command of any other kind fails
+  :func:`test_every_block_is_run_or_skipped` until it is classified.
+* **Imports**: README code imports only from the package faces (:data:`FACES`), and every
+  dotted ``mtawindows.`` name in the prose resolves to a module or a module's attribute
+  (except the "## Architecture" section, whose layout the lead rewrites, and the entry-point
+  group ``mtawindows.monoids``).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import json
+import os
+import queue
+import re
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mtawindows.client import WindowClient
+from mtawindows.testing import LocalCluster, LocalServer
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+BIN = Path(sys.executable).parent
+
+# the heading a ```python block sits under -> the group that runs it
+GROUPS = {
+    "## Usage": "engine",
+    "### Redis-backed windows": "engine",
+    "### The gRPC service, SDK and CLI": "service",
+    "### From Spark (`mtawindows.spark_connector`)": "spark",
+    "## The cluster": "cluster",
+}
+# where README code may import from: the package faces, never a module behind them
+FACES = {
+    "mtawindows.server.engine",
+    "mtawindows.server.storage",
+    "mtawindows.client",
+    "mtawindows.spark_connector",
+    "mtawindows.v1.types",
+    "mtawindows.v1.convert",
+}
+# dotted names in the prose that are not Python names
+NOT_MODULES = {"mtawindows.monoids"}  # the entry-point group of monoid plugins
+PROSE_UNCHECKED = "## Architecture"  # the layout section: the lead rewrites it after the renames
+
+
+# ----------------------------------------------------------------------------- the README
+
+
+@dataclass(frozen=True)
+class Block:
+    lang: str  # the fence's info string: "python", "bash", "" (a diagram)
+    line: int  # the README line of the block's first line (the one after the fence)
+    source: str
+    heading: str  # the last heading above the block, "### Redis-backed windows"
+
+    def __str__(self) -> str:
+        return f"README.md:{self.line} (```{self.lang} under {self.heading!r})"
+
+
+def read_blocks(text: str) -> list[Block]:
+    """The fenced blocks of a Markdown text, in order."""
+    blocks: list[Block] = []
+    heading = ""
+    lang: str | None = None
+    start = 0
+    body: list[str] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if lang is None:
+            if line.startswith("```"):
+                lang, start, body = line[3:].strip(), n + 1, []
+            elif line.startswith("#"):
+                heading = line.strip()
+        elif line.startswith("```"):
+            blocks.append(Block(lang, start, "\n".join(body) + "\n", heading))
+            lang = None
+        else:
+            body.append(line)
+    assert lang is None, f"README.md:{start - 1}: a ``` fence that never closes"
+    return blocks
+
+
+def python_blocks(group: str) -> list[Block]:
+    """The README's python blocks of ``group``, in order."""
+    blocks = read_blocks(README.read_text())
+    return [b for b in blocks if b.lang == "python" and GROUPS.get(b.heading) == group]
+
+
+@dataclass(frozen=True)
+class Command:
+    line: int  # the README line it starts on
+    text: str  # continuation lines joined
+
+
+def commands(block: Block) -> list[Command]:
+    """A bash block's commands: lines ending in a backslash continue on the next one."""
+    out: list[Command] = []
+    pending: list[str] = []
+    first = 0
+    for i, line in enumerate(block.source.splitlines()):
+        if not pending:
+            first = block.line + i
+        if line.rstrip().endswith("\\"):
+            pending.append(line.rstrip()[:-1])
+            continue
+        out.append(Command(first, " ".join([*pending, line]).strip()))
+        pending = []
+    if pending:
+        out.append(Command(first, " ".join(pending).strip()))
+    return [c for c in out if c.text and not c.text.startswith("#")]
+
+
+def classify(command: Command) -> tuple[str, str]:
+    """("run" | "watch" | "skip" | "unknown", why) for one command of a bash block."""
+    words = shlex.split(command.text, comments=True)
+    program = Path(words[0]).name
+    sub = words[1] if len(words) > 1 else ""
+    if program == "make":
+        return "skip", "builds .venv, runs the demo or the whole suite (test_spark_demo.py)"
+    if program == "docker":
+        return "skip", "no Docker engine here (test_deploy.py runs the topology as processes)"
+    if program == "mtawindows" and sub == "serve":
+        return "skip", "runs until stopped; the servers here are the same command"
+    if program == "mtawindows" and sub == "watch":
+        return "watch", "follows until stopped: run until it prints a batch's result"
+    if program in ("mtawindows", "printf"):
+        return "run", ""
+    return "unknown", "neither run nor skipped: classify it in test_readme.py"
+
+
+# ----------------------------------------------------------------------------- running
+
+
+@dataclass(frozen=True)
+class Addresses:
+    """What replaces the README's placeholder addresses in a block's text."""
+
+    server: str = ""  # for "localhost:50051"
+    seeds: str = ""  # for "host1:50051,host2:50051"
+    redis: str = ""  # for "redis://localhost:6379/0"
+
+    def apply(self, text: str) -> str:
+        for placeholder, real in (
+            ("host1:50051,host2:50051", self.seeds),
+            ("redis://localhost:6379/0", self.redis),
+            ("localhost:50051", self.server),
+        ):
+            if placeholder in text:
+                assert real, f"the block needs a real address for {placeholder!r}"
+                text = text.replace(placeholder, real)
+        return text
+
+
+# runs the cells in one namespace, each compiled under README.md's path and line numbers
+DRIVER = """
+import json, sys, traceback
+namespace = {"__name__": "__main__"}
+for path, line, source in json.loads(open(sys.argv[1]).read()):
+    try:
+        exec(compile("\\n" * (line - 1) + source, path, "exec"), namespace)
+    except BaseException:
+        traceback.print_exc()
+        print(f"{path}:{line}: this ```python block failed", file=sys.stderr)
+        sys.exit(1)
+"""
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("MTAWINDOWS_REDIS_URL", "MTAWINDOWS_TARGET")
+    }
+    env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", "")])
+    return {**env, **extra}
+
+
+def run_cells(blocks: list[Block], addresses: Addresses, cwd: Path, timeout: float) -> None:
+    """Run ``blocks`` as one notebook in a fresh interpreter; fail naming the block."""
+    assert blocks, "no README block in this group"
+    cells = cwd / "cells.json"
+    cells.write_text(json.dumps([[str(README), b.line, addresses.apply(b.source)] for b in blocks]))
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(cells)],
+        cwd=cwd,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, (
+        f"README blocks {', '.join(str(b) for b in blocks)}:\n{proc.stderr[-6000:]}"
+    )
+
+
+# ----------------------------------------------------------------------------- the tests
+
+
+def test_every_block_is_run_or_skipped() -> None:
+    """Every python block belongs to a group, every group has a block, and every bash command
+    is run or skipped for a named reason."""
+    blocks = read_blocks(README.read_text())
+    orphans = [str(b) for b in blocks if b.lang == "python" and b.heading not in GROUPS]
+    assert not orphans, f"python blocks in no group (add their heading to GROUPS): {orphans}"
+    for group in set(GROUPS.values()):
+        assert python_blocks(group), f"group {group!r} has no README block"
+    unknown = [
+        f"README.md:{c.line}: {c.text}"
+        for b in blocks
+        if b.lang == "bash"
+        for c in commands(b)
+        if classify(c)[0] == "unknown"
+    ]
+    assert not unknown, f"bash commands neither run nor skipped: {unknown}"
+    assert any(classify(c)[0] == "run" for b in blocks if b.lang == "bash" for c in commands(b))
+
+
+def test_readme_imports_only_from_the_package_faces() -> None:
+    """Every import in a python block is from a face of :data:`FACES` (or not first-party),
+    and every name it imports is there."""
+    for block in read_blocks(README.read_text()):
+        if block.lang != "python":
+            continue
+        for node in ast.walk(ast.parse(block.source)):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                modules = [node.module]
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                modules, names = [a.name for a in node.names], []
+            else:
+                continue
+            for module in modules:
+                if module.split(".")[0] != "mtawindows":
+                    continue
+                assert module in FACES, f"{block}: imports {module!r}, not a package face"
+                face = importlib.import_module(module)
+                missing = [n for n in names if not hasattr(face, n)]
+                assert not missing, f"{block}: {module} has no {missing}"
+
+
+def resolves(dotted: str) -> bool:
+    """``dotted`` names a module, or an attribute of one."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 1, -1):
+        module = ".".join(parts[:i])
+        try:
+            spec = importlib.util.find_spec(module)
+        except ModuleNotFoundError:
+            spec = None
+        if spec is None:
+            continue
+        obj: Any = importlib.import_module(module)
+        for attr in parts[i:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def test_readme_prose_names_resolve() -> None:
+    """Every dotted ``mtawindows.*`` name in the README's prose (outside code blocks and the
+    Architecture section) is a module or a module's attribute."""
+    text = README.read_text()
+    start = text.find(f"\n{PROSE_UNCHECKED}\n")
+    end = text.find("\n## ", start + 1)
+    if start >= 0:
+        text = text[:start] + text[end if end >= 0 else len(text) :]
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    names = {m.group(0) for m in re.finditer(r"mtawindows(?:\.[A-Za-z_]\w*)+", prose)}
+    assert names
+    unresolved = sorted(n for n in names - NOT_MODULES if not resolves(n))
+    assert not unresolved, f"README names that are no module or attribute: {unresolved}"
+
+
+def test_engine_blocks_run(tmp_path: Path, redis_url: str) -> None:
+    """The blocks of "## Usage" and "### Redis-backed windows": the engine in process, no
+    server; the Redis block on the session's Redis."""
+    run_cells(python_blocks("engine"), Addresses(redis=redis_url), tmp_path, timeout=120)
+
+
+@pytest.mark.server
+def test_service_block_runs(tmp_path: Path) -> None:
+    """The SDK block against a fresh server."""
+    with LocalServer(tmp_path / "server") as srv:
+        run_cells(python_blocks("service"), Addresses(server=srv.target), tmp_path, timeout=120)
+
+
+@pytest.mark.server
+def test_cluster_block_runs(tmp_path: Path) -> None:
+    """The SDK block against one member of a real two-server cluster, then the cluster block
+    with both members as its seeds."""
+    with LocalCluster(2, data_dir=tmp_path / "cluster") as cluster:
+        addresses = Addresses(server=cluster.targets[0], seeds=cluster.seeds)
+        blocks = python_blocks("service") + python_blocks("cluster")
+        run_cells(blocks, addresses, tmp_path, timeout=180)
+
+
+@pytest.mark.server
+@pytest.mark.spark
+@pytest.mark.slow
+def test_spark_block_runs(tmp_path: Path) -> None:
+    """The Spark block on a real local Spark: per-row results, a batch push, a streaming push
+    of a folder's files (``availableNow``), the pulls."""
+    with LocalServer(tmp_path / "server") as srv:
+        run_cells(python_blocks("spark"), Addresses(server=srv.target), tmp_path, timeout=480)
+
+
+def some_row(schema: dict[str, str]) -> dict[str, list[Any]]:
+    """One row of a stream with these column types, stamped now (newer than the README's)."""
+    values = {"DOUBLE": 0.5, "INT64": 1, "STRING": "x", "BOOL": True}
+    now = datetime.now(UTC)
+    return {name: [values.get(kind, now)] for name, kind in schema.items()}
+
+
+def watch(command: Command, target: str, cwd: Path) -> None:
+    """Run ``mtawindows watch <stream> <window>`` until it prints the result of a batch this
+    appends (a row a time until it does, for at most a minute), then stop it."""
+    stream = shlex.split(command.text, comments=True)[2]
+    proc = subprocess.Popen(
+        ["bash", "-c", f"exec {command.text}"],
+        cwd=cwd,
+        env=child_env(MTAWINDOWS_TARGET=target),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out, err = proc.stdout, proc.stderr
+    assert out is not None and err is not None
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        for line in out:
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        with WindowClient(target) as c:
+            schema = c.schema(stream)
+            deadline = time.monotonic() + 60
+            while True:
+                c.append(stream, some_row(schema))
+                try:
+                    printed = lines.get(timeout=0.5)
+                    break
+                except queue.Empty:
+                    assert proc.poll() is None, (
+                        f"README.md:{command.line}: {command.text} ended: {err.read()}"
+                    )
+                    assert time.monotonic() < deadline, f"README.md:{command.line}: no output"
+        assert "values" in json.loads(printed), printed
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.server
+def test_cli_commands_run(tmp_path: Path) -> None:
+    """The ``mtawindows`` commands of the bash blocks, in order, against a fresh server (see
+    the module docstring for what runs and what is skipped)."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    ran: list[str] = []
+    with LocalServer(tmp_path / "server") as srv:
+        addresses = Addresses(server=srv.target, seeds=srv.target)
+        for block in read_blocks(README.read_text()):
+            if block.lang != "bash":
+                continue
+            for command in commands(block):
+                kind, _ = classify(command)
+                text = addresses.apply(command.text)
+                if kind == "watch":
+                    watch(Command(command.line, text), srv.target, cwd)
+                elif kind == "run":
+                    proc = subprocess.run(
+                        ["bash", "-c", text],
+                        cwd=cwd,
+                        env=child_env(MTAWINDOWS_TARGET=srv.target),
+                        capture_output=True,
+                        text=True,
+                        timeout=120,
+                    )
+                    assert proc.returncode == 0, (
+                        f"README.md:{command.line}: {command.text}\n{proc.stdout}{proc.stderr}"
+                    )
+                else:
+                    continue
+                ran.append(command.text)
+    assert any(c.startswith("mtawindows append") for c in ran), ran

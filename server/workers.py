@@ -58,7 +58,7 @@ from types import FrameType
 
 from .storage.datadir import DataDirLock
 from .storage.embedded import EmbeddedRedis, EmbeddedRedisError
-from .storage.processes import RestartBudget, _describe_exit, dying_with_parent, spawn
+from .storage.processes import RestartBudget, describe_exit, dying_with_parent, spawn
 from .transport.app import default_data_dir
 
 __all__ = [
@@ -339,7 +339,7 @@ class Supervisor:
                 w.ready = w.served = True
                 log.info(f"{w.name()} serving", extra={"event": "worker_serving", **w.info()})
             return
-        how = _describe_exit(code)
+        how = describe_exit(code)
         log.warning(
             f"{w.name()} exited: {how}", extra={"event": "worker_exited", "how": how, **w.info()}
         )
@@ -410,10 +410,10 @@ class Supervisor:
                 w.proc.kill()
                 w.proc.wait()
             log.info(
-                f"{w.name()} exited: {_describe_exit(w.proc.returncode)}",
+                f"{w.name()} exited: {describe_exit(w.proc.returncode)}",
                 extra={
                     "event": "worker_exited",
-                    "how": _describe_exit(w.proc.returncode),
+                    "how": describe_exit(w.proc.returncode),
                     **w.info(),
                 },
             )

@@ -60,7 +60,7 @@ from redis.crc import key_slot
 from redis.retry import Retry
 
 from mtawindows.server.storage.embedded import server_binary
-from mtawindows.server.storage.processes import _describe_exit
+from mtawindows.server.storage.processes import describe_exit
 
 from ._children import end as end_process
 from ._children import launch
@@ -346,7 +346,7 @@ class RedisCluster:
     def _wait_answers(self, node: RedisNode) -> None:
         def ready() -> bool:
             if node.proc is not None and node.proc.poll() is not None:
-                node.last_exit = _describe_exit(node.proc.returncode)
+                node.last_exit = describe_exit(node.proc.returncode)
                 msg = f"node {node.address} {node.last_exit} at start-up: {node.log_tail()}"
                 raise RedisClusterError(msg)
             try:
@@ -430,7 +430,7 @@ class RedisCluster:
         """SIGKILL one node (its directory stays: :meth:`restart_node` brings it back)."""
         proc, node.proc = node.proc, None
         if proc is not None:
-            node.last_exit = _describe_exit(end_process(proc, signal.SIGKILL))
+            node.last_exit = describe_exit(end_process(proc, signal.SIGKILL))
 
     def wait_promoted(self, i: int, old: RedisNode, *, timeout: float | None = None) -> RedisNode:
         """Until slot range ``i`` is served by a live node other than ``old`` and the

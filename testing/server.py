@@ -48,7 +48,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from mtawindows.client import WindowClient
 from mtawindows.client.launch import server_argv, wait_for_port
-from mtawindows.server.storage.processes import _servers_naming
+from mtawindows.server.storage.processes import servers_naming
 
 from ._children import end, launch
 
@@ -161,7 +161,7 @@ class LocalServer:
             pid = int((self.redis_dir / "redis.pid").read_text().split()[0])
         except (OSError, ValueError, IndexError):
             return None
-        return pid if _servers_naming(str(self.redis_dir), [pid]) else None
+        return pid if servers_naming(str(self.redis_dir), [pid]) else None
 
     # ------------------------------------------------------------------ life cycle
     def start(self, timeout: float | None = None) -> LocalServer:

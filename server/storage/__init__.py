@@ -9,8 +9,10 @@ window through it without knowing which store that is.
 
     from mtawindows.server.storage import MemoryStore, RedisStore, PairStore, reopen_store
 
-:class:`RedisStore`, :class:`~.embedded.EmbeddedRedis` and :func:`~.connect.connect` load
-redis-py when first asked for (PEP 562 ``__getattr__``): an in-memory user never imports it.
+:class:`RedisStore` and :class:`~.embedded.EmbeddedRedis` load redis-py when first asked for
+(PEP 562 ``__getattr__``): an in-memory user never imports it. The way to Redis is
+:func:`mtawindows.server.storage.connect.connect` (not on the face: a name equal to its
+module's would be shadowed by the module once that is imported).
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ from .protocol import (
 )
 
 if TYPE_CHECKING:
-    from .connect import connect
     from .embedded import EmbeddedRedis, EmbeddedRedisError
     from .redis_store import RedisStore
 
@@ -54,7 +55,6 @@ __all__ = [
     "StoreUnavailableError",
     "WindowStore",
     "WouldBlock",
-    "connect",
     "reopen_store",
 ]
 
@@ -63,7 +63,6 @@ _LAZY = {
     "RedisStore": ".redis_store",
     "EmbeddedRedis": ".embedded",
     "EmbeddedRedisError": ".embedded",
-    "connect": ".connect",
 }
 
 

@@ -54,9 +54,9 @@ from .processes import _DIE_WITH_PARENT as _DIE_WITH_PARENT
 from .processes import _LINUX as _LINUX
 from .processes import (
     _alive,
-    _describe_exit,
-    _servers_naming,
+    describe_exit,
     dying_with_parent,
+    servers_naming,
     spawn_daemon,
 )
 from .processes import _process as _process
@@ -150,7 +150,7 @@ class EmbeddedRedis:
         """Why the server is not running (how it ended, the last line of its log)."""
         proc = self._proc
         if proc is not None and proc.poll() is not None:
-            self.last_exit = _describe_exit(proc.returncode)
+            self.last_exit = describe_exit(proc.returncode)
         why = self.last_exit or "not started"
         tail = self._log_tail().strip().splitlines()
         return f"{why}; last log line: {tail[-1].strip()}" if tail else why
@@ -202,7 +202,7 @@ class EmbeddedRedis:
         deadline = time.monotonic() + self.start_timeout
         while True:
             if proc.poll() is not None:
-                self.last_exit = _describe_exit(proc.returncode)
+                self.last_exit = describe_exit(proc.returncode)
                 self._proc = None
                 self.pid_file.unlink(missing_ok=True)
                 msg = (
@@ -229,10 +229,10 @@ class EmbeddedRedis:
     def _reap_orphans(self) -> None:
         """Shut down any server still running on this directory (we hold its lock, so its
         owner is gone): ``SHUTDOWN`` through the socket (the AOF is flushed), else SIGKILL."""
-        pids = set(_servers_naming(str(self.socket)))
+        pids = set(servers_naming(str(self.socket)))
         with contextlib.suppress(OSError, ValueError):
             recorded = int(self.pid_file.read_text().split()[0])
-            if recorded in _servers_naming(str(self.socket), [recorded]):
+            if recorded in servers_naming(str(self.socket), [recorded]):
                 pids.add(recorded)
         answered = False
         if self.socket.exists():
@@ -314,7 +314,7 @@ class EmbeddedRedis:
                     proc.kill()
                     proc.wait()
         if proc is not None:
-            self.last_exit = _describe_exit(proc.returncode)
+            self.last_exit = describe_exit(proc.returncode)
         self.pid_file.unlink(missing_ok=True)
 
     def stop(self, *, keep_data: bool | None = None) -> None:
@@ -332,7 +332,7 @@ class EmbeddedRedis:
         if proc is not None:
             proc.kill()
             proc.wait()
-            self.last_exit = _describe_exit(proc.returncode)
+            self.last_exit = describe_exit(proc.returncode)
         self.pid_file.unlink(missing_ok=True)
 
     def __enter__(self) -> EmbeddedRedis:

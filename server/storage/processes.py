@@ -6,7 +6,7 @@ program, so the kernel kills it when the process that started it dies, however i
 included). The signal follows the *thread* that forked the child, so every child is started
 (:func:`spawn`) from one daemon thread that lives as long as the process; a forked process
 starts a thread of its own. :func:`_process` reads what a pid runs (``/proc``, else ``ps``),
-:func:`_servers_naming` finds the Redis-compatible servers on a socket, :func:`_describe_exit`
+:func:`servers_naming` finds the Redis-compatible servers on a socket, :func:`describe_exit`
 says how a child ended.
 """
 
@@ -153,7 +153,7 @@ def _alive(pid: int) -> bool:
     return _process(pid) is not None
 
 
-def _servers_naming(socket: str, pids: list[int] | None = None) -> list[int]:
+def servers_naming(socket: str, pids: list[int] | None = None) -> list[int]:
     """The live Redis-compatible servers (valkey-server, redis-server and their fork children,
     by executable) among ``pids`` (default: every process, Linux only) whose command line
     names ``socket`` (valkey shows its unix socket in its process title)."""
@@ -169,7 +169,7 @@ def _servers_naming(socket: str, pids: list[int] | None = None) -> list[int]:
     return found
 
 
-def _describe_exit(code: int) -> str:
+def describe_exit(code: int) -> str:
     if code < 0:
         with contextlib.suppress(ValueError):
             return f"killed by {signal.Signals(-code).name}"

@@ -15,7 +15,9 @@ How the README's blocks run here:
   - ``cluster``: the ``service`` cells, then "## The cluster"'s (it goes on with their stream
     ``cpu`` and producer ``agent-1``), against a real cluster of two servers on one Redis;
   - ``spark``: "### From Spark ..." on a real local Spark (``local[2]``) and a fresh server,
-    marked ``spark`` and ``slow``.
+    marked ``spark`` and ``slow``;
+  - ``kit``: "### Testing your code against real servers": the block starts its own servers
+    with :mod:`mtawindows.testing`, as a user's test would.
 
   A ```python block under any other heading fails :func:`test_every_block_is_run_or_skipped`
   until it is given a group here: every python block runs.
@@ -37,8 +39,8 @@ How the README's blocks run here:
   :func:`test_every_block_is_run_or_skipped` until it is classified.
 * **Imports**: README code imports only from the package faces (:data:`FACES`), and every
   dotted ``mtawindows.`` name in the prose resolves to a module or a module's attribute
-  (except the "## Architecture" section, whose layout the lead rewrites, and the entry-point
-  group ``mtawindows.monoids``).
+  (except the "## Architecture" section, whose layout names files, and the entry-point
+  group ``mtawindows.monoids`` and ErrorInfo's domain ``mtawindows.dev``).
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ GROUPS = {
     "### The gRPC service, SDK and CLI": "service",
     "### From Spark (`mtawindows.spark_connector`)": "spark",
     "## The cluster": "cluster",
+    "### Testing your code against real servers (`mtawindows.testing`)": "kit",
 }
 # where README code may import from: the package faces, never a module behind them
 FACES = {
@@ -83,11 +86,15 @@ FACES = {
     "mtawindows.server.storage",
     "mtawindows.client",
     "mtawindows.spark_connector",
+    "mtawindows.testing",
     "mtawindows.v1.types",
     "mtawindows.v1.convert",
 }
 # dotted names in the prose that are not Python names
-NOT_MODULES = {"mtawindows.monoids"}  # the entry-point group of monoid plugins
+NOT_MODULES = {
+    "mtawindows.monoids",  # the entry-point group of monoid plugins
+    "mtawindows.dev",  # ErrorInfo's domain
+}
 PROSE_UNCHECKED = "## Architecture"  # the layout section: the lead rewrites it after the renames
 
 
@@ -324,6 +331,12 @@ def test_engine_blocks_run(tmp_path: Path, redis_url: str) -> None:
     """The blocks of "## Usage" and "### Redis-backed windows": the engine in process, no
     server; the Redis block on the session's Redis."""
     run_cells(python_blocks("engine"), Addresses(redis=redis_url), tmp_path, timeout=120)
+
+
+@pytest.mark.server
+def test_testing_kit_block_runs(tmp_path: Path) -> None:
+    """The testing kit's block: it starts (and kills, and restarts) its own server."""
+    run_cells(python_blocks("kit"), Addresses(), tmp_path, timeout=180)
 
 
 @pytest.mark.server

@@ -47,11 +47,11 @@ from mtawindows.client import (
     StreamSpec,
     WindowClient,
 )
+from mtawindows.testing import LocalServer, free_port, mtawindows_command
 from mtawindows.v1 import generate
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1 import windows_pb2_grpc as pb_grpc
 from mtawindows.v1.reasons import DOMAIN, UNSPECIFIED, Reason, mismatch
-from tests.support.servers import BIN, ServerProcess, free_port
 
 KEY_PREFIX = "mtaw"  # the server's Redis key prefix (README: mtaw:svc:*)
 MAX_WINDOWS = 3
@@ -133,10 +133,10 @@ def redis_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, redis_store: Any) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, redis_store: Any) -> Iterator[LocalServer]:
     """One member of a cluster on a Redis the test can reach too (to play a dead member)."""
     port = free_port()
-    srv = ServerProcess(
+    srv = LocalServer(
         tmp_path_factory.mktemp("server"),
         "--port", str(port),
         "--advertise", f"127.0.0.1:{port}",
@@ -151,7 +151,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, redis_store: Any) -> Iterat
 
 
 @pytest.fixture(scope="module")
-def stub(server: ServerProcess) -> Iterator[pb_grpc.WindowServiceStub]:
+def stub(server: LocalServer) -> Iterator[pb_grpc.WindowServiceStub]:
     with grpc.insecure_channel(server.target) as ch:
         yield pb_grpc.WindowServiceStub(ch)
 
@@ -236,7 +236,7 @@ def test_the_proto_lists_every_reason_with_its_code_and_metadata_keys() -> None:
 @pytest.mark.server
 @pytest.mark.redis
 def test_real_refusals_carry_the_code_and_only_the_metadata_keys_the_proto_documents(
-    server: ServerProcess, stub: pb_grpc.WindowServiceStub
+    server: LocalServer, stub: pb_grpc.WindowServiceStub
 ) -> None:
     s = new_name()
     stub.CreateStream(pb.CreateStreamRequest(spec=spec(s)), timeout=10)
@@ -339,7 +339,7 @@ def test_real_refusals_carry_the_code_and_only_the_metadata_keys_the_proto_docum
 @pytest.mark.server
 @pytest.mark.redis
 def test_the_cluster_map_tells_a_stream_no_one_knows_from_one_between_owners(
-    server: ServerProcess, stub: pb_grpc.WindowServiceStub, redis_store: Any
+    server: LocalServer, stub: pb_grpc.WindowServiceStub, redis_store: Any
 ) -> None:
     """A typo is NOT_FOUND (a client retrying on owner "" would retry it forever); a stream
     held by a dead member's lease is answered with owner "" (moving) until the lease goes,
@@ -414,7 +414,7 @@ def test_the_cluster_map_tells_a_stream_no_one_knows_from_one_between_owners(
 @pytest.mark.server
 @pytest.mark.redis
 def test_an_int_no_double_holds_is_refused_from_a_double_field_on_every_path(
-    server: ServerProcess, stub: pb_grpc.WindowServiceStub, tmp_path: Path
+    server: LocalServer, stub: pb_grpc.WindowServiceStub, tmp_path: Path
 ) -> None:
     """2**53 + 1 would round to 2**53: refused (INVALID_ARGUMENT, BAD_VALUES) naming column
     and row, as protobuf ints, as Arrow int64, by the SDK before any call and by the CLI;
@@ -456,7 +456,15 @@ def test_an_int_no_double_holds_is_refused_from_a_double_field_on_every_path(
         data = tmp_path / "rows.jsonl"
         data.write_text(json.dumps({"ts": 1, "x": 1}) + "\n" + json.dumps({"ts": 2, "x": inexact}))
         out = subprocess.run(
-            [str(BIN), "append", s, str(data), "--target", server.target, "--no-progress"],
+            [
+                *mtawindows_command(),
+                "append",
+                s,
+                str(data),
+                "--target",
+                server.target,
+                "--no-progress",
+            ],
             capture_output=True,
             text=True,
             timeout=60,

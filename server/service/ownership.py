@@ -47,6 +47,8 @@ __all__ = ["Ownership", "not_owner"]
 log = logging.getLogger("mtawindows.cluster")
 
 _SAFE_SHARE = 0.8  # of a lease, counted from its renewal's send time: this server serves it
+# of a lease without an answered heartbeat: past it this server counts itself cut off
+ISOLATION_SHARE = 0.5
 
 
 def not_owner(stream: str, member: str, address: str, token: int = 0) -> ServiceError:
@@ -56,6 +58,17 @@ def not_owner(stream: str, member: str, address: str, token: int = 0) -> Service
         Reason.NOT_OWNER,
         f"stream {stream!r} is served by {address} (member {member}); call it there",
         metadata={"stream": stream, "owner": address, "owner_id": member, "token": str(token)},
+    )
+
+
+def isolated(members: list[str], view_age_ms: int, bound_ms: int) -> ServiceError:
+    """UNAVAILABLE, ``MEMBER_ISOLATED``: this server is cut off from the cluster's Redis."""
+    return ServiceError(
+        "UNAVAILABLE",
+        Reason.MEMBER_ISOLATED,
+        f"this server has not reached the cluster's Redis for {view_age_ms} ms (more than "
+        f"{bound_ms} ms): it serves no stream until it does; call another member",
+        metadata={"members": ",".join(members), "view_age_ms": str(view_age_ms)},
     )
 
 
@@ -125,6 +138,10 @@ class Ownership:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._last_names: list[str] = []
+        # when a heartbeat was last answered (monotonic, this server's clock): the age of its
+        # view of the cluster; past isolation_ms it counts itself cut off (see isolated())
+        self.beat_ok = time.monotonic()
+        self.isolation_ms = int(self.lease_ms * ISOLATION_SHARE)
 
     # -- life cycle
     def start(self) -> None:
@@ -135,7 +152,9 @@ class Ownership:
             self.membership.reset()
         else:
             self._check_member_id()
+        sent = time.monotonic()
         self.membership.beat(0)
+        self.beat_ok = sent
         self._spawn("mtaw-heartbeat", self._heartbeat)
         self._forcing = self.exclusive
         try:
@@ -167,8 +186,30 @@ class Ownership:
         self._threads.append(t)
         t.start()
 
-    def _heartbeat(self) -> None:
+    def _beat(self) -> None:
+        """One heartbeat; its answer refreshes the view (and ends an isolation)."""
+        sent = time.monotonic()
         self.membership.beat(len(self.fences))
+        if sent > self.beat_ok:
+            self.beat_ok = sent  # the view is as old as the request that read it
+
+    def view_age_ms(self) -> int:
+        """Milliseconds, by this server's clock, since its last answered heartbeat was sent."""
+        return int((time.monotonic() - self.beat_ok) * 1000)
+
+    def isolated(self) -> bool:
+        """Whether this server is cut off: no heartbeat answered for more than half a lease.
+        It then serves no stream (the others are about to take its streams, and its leases
+        run out within the lease), reports the age of its view, and is NOT_SERVING."""
+        return self.view_age_ms() > self.isolation_ms
+
+    def isolation(self) -> ServiceError:
+        """The answer of a cut-off server: MEMBER_ISOLATED with the members it last knew."""
+        members = sorted(m.address for m in self.membership.members.values() if m.id != self.member)
+        return isolated(members, self.view_age_ms(), self.isolation_ms)
+
+    def _heartbeat(self) -> None:
+        self._beat()
         rival = self.membership.rival
         if rival is not None and rival[0] > self.incarnation and not self.usurped:
             # a newer process took this member id (this one was paused past its heartbeat,
@@ -217,7 +258,7 @@ class Ownership:
 
     def tick(self) -> None:
         """Heartbeat, renew the leases held, rebalance."""
-        self.membership.beat(len(self.fences))
+        self._beat()
         self.renew()
         self.rebalance()
 
@@ -400,7 +441,10 @@ class Ownership:
     # -- routing
     def route(self, name: str) -> Stream:
         """The stream ``name`` if this server may serve it now (renewing or adopting it when
-        needed), else raise where it is (NOT_OWNER, STREAM_MOVING) or that it does not exist."""
+        needed), else raise where it is (NOT_OWNER, STREAM_MOVING) or that it does not exist.
+        A cut-off server (:meth:`isolated`) serves nothing: MEMBER_ISOLATED."""
+        if self.isolated():
+            raise self.isolation()
         s = self.registry.streams.get(name)
         if s is not None and name in self.fences:
             if self.fresh(name):

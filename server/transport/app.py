@@ -275,6 +275,33 @@ class Server:
             self._tasks.append(asyncio.create_task(self._supervise()))
         if self.config.redis_ping_timeout > 0 and self.registry is not None:
             self._tasks.append(asyncio.create_task(self._watch_store(self.registry.url)))
+        if self.cluster is not None:
+            self._tasks.append(asyncio.create_task(self._watch_isolation(self.cluster)))
+
+    async def _watch_isolation(self, cluster: Ownership) -> None:
+        """NOT_SERVING while this server is cut off from the cluster (no heartbeat answered for
+        half a lease, :meth:`Ownership.isolated`), SERVING again once one is; looked at every
+        twentieth of a lease (100 ms by default). Its stream calls are refused meanwhile by the
+        servicer itself (MEMBER_ISOLATED), whatever this loop last saw."""
+        held = False
+        while not self._stopping:
+            await asyncio.sleep(cluster.lease_ms / 20_000)
+            cut = cluster.isolated()
+            if cut and not held:
+                held = True
+                why = cluster.isolation().message
+                await self._hold_down("isolation", why)
+                log.error(
+                    "cut off from the cluster: NOT_SERVING until a heartbeat is answered",
+                    extra={"event": "member_isolated", "reason": why},
+                )
+            elif held and not cut:
+                held = False
+                serving = await self._release_down("isolation")
+                log.warning(
+                    "heartbeat answered again" + (": SERVING" if serving else ""),
+                    extra={"event": "member_rejoined", "view_age_ms": cluster.view_age_ms()},
+                )
 
     def _bind(self, server: grpc.aio.Server) -> int:
         cfg = self.config
@@ -310,7 +337,8 @@ class Server:
         assert self.servicer is not None
         while True:
             await asyncio.sleep(self.config.flush_interval)
-            if self.servicer.store_down is None:
+            cut = self.cluster is not None and self.cluster.isolated()
+            if self.servicer.store_down is None and not cut:
                 await self.servicer.flush_all()
 
     # -- supervision of the embedded Redis
@@ -340,7 +368,7 @@ class Server:
         ``told``."""
         assert self.servicer is not None
         self._down[watcher] = told
-        self.servicer.store_down = told
+        self.servicer.store_down = self._refusal()
         await self._set_health(_NOT_SERVING)
 
     async def _release_down(self, watcher: str) -> bool:
@@ -348,12 +376,18 @@ class Server:
         it down (whose reason callers are told meanwhile). Whether the server serves."""
         assert self.servicer is not None
         self._down.pop(watcher, None)
+        self.servicer.store_down = self._refusal()
         if self._down:
-            self.servicer.store_down = next(iter(self._down.values()))
             return False
-        self.servicer.store_down = None
         await self._set_health(_SERVING)
         return True
+
+    def _refusal(self) -> str | None:
+        """What calls that need the store are told while a watcher holds it down; None while
+        none does. A cut-off member (watcher "isolation") is only NOT_SERVING: the servicer
+        refuses its stream calls itself (MEMBER_ISOLATED) and still answers GetClusterMap
+        with the age of its view."""
+        return next((told for w, told in self._down.items() if w != "isolation"), None)
 
     # -- the watchdog: a Redis that does not answer (frozen, hung, unreachable)
     async def _watch_store(self, url: str) -> None:

@@ -62,6 +62,22 @@ NEEDS_STORE = frozenset(
         "GetClusterMap",
     }
 )
+# the calls about one stream: a cut-off member (Ownership.isolated) refuses them at once
+STREAM_CALLS = frozenset(
+    {
+        "CreateStream",
+        "DeleteStream",
+        "GetStream",
+        "CreateWindow",
+        "DeleteWindow",
+        "GetWindow",
+        "ListWindows",
+        "Append",
+        "Query",
+        "ReadResults",
+        "Subscribe",
+    }
+)
 MAX_OWNER_LOOKUPS = 1000  # streams one GetClusterMap may ask about
 
 
@@ -132,6 +148,8 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         cluster = self.cluster
         if cluster is None:
             return self.registry.stream(name)
+        if cluster.isolated():
+            self.connected("GetStream")
         s = self.registry.streams.get(name)
         if s is not None and cluster.fresh(name):
             return s
@@ -170,13 +188,30 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         if isinstance(request, decode.Malformed | ServiceError):  # unparsed, or too large
             raise request
         check_request(request)
-        if method in NEEDS_STORE:
-            self.store_ready(method)
+        if method in STREAM_CALLS:
+            self.connected(method)
+        if method in NEEDS_STORE and not (method == "GetClusterMap" and not request.streams):
+            self.store_ready(method)  # the members alone come from memory: no store needed
+
+    def connected(self, method: str) -> None:
+        """Refuse a stream call while this server is cut off from the cluster (no heartbeat
+        answered for half a lease): MEMBER_ISOLATED naming the members it last knew, so the
+        caller goes to one of them; STORE_UNAVAILABLE when it knows no other member."""
+        cluster = self.cluster
+        if cluster is None or not cluster.isolated():
+            return
+        refusal = cluster.isolation()
+        if refusal.metadata.get("members"):
+            raise refusal
+        raise status.store_unavailable_refusal(method, refusal.message)
 
     def store_ready(self, method: str) -> None:
         """Refuse a call that needs the store while it is down (the supervisor or the
-        watchdog says so), at once: at admission, and again once the call holds its stream's
-        lock (it may have gone down while the call waited: no call waits on it)."""
+        watchdog says so), or while this server is cut off from the cluster, at once: at
+        admission, and again once the call holds its stream's lock (it may have gone down
+        while the call waited: no call waits on it)."""
+        if method in STREAM_CALLS:
+            self.connected(method)
         if self.store_down is not None:
             raise status.store_unavailable_refusal(method, self.store_down)
 
@@ -257,19 +292,32 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             for name in streams:
                 self.registry.stream(name)  # STREAM_NOT_FOUND for one it does not have
             return pb.ClusterMap(self="", lease_ms=0)
-        out = pb.ClusterMap(self=cluster.member, lease_ms=cluster.lease_ms)
+        age = cluster.view_age_ms()  # the members' ages age by this server's clock
+        out = pb.ClusterMap(
+            self=cluster.member,
+            lease_ms=cluster.lease_ms,
+            view_age_ms=age,
+            isolated=cluster.isolated(),
+        )
         for mid in sorted(cluster.live()):
             m = cluster.membership.members.get(mid)
             if m is None:  # this server, before its first heartbeat answered
-                out.members.add(id=mid, address=cluster.address, incarnation=cluster.incarnation)
+                out.members.add(
+                    id=mid,
+                    address=cluster.address,
+                    incarnation=cluster.incarnation,
+                    heartbeat_age_ms=age,
+                )
                 continue
             out.members.add(
                 id=m.id,
                 address=m.address,
                 incarnation=m.incarnation,
-                heartbeat_age_ms=m.age_ms,
+                heartbeat_age_ms=(age if m.id == cluster.member else m.age_ms + age),
                 streams=m.streams,
             )
+        if out.isolated and streams:  # owners come from Redis, out of reach: ask another member
+            self.connected("GetClusterMap")
         for name in streams:
             member, address, token = cluster.owner_of(name)
             if not member and not self.registry.exists(name):  # no owner: moving, or none

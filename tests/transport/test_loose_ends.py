@@ -19,7 +19,7 @@ import random
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,25 +36,9 @@ from mtawindows.client import (
 )
 from mtawindows.client.errors import MtaWindowsError
 from mtawindows.testing import LocalServer, RedisCluster
+from tests.support.waiting import rpc_error, wait_until
 
 LINUX = sys.platform.startswith("linux")
-
-
-def wait_until(pred: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = pred()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what}")
-        time.sleep(0.02)
-
-
-def rpc_error(call: Callable[[], Any]) -> MtaWindowsError:
-    with pytest.raises(MtaWindowsError) as info:
-        call()
-    return info.value
 
 
 # --------------------------------------------------------------------------- 1. frozen Redis

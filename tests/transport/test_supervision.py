@@ -23,8 +23,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +41,7 @@ from mtawindows.client import (
 from mtawindows.client.errors import MtaWindowsError
 from mtawindows.server.storage.embedded import server_binary
 from mtawindows.testing import LocalServer, mtawindows_command
+from tests.support.waiting import rpc_error, wait_until
 
 pytestmark = [
     pytest.mark.skipif(
@@ -58,17 +57,6 @@ AGGS = (Aggregation("n", "count"), Aggregation("s", "sum", "x"))
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def wait_until(pred: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = pred()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what}")
-        time.sleep(0.02)
 
 
 def redis_dir(srv: LocalServer) -> Path:
@@ -143,12 +131,6 @@ def make_windows(c: WindowClient, stream: str = "m") -> None:
 
 def batch(seq: int) -> dict[str, list[Any]]:
     return {"ts": [seq * ROWS + i for i in range(ROWS)], "x": [1.0] * ROWS}
-
-
-def rpc_error(call: Callable[[], Any]) -> MtaWindowsError:
-    with pytest.raises(MtaWindowsError) as info:
-        call()
-    return info.value
 
 
 def break_manifest(srv: LocalServer) -> tuple[Path, bytes]:

@@ -75,6 +75,12 @@ class Reason(StrEnum):
         "this server lost the stream's lease while writing (a newer owner exists): nothing was "
         "applied; call the owner (UNAVAILABLE, the server's own record)",
     )
+    MEMBER_ISOLATED = (
+        "MEMBER_ISOLATED",
+        "this server has not reached the cluster's Redis for longer than half a lease: it may "
+        "no longer own anything, so it serves no stream (UNAVAILABLE; metadata members: the "
+        "addresses it last knew, comma-separated, view_age_ms): call another member",
+    )
     # -- streams and windows
     STREAM_NOT_FOUND = "STREAM_NOT_FOUND", "no stream of that name"
     WINDOW_NOT_FOUND = (

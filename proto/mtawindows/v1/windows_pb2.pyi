@@ -59,6 +59,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     NOT_OWNER: _ClassVar[ErrorReason]
     STREAM_MOVING: _ClassVar[ErrorReason]
     FENCED: _ClassVar[ErrorReason]
+    MEMBER_ISOLATED: _ClassVar[ErrorReason]
     STREAM_NOT_FOUND: _ClassVar[ErrorReason]
     WINDOW_NOT_FOUND: _ClassVar[ErrorReason]
     STREAM_EXISTS: _ClassVar[ErrorReason]
@@ -115,6 +116,7 @@ SERVER_STOPPING: ErrorReason
 NOT_OWNER: ErrorReason
 STREAM_MOVING: ErrorReason
 FENCED: ErrorReason
+MEMBER_ISOLATED: ErrorReason
 STREAM_NOT_FOUND: ErrorReason
 WINDOW_NOT_FOUND: ErrorReason
 STREAM_EXISTS: ErrorReason
@@ -622,13 +624,17 @@ class GetClusterMapRequest(_message.Message):
     def __init__(self, streams: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ClusterMap(_message.Message):
-    __slots__ = ("self", "members", "owners", "lease_ms")
+    __slots__ = ("self", "members", "owners", "lease_ms", "view_age_ms", "isolated")
     SELF_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     OWNERS_FIELD_NUMBER: _ClassVar[int]
     LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    VIEW_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    ISOLATED_FIELD_NUMBER: _ClassVar[int]
     self: str
     members: _containers.RepeatedCompositeFieldContainer[ClusterMember]
     owners: _containers.RepeatedCompositeFieldContainer[StreamOwner]
     lease_ms: int
-    def __init__(self_, self: _Optional[str] = ..., members: _Optional[_Iterable[_Union[ClusterMember, _Mapping]]] = ..., owners: _Optional[_Iterable[_Union[StreamOwner, _Mapping]]] = ..., lease_ms: _Optional[int] = ...) -> None: ...
+    view_age_ms: int
+    isolated: bool
+    def __init__(self_, self: _Optional[str] = ..., members: _Optional[_Iterable[_Union[ClusterMember, _Mapping]]] = ..., owners: _Optional[_Iterable[_Union[StreamOwner, _Mapping]]] = ..., lease_ms: _Optional[int] = ..., view_age_ms: _Optional[int] = ..., isolated: _Optional[bool] = ...) -> None: ...

@@ -261,7 +261,8 @@ class WindowServiceServicer:
         """Returns the live members of the cluster and, for each stream asked about, its owner now
         (member "" while it moves between owners: retry after a moment). A stream no member knows
         is an error, not an owner: NOT_FOUND STREAM_NOT_FOUND (metadata stream: the first such name
-        in the request; no owner is answered then). Errors besides: UNAVAILABLE
+        in the request; no owner is answered then). A cut-off server still answers, with its
+        view's age (view_age_ms, isolated): ask another member then. Errors besides: UNAVAILABLE
         STORE_UNAVAILABLE. Read-only.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -16,6 +16,10 @@ kills them if the test process dies (``PR_SET_PDEATHSIG``).
   ``.kill(i)``, ``.restart(i)``, ``.client()``.
 * :class:`RedisCluster`: a real Redis Cluster (``primaries`` x ``1 + replicas`` valkey
   processes): ``.url``, ``.cluster_url``, ``.kill_primary(i)``, ``.restart_node(node)``, ...
+* :class:`FaultProxy`: a TCP proxy between a client and a server (a server and its Redis, a
+  client and a server) that breaks the network on demand, per direction: ``.blackhole()``,
+  ``.heal()`` (what was held arrives late, in order), ``.drop()``, ``.reset()``,
+  ``.delay(s)``, ``.bandwidth(bps)``, ``.stats()``.
 * :func:`free_port`, :func:`free_ports`, :func:`free_port_run`: loopback ports;
   :func:`shared_redis_url`: one Redis for a test session (``$REDIS_URL``, testcontainers, or
   embedded); :func:`mtawindows_command`: the ``mtawindows`` command of this interpreter.
@@ -40,7 +44,8 @@ With pytest, the plugin is registered when mtawindows is installed (entry point 
 nothing starts unless a test asks): fixtures ``mtawindows_server`` (a fresh
 :class:`LocalServer` per test), ``mtawindows_server_factory`` (``factory(*flags, **options)``),
 ``mtawindows_cluster`` (a :class:`LocalCluster` of three per test), ``redis_cluster`` (a
-:class:`RedisCluster` per session) and ``redis_url`` (:func:`shared_redis_url`). See
+:class:`RedisCluster` per session), ``redis_url`` (:func:`shared_redis_url`) and
+``fault_proxy`` (``fault_proxy(upstream)``: a :class:`FaultProxy`, closed after the test). See
 :mod:`mtawindows.testing.pytest_plugin`; ``-p no:mtawindows`` turns it off.
 """
 
@@ -51,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .cluster import LocalCluster
+    from .faults import DirectionStats, FaultProxy, FaultProxyFactory, FaultStats
     from .ports import free_port, free_port_run, free_ports
     from .redis_cluster import (
         SLOT_RANGES,
@@ -64,6 +70,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SLOT_RANGES",
+    "DirectionStats",
+    "FaultProxy",
+    "FaultProxyFactory",
+    "FaultStats",
     "LocalCluster",
     "LocalServer",
     "LocalServerError",
@@ -83,6 +93,10 @@ __all__ = [
 # pytest run where mtawindows is installed, costs nothing until a fixture is asked for
 _LAZY = {
     "SLOT_RANGES": ".redis_cluster",
+    "DirectionStats": ".faults",
+    "FaultProxy": ".faults",
+    "FaultProxyFactory": ".faults",
+    "FaultStats": ".faults",
     "LocalCluster": ".cluster",
     "LocalServer": ".server",
     "LocalServerError": ".server",

@@ -18,11 +18,15 @@ while connections are open, in one direction or both::
         proxy.reset()           # every connection RST, new ones RST until heal()
         proxy.stats()           # bytes forwarded / held / dropped per direction, connections
 
-The proxy listens on 127.0.0.1 (``listen_port``, default a free port: ``.port``,
-``.address``) and opens one upstream connection per accepted connection. Its I/O runs on an
+The upstream is ``"host:port"``, ``(host, port)`` or a unix socket, ``"unix:/path"`` (an
+embedded Redis's ``unix:///path`` URL as it is). The proxy listens on 127.0.0.1 from its
+construction (``listen_port``, default a free port: ``.port``, ``.address``; a given port
+can be taken again after :meth:`~FaultProxy.close`, to stand in for a server restarted on its
+address) and opens one upstream connection per accepted connection. Its I/O runs on an
 asyncio loop in a daemon thread of its own; every method may be called from any thread and
 returns once the change is in force (bytes read after it obey it). A context manager:
-:meth:`~FaultProxy.close` on exit ends every connection and the thread.
+:meth:`~FaultProxy.close` on exit ends every connection and the thread (a proxy never
+closed keeps its port and thread until the process exits).
 
 Directions: ``"up"`` is client -> upstream, ``"down"`` upstream -> client, ``"both"`` (the
 default of every method that takes one) both.
@@ -45,9 +49,12 @@ default of every method that takes one) both.
                            nothing goes on.
 ``reset()``                every open connection closed abruptly (``SO_LINGER`` 0: both peers
                            get an RST, ``ECONNRESET``, held bytes are gone), and every new one
-                           accepted and reset at once, until ``heal()``. Both directions.
-``delay(seconds)``         every chunk delivered ``seconds`` after it arrived (order kept).
-``bandwidth(bytes_per_s)`` delivery throttled to that rate (``None``: unlimited).
+                           accepted and reset at once, until ``heal()``. No direction: a
+                           connection is reset whole.
+``delay(seconds)``         every chunk delivered ``seconds`` after it arrived (order kept; 0:
+                           none). Bytes held by a blackhole longer than that go at heal.
+``bandwidth(bytes_per_s)`` delivery throttled to that rate per connection (``None``:
+                           unlimited), in slices of 50 ms' worth.
 =========================  ==================================================================
 
 Any of ``passthrough``/``blackhole``/``drop``/``heal`` also ends ``reset`` mode.
@@ -92,10 +99,6 @@ CALL_TIMEOUT = 30.0  # for a method's change to be made on the proxy's loop
 SLICE = 0.05  # a throttled direction sends at most this many seconds' worth at a time
 
 _T = TypeVar("_T")
-
-# markers in a pipe's queue, after the bytes: the source closed (FIN) or failed (RST)
-_EOF = b""
-_RST = None
 
 
 @dataclass(frozen=True)
@@ -173,7 +176,8 @@ class _Pipe:
         self.link = link
         self.shape = shape
         self.signal = _Signal()
-        # (arrival time, bytes | _EOF | _RST), in arrival order
+        # (arrival time, bytes), in arrival order; the last may be b"" (the source closed:
+        # a FIN) or None (it failed: an RST)
         self.queue: collections.deque[tuple[float, bytes | None]] = collections.deque()
         self.held = 0
         self.lost = False  # drop discarded some of it: the stream is broken
@@ -182,8 +186,11 @@ class _Pipe:
         self._next_send = 0.0  # bandwidth: when the next slice may go
 
     def _room(self) -> bool:
-        limit = self.link.proxy.hold_limit if self.shape.fault == "blackhole" else self.link.proxy.buffer
-        return self.held < limit
+        proxy = self.link.proxy
+        fault = self.shape.fault
+        if fault == "drop":  # what it reads goes nowhere
+            return True
+        return self.held < (proxy.hold_limit if fault == "blackhole" else proxy.buffer)
 
     async def read(self, src: asyncio.StreamReader) -> None:
         loop = asyncio.get_running_loop()
@@ -196,9 +203,9 @@ class _Pipe:
             chunk: bytes | None
             try:
                 chunk = await src.read(CHUNK)
-            except (OSError, asyncio.IncompleteReadError):
-                chunk = _RST
-            if link.closed:
+            except OSError:
+                chunk = None
+            if link.is_closed():  # while it read
                 return
             if self.shape.fault == "drop":
                 self.lost = True
@@ -214,12 +221,11 @@ class _Pipe:
                 return
 
     def _sendable(self) -> bool:
-        return (
-            self.link.closed
-            or bool(self.queue)
+        return self.link.closed or (
+            bool(self.queue)
             and self.dst is not None
             and self.shape.fault == "pass"
-            and not self.link.proxy.refusing
+            and not self.link.proxy._refusing
         )
 
     async def write(self) -> None:
@@ -236,10 +242,10 @@ class _Pipe:
             if now < arrival + shape.delay:  # wait, but wake at any change of mode
                 await self.signal.wait(arrival + shape.delay - now)
                 continue
-            if item is _RST:
+            if item is None:  # an RST
                 link.reset()
                 return
-            if item == _EOF:
+            if not item:  # a FIN: a half-close
                 self.queue.popleft()
                 with contextlib.suppress(OSError):
                     if self.dst.can_write_eof():
@@ -279,8 +285,8 @@ class _Link:
         self.client_reader = reader
         self.client_writer = writer
         self.upstream_writer: asyncio.StreamWriter | None = None
-        self.up = _Pipe(self, proxy.shapes["up"])
-        self.down = _Pipe(self, proxy.shapes["down"])
+        self.up = _Pipe(self, proxy._shapes["up"])
+        self.down = _Pipe(self, proxy._shapes["down"])
         self.down.dst = writer
         self.signal = _Signal()
         self.closed = False
@@ -293,6 +299,9 @@ class _Link:
         self.down.signal.fire()
         self.signal.fire()
 
+    def is_closed(self) -> bool:
+        return self.closed
+
     def close(self, *, rst: bool) -> None:
         """End both sockets now (``rst``: both peers get an RST)."""
         if self.closed:
@@ -304,8 +313,18 @@ class _Link:
 
     def reset(self) -> None:
         if not self.closed:
-            self.proxy.resets += 1
+            self.proxy._resets += 1
         self.close(rst=True)
+
+    def finish(self) -> None:
+        """Both ways closed by their peers: close both sockets once they sent what they have."""
+        if self.closed:
+            return
+        self.closed = True
+        self.client_writer.close()
+        if self.upstream_writer is not None:
+            self.upstream_writer.close()
+        self.wake()
 
     async def run(self) -> None:
         tasks = [
@@ -320,13 +339,13 @@ class _Link:
                 return
             try:
                 reader, writer = await asyncio.wait_for(
-                    self.proxy.open_upstream(), CONNECT_TIMEOUT
+                    self.proxy._open_upstream(), CONNECT_TIMEOUT
                 )
             except (OSError, TimeoutError):
                 self.reset()  # what a proxy can say for a refused upstream
                 return
             self.upstream_writer = writer
-            if self.closed:  # reset or closed while connecting
+            if self.is_closed():  # reset or closed while connecting
                 _abort(writer, rst=True)
                 return
             self.up.dst = writer
@@ -337,6 +356,7 @@ class _Link:
             self.wake()
             while not (self.closed or (self.up.finished and self.down.finished)):
                 await self.signal.wait()
+            self.finish()
         finally:
             self.close(rst=False)
             for task in tasks:
@@ -344,7 +364,7 @@ class _Link:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     def _may_connect(self) -> bool:
-        return self.proxy.shapes["up"].fault == "pass" and not self.proxy.refusing
+        return self.proxy._shapes["up"].fault == "pass" and not self.proxy._refusing
 
 
 def _parse_upstream(upstream: str | tuple[str, int]) -> tuple[str, int] | str:
@@ -386,20 +406,19 @@ class FaultProxy:
         hold_limit: int = HOLD_LIMIT,
     ) -> None:
         self._target = _parse_upstream(upstream)
-        self.upstream = (
-            f"unix:{self._target}" if isinstance(self._target, str) else "%s:%d" % self._target
-        )
+        target = self._target
+        self.upstream = f"unix:{target}" if isinstance(target, str) else f"{target[0]}:{target[1]}"
         if buffer < 1 or hold_limit < 1:
             msg = f"FaultProxy: buffer and hold_limit must be >= 1, got {buffer!r}, {hold_limit!r}"
             raise ValueError(msg)
         self.buffer = buffer
         self.hold_limit = hold_limit
-        self.shapes = {"up": _Shape(), "down": _Shape()}
-        self.refusing = False
-        self.accepted = 0
-        self.resets = 0
+        self._shapes = {"up": _Shape(), "down": _Shape()}
+        self._refusing = False  # reset mode
+        self._accepted = 0
+        self._resets = 0
         self._links: set[_Link] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -427,9 +446,7 @@ class FaultProxy:
     # ------------------------------------------------------------------ the modes
     def passthrough(self, direction: Direction = "both") -> None:
         """Forward as fast as possible: :meth:`heal`, no delay, no bandwidth limit."""
-        self.heal(direction)
-        self.delay(0.0, direction)
-        self.bandwidth(None, direction)
+        self._fault("pass", direction, unshape=True)
 
     def blackhole(self, direction: Direction = "both") -> None:
         """Hold every byte that arrives, deliver nothing, close nothing (until :meth:`heal`)."""
@@ -450,7 +467,7 @@ class FaultProxy:
         :meth:`heal` (or another mode)."""
 
         def change() -> None:
-            self.refusing = True
+            self._refusing = True
             for link in list(self._links):
                 link.reset()
 
@@ -465,7 +482,7 @@ class FaultProxy:
 
         def change() -> None:
             for name in names:
-                self.shapes[name].delay = float(seconds)
+                self._shapes[name].delay = float(seconds)
             self._wake()
 
         self._call(change)
@@ -481,7 +498,7 @@ class FaultProxy:
 
         def change() -> None:
             for name in names:
-                self.shapes[name].rate = (
+                self._shapes[name].rate = (
                     None if bytes_per_second is None else float(bytes_per_second)
                 )
             self._wake()
@@ -493,26 +510,35 @@ class FaultProxy:
 
         def read() -> FaultStats:
             def one(name: Literal["up", "down"]) -> DirectionStats:
-                shape = self.shapes[name]
+                shape = self._shapes[name]
                 held = sum(p.held for link in self._links for p in link.pipes(name))
-                fault = "reset" if self.refusing else shape.fault
+                fault = "reset" if self._refusing else shape.fault
                 return DirectionStats(
                     fault, shape.delay, shape.rate, shape.forwarded, held, shape.dropped
                 )
 
             return FaultStats(
-                self.accepted, len(self._links), self.resets, one("up"), one("down")
+                self._accepted, len(self._links), self._resets, one("up"), one("down")
             )
 
-        return self._call(read)
+        return read() if self._closed else self._call(read)
 
-    def _fault(self, fault: Literal["pass", "blackhole", "drop"], direction: Direction) -> None:
+    def _fault(
+        self,
+        fault: Literal["pass", "blackhole", "drop"],
+        direction: Direction,
+        *,
+        unshape: bool = False,
+    ) -> None:
         names = _directions(direction)
 
         def change() -> None:
-            self.refusing = False
+            self._refusing = False
             for name in names:
-                self.shapes[name].fault = fault
+                shape = self._shapes[name]
+                shape.fault = fault
+                if unshape:
+                    shape.delay, shape.rate = 0.0, None
             if fault == "pass":  # a broken stream cannot go on
                 for link in list(self._links):
                     if any(p.lost for p in link.pipes(direction)):
@@ -543,16 +569,16 @@ class FaultProxy:
 
     # ------------------------------------------------------------------ on the loop
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.accepted += 1
-        if self.refusing or self._closed:
-            self.resets += 1
+        self._accepted += 1
+        if self._refusing or self._closed:
+            self._resets += 1
             _abort(writer, rst=True)
             return
         link = _Link(self, reader, writer)
         task = asyncio.current_task()
         self._links.add(link)
         if task is not None:
-            self._tasks.add(task)  # type: ignore[arg-type]
+            self._tasks.add(task)
         try:
             await link.run()
         except Exception:  # a connection's failure ends that connection, never the proxy
@@ -560,9 +586,9 @@ class FaultProxy:
         finally:
             self._links.discard(link)
             if task is not None:
-                self._tasks.discard(task)  # type: ignore[arg-type]
+                self._tasks.discard(task)
 
-    async def open_upstream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _open_upstream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         if isinstance(self._target, str):
             return await asyncio.open_unix_connection(self._target, limit=CHUNK)
         host, port = self._target

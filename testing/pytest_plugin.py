@@ -19,6 +19,10 @@ imported on first use):
 ``redis_url``
     :func:`~mtawindows.testing.shared_redis_url`: ``$REDIS_URL``, else a testcontainers
     Redis if Docker answers, else an embedded valkey; one per session.
+``fault_proxy``
+    a :class:`~mtawindows.testing.FaultProxyFactory`: ``fault_proxy("127.0.0.1:6379")``
+    starts a :class:`~mtawindows.testing.FaultProxy` to that upstream (``.address`` to dial,
+    ``.blackhole()``, ``.heal()``, ...); all closed after the test.
 
 The servers' data dirs are short temporary ones (a unix socket path must stay under 108
 bytes, which a deep ``tmp_path`` can pass); after the test each server's log is copied into
@@ -47,7 +51,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from mtawindows.testing import LocalCluster, LocalServer, RedisCluster, ServerFactory
+    from mtawindows.testing import (
+        FaultProxyFactory,
+        LocalCluster,
+        LocalServer,
+        RedisCluster,
+        ServerFactory,
+    )
 
 
 def _keep_logs(servers: Iterable[LocalServer], into: Path) -> None:
@@ -111,3 +121,13 @@ def redis_url() -> str:
     from mtawindows.testing import shared_redis_url
 
     return shared_redis_url()
+
+
+@pytest.fixture
+def fault_proxy() -> Iterator[FaultProxyFactory]:
+    """``fault_proxy(upstream, **options)``: a :class:`~mtawindows.testing.FaultProxy` to
+    ``upstream`` for this test, listening; all closed after it."""
+    from mtawindows.testing import FaultProxyFactory
+
+    with FaultProxyFactory() as factory:
+        yield factory

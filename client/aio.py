@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
 
+from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1.types import (
     AppendResult,
     StreamInfo,
@@ -45,17 +46,25 @@ class AsyncWindowClient(ClientBase):
         retry_time: float = 10.0,
         refresh_interval: float = 30.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        address_map: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(
-            target, token, timeout, retries, retry_time, refresh_interval, max_message_bytes
+            target,
+            token,
+            timeout,
+            retries,
+            retry_time,
+            refresh_interval,
+            max_message_bytes,
+            address_map,
         )
         self._creds = credentials(tls)
         first = self.seeds[0]
-        self.channel = open_aio_channel(first, self._creds, self.max_message_bytes)
+        self.channel = self._open(first)
         self.stub = self._adopt(first, self.channel)  # the first seed's: raw calls
 
     def _open(self, address: str) -> grpc.aio.Channel:
-        return open_aio_channel(address, self._creds, self.max_message_bytes)
+        return open_aio_channel(self._dial(address), self._creds, self.max_message_bytes)
 
     async def __aenter__(self) -> AsyncWindowClient:
         return self
@@ -68,20 +77,61 @@ class AsyncWindowClient(ClientBase):
             await channel.close()
 
     # -- the way of a call
-    async def _try(self, address: str, call: calls.Call[Any, T], timeout: float | None) -> T:
+    async def _try(
+        self,
+        address: str,
+        call: calls.Call[Any, T],
+        timeout: float | None,
+        course: calls.Course | None = None,
+    ) -> T:
+        """As :meth:`WindowClient._try`."""
         try:
-            reply = await self._send(address, call, timeout)
+            if self._watched(course):
+                assert course is not None
+                reply = await self._watch(address, call, timeout, course)
+            else:
+                forward = course is not None and course.forward
+                reply = await self._send(address, call, timeout, forward)
         except grpc.RpcError as err:
             raise from_rpc_error(err, address) from None
         self.topology.answered(address)
         return call.decode(reply)
+
+    async def _watch(
+        self, address: str, call: calls.Call[Any, T], timeout: float | None, course: calls.Course
+    ) -> Any:
+        """As :meth:`WindowClient._watch`."""
+        began = time.monotonic()
+        rpc = self._send(address, call, timeout, course.forward)
+        waiting = asyncio.ensure_future(rpc)
+        patience = self._patience()
+        try:
+            while True:
+                done, _ = await asyncio.wait({waiting}, timeout=patience)
+                if done:
+                    return waiting.result()
+                if await self._moved_away(course, address):
+                    raise course.abandoned(time.monotonic() - began)
+        finally:
+            if not waiting.done():  # given up, or the caller went away
+                rpc.cancel()
+                waiting.cancel()
+
+    async def _moved_away(self, course: calls.Course, address: str) -> bool:
+        """As :meth:`WindowClient._moved_away`."""
+        try:
+            avoid = (address, course.aim)
+            fresh = await self._refresh([course.stream], strict=False, avoid=avoid)
+        except MtaWindowsError:
+            return False
+        return fresh and course.gone()
 
     async def _run(self, call: calls.Call[Any, T], timeout: float | None) -> T:
         course = self._course(call)
         while True:
             try:
                 await self._ensure_map(course)
-                return await self._try(course.address(), call, timeout)
+                return await self._try(course.address(), call, timeout, course)
             except MtaWindowsError as ex:
                 step = course.failed(ex)  # raises when the call ends here
             await asyncio.sleep(step.pause)
@@ -92,12 +142,15 @@ class AsyncWindowClient(ClientBase):
             course.lookup = False
             await self._refresh(lookup, strict=not self.topology.known)
 
-    async def _refresh(self, streams: Sequence[str] = (), *, strict: bool = True) -> None:
+    async def _refresh(
+        self, streams: Sequence[str] = (), *, strict: bool = True, avoid: Sequence[str] = ()
+    ) -> bool:
         """As :meth:`WindowClient._refresh`."""
         req = self._map_request(streams)
         tried: list[str] = []
         last: MtaWindowsError | None = None
-        for address in self.topology.candidates():
+        stale: tuple[pb.ClusterMap, str] | None = None
+        for address in self.topology.candidates(avoid):
             tried.append(address)
             try:
                 reply = await self._stub(address).GetClusterMap(
@@ -106,13 +159,14 @@ class AsyncWindowClient(ClientBase):
             except grpc.RpcError as err:
                 last = self._map_failure(err, address)
                 if last is None:
-                    return
+                    return True
+                continue
+            if self._stale_map(reply, address):
+                stale = stale or (reply, address)
                 continue
             self.topology.learn(reply, address)
-            return
-        failure = self._no_map(tried, last)
-        if strict:
-            raise failure
+            return True
+        return self._no_fresh_map(tried, last, stale, strict)
 
     # -- the cluster
     async def cluster_map(self) -> ClusterMap:
@@ -123,7 +177,7 @@ class AsyncWindowClient(ClientBase):
     async def owner(self, stream: str) -> str:
         """As :meth:`WindowClient.owner`."""
         await self._refresh([stream])
-        return self.topology.route(stream)
+        return self.topology.cached_owner(stream) or self.topology.route(stream)
 
     async def create_stream(self, spec: StreamSpec, *, timeout: float | None = None) -> StreamInfo:
         return await self._run(calls.create_stream(spec), timeout)

@@ -7,7 +7,7 @@ the waiting: blocking, or awaited)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -23,6 +23,8 @@ from .errors import MessageTooLargeError, MtaWindowsError, UnavailableError, fro
 
 MAP_TIMEOUT = 5.0  # seconds at most for one GetClusterMap (a dead seed must not hold a call)
 SUBSCRIBED = "mtawindows-subscribed"  # the header a server sends once a subscription is live
+FORWARD = (("mtawindows-forward", "1"),)  # asks a member to forward the call to the owner
+MIN_PATIENCE = 1.0  # seconds an idempotent try waits before the map is looked at (at least)
 
 
 class ClientBase:
@@ -31,7 +33,10 @@ class ClientBase:
     ``retry_time`` bound the tries of one call (:class:`~mtawindows.client.calls.Course`);
     ``refresh_interval`` the cluster map's longest life in seconds; ``max_message_bytes``
     the largest request sent and reply taken (a larger request is refused before it is sent:
-    :class:`~mtawindows.client.errors.MessageTooLargeError`)."""
+    :class:`~mtawindows.client.errors.MessageTooLargeError`); ``address_map``: where this
+    client dials a member's address (``{advertised host:port: reachable host:port}``, for
+    members it reaches through a tunnel, a NAT or a proxy; the map and the errors keep the
+    advertised address)."""
 
     def __init__(
         self,
@@ -42,8 +47,10 @@ class ClientBase:
         retry_time: float = 10.0,
         refresh_interval: float = 30.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        address_map: Mapping[str, str] | None = None,
     ) -> None:
         self.metadata = auth_metadata(token)  # first: a bad token opens no channel
+        self.address_map = dict(address_map or {})
         self.max_message_bytes = check_max_message_bytes(max_message_bytes)
         self.seeds = seeds_of(target)
         self.target = ",".join(self.seeds)
@@ -61,8 +68,13 @@ class ClientBase:
 
     # -- channels, one per address
     def _open(self, address: str) -> Any:
-        """A new channel to ``address`` (blocking or grpc.aio: the client's kind)."""
+        """A new channel to ``address`` (blocking or grpc.aio: the client's kind), dialled
+        where :meth:`_dial` says."""
         raise NotImplementedError
+
+    def _dial(self, address: str) -> str:
+        """Where this client connects for ``address`` (``address_map``, else itself)."""
+        return self.address_map.get(address, address)
 
     def _adopt(self, address: str, channel: Any) -> pb_grpc.WindowServiceStub:
         with self._lock:
@@ -91,12 +103,44 @@ class ClientBase:
             call, self.topology, retries=self.retries, retry_time=self.retry_time, retry=retry
         )
 
-    def _send(self, address: str, call: calls.Call[Any, Any], timeout: float | None) -> Any:
-        """The stub's reply (blocking client) or the awaitable of it (asyncio client); a
-        request over ``max_message_bytes`` raises before it is sent."""
+    def _send(
+        self,
+        address: str,
+        call: calls.Call[Any, Any],
+        timeout: float | None,
+        forward: bool = False,
+        *,
+        future: bool = False,
+    ) -> Any:
+        """The stub's reply (blocking client) or the awaitable of it (asyncio client), or
+        with ``future`` the blocking stub's future; ``forward``: with the header that asks the
+        server to forward the call to the stream's owner. A request over
+        ``max_message_bytes`` raises before it is sent."""
         self._check_size(call)
         send = getattr(self._stub(address), call.method)
-        return send(call.request, timeout=timeout or self.timeout, metadata=self.metadata)
+        if future:
+            send = send.future
+        metadata = self.metadata + FORWARD if forward else self.metadata
+        return send(call.request, timeout=timeout or self.timeout, metadata=metadata)
+
+    def _watched(self, course: calls.Course | None) -> bool:
+        """Whether a try of ``course`` may be given up while it waits (:meth:`_patience`):
+        an idempotent call about a stream, in a cluster."""
+        return (
+            course is not None
+            and course.retry
+            and bool(course.stream)
+            and self.topology.clustered
+            and self.retries is None
+        )
+
+    def _patience(self) -> float:
+        """Seconds a watched try waits between looks at the map: half a lease (when the
+        stream's owner is cut off, the others stop counting it live at 3/4 of a lease and
+        its streams move at one), at least :data:`MIN_PATIENCE`."""
+        cmap = self.topology.map
+        half = cmap.lease_ms / 2000 if cmap is not None else 0.0
+        return max(MIN_PATIENCE, half)
 
     def _check_size(self, call: calls.Call[Any, Any]) -> None:
         """:class:`MessageTooLargeError` for a request gRPC would refuse to send (a bare
@@ -135,16 +179,45 @@ class ClientBase:
     def _map_failure(self, err: grpc.RpcError, address: str) -> MtaWindowsError | None:
         """A failed GetClusterMap at ``address``: None when the server has none (an older
         server: then it is a cluster of one, learnt here), else the typed error, which ends
-        the asking at once unless another member may answer (unreachable, timeout, store)."""
+        the asking at once unless another member may answer (unreachable, timeout, store,
+        a member cut off from the cluster): ``address`` is then a suspect."""
         if err.code() == grpc.StatusCode.UNIMPLEMENTED:
             self.topology.learn_single(address)
             return None
         ex = from_rpc_error(err, address)
-        if ex.code == "UNAVAILABLE" and ex.reason not in ("STORE_UNAVAILABLE",):
-            self.topology.failed(address)
         if ex.code not in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
             raise ex
+        self.topology.failed(address, unreachable=not ex.reason)
+        if ex.reason == Reason.MEMBER_ISOLATED:
+            self.topology.introduce((ex.metadata.get("members") or "").split(","))
         return ex
+
+    def _stale_map(self, reply: pb.ClusterMap, address: str) -> bool:
+        """Whether ``reply`` (from ``address``) is stale (:meth:`Topology.stale`): the member
+        is then a suspect, and the next candidate is asked."""
+        if not self.topology.stale(reply):
+            return False
+        self.topology.failed(address, unreachable=False)
+        return True
+
+    def _no_fresh_map(
+        self,
+        tried: list[str],
+        last: MtaWindowsError | None,
+        stale: tuple[pb.ClusterMap, str] | None,
+        strict: bool,
+    ) -> bool:
+        """No candidate answered a fresh map: the stale one taken if one came (better than
+        none; asked again before the next call), else the error raised when ``strict``.
+        False (no fresh map)."""
+        if stale is not None:
+            self.topology.learn(*stale, fresh=False)
+            self.topology.fetch_failed()
+            return False
+        failure = self._no_map(tried, last)
+        if strict:
+            raise failure
+        return False
 
     def _no_map(self, tried: list[str], last: MtaWindowsError | None) -> MtaWindowsError:
         """The error when no candidate gave the map: the last one's, naming every address

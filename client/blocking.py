@@ -5,11 +5,12 @@ replies, retry policy and errors: :mod:`.calls`; the cluster: :mod:`.cluster_map
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
 
+from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1.types import (
     AppendResult,
     StreamInfo,
@@ -42,14 +43,24 @@ class WindowClient(ClientBase):
     seconds; ``channel`` an open channel to the first seed to use instead of one of its own.
 
     Retries (see :class:`~mtawindows.client.calls.Course`): ``retries`` tries at most per
-    call (default: 5 after a timeout or a store failure; while a stream moves or its server
-    is unreachable in a cluster, as many as ``retry_time`` allows); ``retry_time`` seconds of
-    pauses at most per call (default 10: a failover is the lease, 2 s by default, and the
-    new owner opening the stream). Only reads and appends with a ``producer_id`` and
-    ``sequence`` are sent again after their server failed (the same key every time: the new
-    owner acknowledges a batch the old one applied as a duplicate); any call is resent
-    after a ``NOT_OWNER`` or ``STREAM_MOVING`` (nothing was done). ``refresh_interval``:
-    the cluster map's longest life in seconds. ``max_message_bytes`` (default 64 MiB, the
+    call (default: no count in a cluster; 5 on a server alone); ``retry_time`` the budget of
+    one call in a cluster, in seconds from its first try: no new try starts after it
+    (default 10: a failover is the lease, 2 s by default, then the new owner opening the
+    stream; measured, a stream whose owner is cut off answers again 2-3 s later). Only reads
+    and appends with a ``producer_id`` and ``sequence`` are sent again after their server
+    failed or timed out (the same key every time: the new owner acknowledges a batch the
+    old one applied as a duplicate); any call is resent after a ``NOT_OWNER``,
+    ``STREAM_MOVING`` or ``MEMBER_ISOLATED`` (nothing was done). A server that fails a call
+    (UNAVAILABLE for any reason, a timeout) is a suspect for a while: the map is asked of
+    another member, and a stream whose owner this client cannot reach is reached through
+    another member, which forwards the call (:mod:`.cluster_map`). An idempotent try that
+    waits on a server looks at the map every half lease (from another member) and is given
+    up once the map says the stream left that server. Every channel pings its server every
+    second: a silent connection fails its calls in about two seconds (:mod:`.channel`).
+    ``refresh_interval``: the cluster map's longest life in seconds. ``address_map``: where
+    this client dials a member's advertised address, ``{"10.0.0.5:50051": "localhost:15051"}``
+    (a tunnel, a NAT, a proxy); the map and the errors keep the advertised address.
+    ``max_message_bytes`` (default 64 MiB, the
     server's default too): the largest request sent and reply taken; a larger request
     raises :class:`~mtawindows.client.errors.MessageTooLargeError` (its size and the limit)
     before it is sent, and one over the server's own limit gets the same error from it."""
@@ -66,21 +77,25 @@ class WindowClient(ClientBase):
         retry_time: float = 10.0,
         refresh_interval: float = 30.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        address_map: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(
-            target, token, timeout, retries, retry_time, refresh_interval, max_message_bytes
+            target,
+            token,
+            timeout,
+            retries,
+            retry_time,
+            refresh_interval,
+            max_message_bytes,
+            address_map,
         )
         self._creds = credentials(tls)
         first = self.seeds[0]
-        self.channel = (
-            channel
-            if channel is not None
-            else open_channel(first, self._creds, self.max_message_bytes)
-        )
+        self.channel = channel if channel is not None else self._open(first)
         self.stub = self._adopt(first, self.channel)  # the first seed's: raw calls
 
     def _open(self, address: str) -> grpc.Channel:
-        return open_channel(address, self._creds, self.max_message_bytes)
+        return open_channel(self._dial(address), self._creds, self.max_message_bytes)
 
     def __enter__(self) -> WindowClient:
         return self
@@ -93,21 +108,62 @@ class WindowClient(ClientBase):
             channel.close()
 
     # -- the way of a call
-    def _try(self, address: str, call: calls.Call[Any, T], timeout: float | None) -> T:
-        """One try at ``address``; a failure raises typed, naming it."""
+    def _try(
+        self,
+        address: str,
+        call: calls.Call[Any, T],
+        timeout: float | None,
+        course: calls.Course | None = None,
+    ) -> T:
+        """One try at ``address`` (forwarded, or watched, as ``course`` says); a failure
+        raises typed, naming the server that answered."""
         try:
-            reply = self._send(address, call, timeout)
+            if self._watched(course):
+                assert course is not None
+                reply = self._watch(address, call, timeout, course)
+            else:
+                forward = course is not None and course.forward
+                reply = self._send(address, call, timeout, forward)
         except grpc.RpcError as err:
             raise from_rpc_error(err, address) from None
         self.topology.answered(address)
         return call.decode(reply)
+
+    def _watch(
+        self, address: str, call: calls.Call[Any, T], timeout: float | None, course: calls.Course
+    ) -> Any:
+        """The reply of an idempotent try at ``address``, looking at the map (asked of
+        another member) every :meth:`_patience` seconds while it waits: given up (cancelled,
+        :meth:`Course.abandoned`) once the stream left the server it means to reach."""
+        began = time.monotonic()
+        future = self._send(address, call, timeout, course.forward, future=True)
+        patience = self._patience()
+        try:
+            while True:
+                try:
+                    return future.result(timeout=patience)
+                except grpc.FutureTimeoutError:
+                    pass
+                if self._moved_away(course, address):
+                    raise course.abandoned(time.monotonic() - began)
+        finally:
+            future.cancel()  # a no-op once it ended
+
+    def _moved_away(self, course: calls.Course, address: str) -> bool:
+        """Whether a fresh map (asked of a member other than ``address`` and the server the
+        try means to reach) says the stream left that server (:meth:`Course.gone`)."""
+        try:
+            fresh = self._refresh([course.stream], strict=False, avoid=(address, course.aim))
+        except MtaWindowsError:  # the map says nothing now (a stream deleted meanwhile...)
+            return False
+        return fresh and course.gone()
 
     def _run(self, call: calls.Call[Any, T], timeout: float | None) -> T:
         course = self._course(call)
         while True:
             try:
                 self._ensure_map(course)
-                return self._try(course.address(), call, timeout)
+                return self._try(course.address(), call, timeout, course)
             except MtaWindowsError as ex:
                 step = course.failed(ex)  # raises when the call ends here
             time.sleep(step.pause)
@@ -118,13 +174,18 @@ class WindowClient(ClientBase):
             course.lookup = False
             self._refresh(lookup, strict=not self.topology.known)
 
-    def _refresh(self, streams: Sequence[str] = (), *, strict: bool = True) -> None:
-        """Ask the candidates for the map (and the owners of ``streams``) until one answers;
-        raises when none does and ``strict`` (else the map held stays)."""
+    def _refresh(
+        self, streams: Sequence[str] = (), *, strict: bool = True, avoid: Sequence[str] = ()
+    ) -> bool:
+        """Ask the candidates (but ``avoid``; the suspects last) for the map and the owners
+        of ``streams`` until one answers a fresh one (a stale one, from a member cut off from
+        the cluster, is passed over: taken only if no other comes); raises when none answers
+        and ``strict`` (else the map held stays). Whether a fresh map was learnt."""
         req = self._map_request(streams)
         tried: list[str] = []
         last: MtaWindowsError | None = None
-        for address in self.topology.candidates():
+        stale: tuple[pb.ClusterMap, str] | None = None
+        for address in self.topology.candidates(avoid):
             tried.append(address)
             try:
                 reply = self._stub(address).GetClusterMap(
@@ -133,13 +194,14 @@ class WindowClient(ClientBase):
             except grpc.RpcError as err:
                 last = self._map_failure(err, address)
                 if last is None:
-                    return
+                    return True
+                continue
+            if self._stale_map(reply, address):
+                stale = stale or (reply, address)
                 continue
             self.topology.learn(reply, address)
-            return
-        failure = self._no_map(tried, last)
-        if strict:
-            raise failure
+            return True
+        return self._no_fresh_map(tried, last, stale, strict)
 
     # -- the cluster
     def cluster_map(self) -> ClusterMap:
@@ -154,7 +216,7 @@ class WindowClient(ClientBase):
         while it has none (it is moving), where placement puts it among the live members.
         NotFoundError (``STREAM_NOT_FOUND``) at once when no member knows the stream."""
         self._refresh([stream])
-        return self.topology.route(stream)
+        return self.topology.cached_owner(stream) or self.topology.route(stream)
 
     # -- streams
     def create_stream(self, spec: StreamSpec, *, timeout: float | None = None) -> StreamInfo:

@@ -9,7 +9,7 @@ over a :class:`Course`: the try goes where the course says (the stream's owner, 
 :mod:`.cluster_map`); a failure either ends the call as the typed exception of
 :mod:`mtawindows.client.errors` (naming the server's address) or is followed to the owner
 (``NOT_OWNER``), or waited out (``STREAM_MOVING``, a server unreachable, a timeout) with a
-jittered exponential :func:`backoff`.
+jittered exponential :func:`backoff`, within a time budget (``retry_time``).
 """
 
 from __future__ import annotations
@@ -50,8 +50,23 @@ T = TypeVar("T")  # what the client returns
 
 RESULTS = {"none": pb.NONE, "final": pb.FINAL, "per_row": pb.PER_ROW}
 RETRYABLE = (UnavailableError, DeadlineExceededError)
-DEFAULT_TRIES = 5  # tries after timeouts or store failures, when the client sets no retries
-MAX_REDIRECTS = 8  # NOT_OWNER redirects one call follows
+DEFAULT_TRIES = 5  # tries of a call to a server alone (not a cluster), unless retries is set
+MAX_REDIRECTS = 8  # NOT_OWNER redirects one call follows (relays through a member included)
+# the calls a member forwards to their stream's owner when asked to (header mtawindows-forward)
+FORWARDABLE = frozenset(
+    {
+        "CreateStream",
+        "DeleteStream",
+        "GetStream",
+        "CreateWindow",
+        "DeleteWindow",
+        "GetWindow",
+        "ListWindows",
+        "Append",
+        "Query",
+        "ReadResults",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -236,25 +251,36 @@ class Step:
 class Course:
     """One call's way through the cluster: where each try goes, and what a failure means.
 
-    After a failed try, :meth:`failed` either raises the typed error (the call ends) or says
-    how long to wait before the next try:
+    Each try goes where :meth:`Topology.way` says: the stream's owner, or, when the owner is
+    cut off from this client but live in the map, another live member that forwards the call
+    to it (a call of :data:`FORWARDABLE`; :attr:`forward` is then set for the try). After a
+    failed try, :meth:`failed` either raises the typed error (the call ends) or says how long
+    to wait before the next try:
 
     * ``NOT_OWNER`` (nothing was done): the owner is noted and the call resent there at once
-      (any call); an owner that failed a moment ago, or one this redirect chain already
+      (any call); an owner cut off from this client is reached through another member at
+      once; one that answered unwell a moment ago, or one this redirect chain already
       visited, is tried after a pause instead. At most :data:`MAX_REDIRECTS` redirects, then
       :class:`~mtawindows.client.errors.RedirectLoopError`.
     * ``STREAM_MOVING`` / ``FENCED`` (nothing was done): wait ``retry_after_ms`` (or the
       backoff), look the owner up again, resend (any call).
-    * UNAVAILABLE for want of the server (unreachable, ``SERVER_STOPPING``), or CANCELLED by
-      it (a server stopping cuts the calls in flight): the server is left out of placement
-      for a lease and the map refreshed; resent only when the call may be (``Call.retry``:
-      reads, appends with an idempotency key), after the backoff.
-    * DEADLINE_EXCEEDED, ``STORE_UNAVAILABLE``: resent after the backoff when the call may be.
+    * ``MEMBER_ISOLATED`` (nothing was done: the server is cut off from the cluster's
+      Redis): it becomes a suspect, the map and the owner are asked of another member, the
+      call is resent (any call) after the backoff.
+    * Any other UNAVAILABLE (unreachable, ``STORE_UNAVAILABLE``, ``SERVER_STOPPING``, ...),
+      DEADLINE_EXCEEDED, or CANCELLED by the server (one stopping cuts the calls in flight):
+      the server becomes a suspect (:meth:`Topology.failed`; cut off when it did not answer
+      at all) and the map and the owner are asked of another member; resent only when the
+      call may be (``Call.retry``: reads, appends with an idempotency key), after the
+      backoff. ``OWNER_UNREACHABLE`` (a relay could not reach the owner) makes the owner the
+      suspect, not the relay.
 
-    Tries: at most ``retries`` when given. Unset, at most :data:`DEFAULT_TRIES` after a
-    timeout or a store failure, and as many as ``retry_time`` allows while the stream moves or
-    its server is unreachable in a cluster (a failover: the lease, then the new owner opens
-    the stream). The pauses of one call add up to at most ``retry_time`` seconds.
+    The budget, in a cluster: ``retry_time`` seconds from the call's first try (the clock of
+    the topology), after which no new try starts (a try in flight still runs to its own
+    deadline): enough to wait out a failover (the lease, then the new owner opens the
+    stream). ``retries`` (when given) also bounds the tries. A server alone (one seed, no map
+    of several members) gets :data:`DEFAULT_TRIES` tries after a timeout or a failure, as
+    there is nowhere else to go.
     """
 
     def __init__(
@@ -279,15 +305,49 @@ class Course:
         self.chain: list[str] = []  # addresses since the last pause (redirects followed)
         self.path: list[str] = []  # every address tried, for the loop's error
         self.lookup = False  # ask the map for this stream's owner before the next try
+        self.relay = call.method in FORWARDABLE  # may go through a member to its owner
+        self.forward = False  # the last try asks its server to forward it (a relay)
+        self.aim = ""  # the server the last try means to reach (the owner behind a relay)
+        self.last = ""  # where the last try went
+        self.started = topology.clock()
         self._next: str | None = None
 
     def address(self) -> str:
-        """Where the next try goes: a redirect's owner, else the topology's route."""
-        address = self._next or self.topology.route(self.stream)
+        """Where the next try goes: a redirect's owner, else the topology's way (and
+        :attr:`forward`: whether the try asks that server to forward it to the owner)."""
+        if self._next is not None:
+            address, self.forward = self._next, False
+        else:
+            address, self.forward = self.topology.way(self.stream, relay=self.relay)
         self._next = None
+        owner = self.topology.cached_owner(self.stream) if self.forward else None
+        self.aim = owner or address
+        self.last = address
         self.chain.append(address)
         self.path.append(address)
         return address
+
+    def spent(self) -> float:
+        """Seconds of the budget used: since the first try (or the pauses, if more)."""
+        return max(self.topology.clock() - self.started, self.paused)
+
+    def gone(self) -> bool:
+        """After a fresh look at the map: whether the server the try in flight means to
+        reach (:attr:`aim`) no longer owns the stream (it moved, or is moving) or left the
+        cluster, so that an idempotent try still waiting there may be given up."""
+        t = self.topology
+        return self.aim not in t.live() or t.cached_owner(self.stream) != self.aim
+
+    def abandoned(self, waited: float) -> UnavailableError:
+        """The error of a try given up after ``waited`` seconds (see :meth:`gone`), naming
+        the server it meant to reach (the suspect)."""
+        owner = self.topology.cached_owner(self.stream) or "none: it is moving"
+        msg = (
+            f"{self.call.method}: no answer from {self.aim} in {waited:.1f}s, and the cluster "
+            f"map says stream {self.stream!r} is no longer served there (owner {owner}): "
+            "the try was given up"
+        )
+        return UnavailableError(msg, target=self.aim)
 
     def failed(self, ex: MtaWindowsError) -> Step:
         """The try that went to ``ex.target`` failed with ``ex``: raises ``ex`` when the call
@@ -303,19 +363,28 @@ class Course:
             self.lookup = True
             after = _millis(ex.metadata.get("retry_after_ms"))
             return self._pause(ex, after if after is not None else self._backoff(), True)
-        if ex.code in ("UNAVAILABLE", "CANCELLED"):  # CANCELLED: by a server going away
-            store = reason == Reason.STORE_UNAVAILABLE
-            if not store and address:
-                t.failed(address)
+        if reason == Reason.MEMBER_ISOLATED:  # refused before anything: any call
+            if address:
+                t.failed(address, unreachable=False)
+            t.introduce((ex.metadata.get("members") or "").split(","))
+            self.lookup = True
+            return self._pause(ex, self._backoff(), failover=True)
+        if reason == Reason.OWNER_UNREACHABLE:  # the relay answered: the owner did not
+            owner = ex.metadata.get("owner") or ""
+            if owner:
+                t.failed(owner)
+            self.lookup = True
             if not self.retry:
                 raise ex
-            return self._pause(ex, self._backoff(), failover=not store)
-        if ex.code == "DEADLINE_EXCEEDED":
-            if self.stream:
-                t.forget(self.stream)
+            return self._pause(ex, self._backoff(), failover=True)
+        # CANCELLED: by a server going away; no reason: the server did not answer at all
+        if ex.code in ("UNAVAILABLE", "CANCELLED", "DEADLINE_EXCEEDED"):
+            if address:
+                t.failed(address, unreachable=not reason)
+            self.lookup = True
             if not self.retry:
                 raise ex
-            return self._pause(ex, self._backoff(), failover=False)
+            return self._pause(ex, self._backoff(), failover=True)
         raise ex
 
     def _redirect(self, ex: MtaWindowsError) -> Step:
@@ -325,9 +394,13 @@ class Course:
         if not owner:  # no live owner to name: the stream is moving
             self.lookup = True
             return self._pause(ex, self._backoff(), failover=True)
-        self.topology.redirected(stream, owner)
-        if self.topology.is_down(owner):  # its lease runs out first: wait, ask again
-            self.lookup = True
+        t = self.topology
+        t.redirected(stream, owner)
+        # a relay that answered NOT_OWNER itself (it does not forward) is not asked again
+        refused = self.forward and ex.target == self.last
+        through = self.relay and not refused and t.relayable(owner)
+        if t.is_down(owner) and not through:
+            self.lookup = True  # unwell, or unreachable without a relay: wait, ask again
             return self._pause(ex, self._backoff(), failover=True)
         self.redirects += 1
         if self.redirects > MAX_REDIRECTS:
@@ -344,6 +417,8 @@ class Course:
                 metadata=ex.metadata,
                 target=ex.target,
             ) from ex
+        if through:  # cut off from this client: through another member (address())
+            return Step(0.0)
         if owner in self.chain:  # back to where this chain went before: let it settle
             self._next = owner
             return self._pause(ex, self._backoff(), failover=True)
@@ -351,19 +426,27 @@ class Course:
         return Step(0.0)
 
     def _backoff(self) -> float:
-        return backoff(self.tries)
+        """The pause after the failed tries so far: :func:`backoff`; in a cluster at most
+        about a quarter lease (with jitter), the pace of its heartbeats and renewals, at
+        which a move can progress (each try asks the map of another member first)."""
+        wait = backoff(self.tries)
+        cmap = self.topology.map
+        if self.topology.clustered and cmap is not None and cmap.lease_ms > 0:
+            tick = max(0.05, cmap.lease_ms / 4000)
+            wait = min(wait, tick * (0.5 + random.random()))
+        return wait
 
     def _pause(self, ex: MtaWindowsError, wait: float, failover: bool) -> Step:
-        failover = failover and self.topology.clustered
+        clustered = self.topology.clustered
         self.tries += 1
-        if not failover:
+        if not (failover and clustered):
             self.counted += 1
         if self.retries is not None:
             if self.tries >= self.retries:
                 raise ex
-        elif self.counted >= DEFAULT_TRIES:
+        elif not clustered and self.counted >= DEFAULT_TRIES:
             raise ex
-        left = self.retry_time - self.paused
+        left = self.retry_time - self.spent()
         if left <= 0:
             raise ex
         wait = max(0.0, min(wait, left))
@@ -395,6 +478,7 @@ def _millis(raw: str | None) -> float | None:
 
 __all__ = [
     "DEFAULT_TRIES",
+    "FORWARDABLE",
     "MAX_REDIRECTS",
     "RESULTS",
     "RETRYABLE",

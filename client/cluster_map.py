@@ -14,8 +14,23 @@ seed addresses and learns the rest:
   forgotten when the owner fails or leaves the map.
 
 A call about stream S goes to S's cached owner, else where placement puts S among the live
-members (leaving out members that failed a moment ago), else to a seed. Where that guess is
-wrong, the server redirects (``NOT_OWNER``): nothing was done, the client resends at the owner.
+members (leaving out the suspects), else to a seed. Where that guess is wrong, the server
+redirects (``NOT_OWNER``): nothing was done, the client resends at the owner.
+
+**Suspects.** A member whose call failed UNAVAILABLE (any reason) or DEADLINE_EXCEEDED is a
+suspect for a lease (at least a second; twice as long each time it fails again after its
+suspicion ran out, up to 8 times, until it answers): it is left out of placement and asked
+for the map last. One that did not answer at all (no status of its own: unreachable, silent,
+a deadline) is **cut** off from this client: a call for a stream it owns, while the map still
+lists it, goes to another live member with the header ``mtawindows-forward: 1`` (the relay:
+where placement puts the stream among the other live members, which is where the stream goes
+if the owner dies), and the relay forwards it to the owner. An owner that answered, but
+unwell (``STORE_UNAVAILABLE``, ``MEMBER_ISOLATED``, ``SERVER_STOPPING``), is still called
+directly: its streams move when it is really gone, and the map says so.
+
+**Stale maps.** A map answered by a member that is cut off from the cluster's Redis
+(``isolated``, or ``view_age_ms`` over half its lease) is not taken while another member
+answers a fresh one (:meth:`Topology.stale`).
 
 Member id == the advertised address (``--advertise``); a cluster of one is called at the address
 the client reached it at (its advertised one may be a bind address such as ``0.0.0.0``).
@@ -45,6 +60,8 @@ __all__ = [
 
 MAX_OWNERS = 100_000  # owners cached at most (the cache starts over past it)
 _WILDCARD_HOSTS = {"0.0.0.0", "::", "[::]", ""}
+MAX_HINTS = 64  # addresses learnt from MEMBER_ISOLATED refusals, kept at most
+MAX_DOUBLINGS = 3  # a suspicion lasts at most 2**3 times the first
 
 
 @dataclass(frozen=True)
@@ -111,7 +128,10 @@ class Topology:
         self._members: dict[str, str] = {}  # live member id -> address (the map's)
         self._incarnations: dict[str, str] = {}
         self._owners: dict[str, str] = {}  # stream -> address of its owner
-        self._down: dict[str, float] = {}  # address -> until when it is left out (clock)
+        self._down: dict[str, float] = {}  # suspects: address -> until when (clock)
+        self._cut: set[str] = set()  # suspects that did not answer at all
+        self._strikes: dict[str, int] = {}  # address -> suspicions since it last answered
+        self._hints: list[str] = []  # members named by a cut-off member (MEMBER_ISOLATED)
         self._fetched_at = -math.inf
         self._stale = True
         self._last_good: str | None = None
@@ -139,9 +159,24 @@ class Topology:
         with self._lock:
             return self._stale or self.clock() - self._fetched_at >= self.refresh_interval
 
+    @staticmethod
+    def stale(reply: pb.ClusterMap) -> bool:
+        """Whether a map was answered from a stale view: by a member cut off from the
+        cluster's Redis (``isolated``, or its view older than half its lease)."""
+        return bool(reply.isolated) or (
+            reply.lease_ms > 0 and reply.view_age_ms * 2 > reply.lease_ms
+        )
+
     def is_down(self, address: str) -> bool:
+        """Whether ``address`` is a suspect now (see the module docstring)."""
         with self._lock:
             return self._is_down(address, self.clock())
+
+    def is_cut(self, address: str) -> bool:
+        """Whether ``address`` is a suspect that did not answer at all (a partition, a
+        silent or dead server) rather than one that answered unwell."""
+        with self._lock:
+            return self._is_down(address, self.clock()) and address in self._cut
 
     def _is_down(self, address: str, now: float) -> bool:
         until = self._down.get(address)
@@ -149,6 +184,7 @@ class Topology:
             return False
         if until <= now:
             del self._down[address]
+            self._cut.discard(address)
             return False
         return True
 
@@ -157,27 +193,63 @@ class Topology:
             return self._owners.get(stream)
 
     def route(self, stream: str = "") -> str:
-        """Where a call about ``stream`` goes ("" = a call about no stream): its owner, else
-        its placement among the live members not failed a moment ago, else a seed."""
+        """Where a call about ``stream`` goes ("" = a call about no stream) when it cannot be
+        forwarded: its owner unless that one is cut off from this client, else its placement
+        among the live members that are not suspects, else a seed."""
+        return self.way(stream)[0]
+
+    def way(self, stream: str = "", *, relay: bool = False) -> tuple[str, bool]:
+        """Where a call about ``stream`` goes, and whether it asks that server to forward it
+        to the owner: as :meth:`route`, but with ``relay`` (a call that may be forwarded) an
+        owner cut off from this client that the map still lists is reached through the live
+        member placement puts the stream on among the others (module docstring)."""
         with self._lock:
             now = self.clock()
             if stream:
                 owner = self._owners.get(stream)
-                if owner is not None and not self._is_down(owner, now):
-                    return owner
+                if owner is not None:
+                    if not (self._is_down(owner, now) and owner in self._cut):
+                        return owner, False
+                    others = self._relays(owner, now) if relay else []
+                    if others:
+                        chosen = place(stream, others)
+                        assert chosen is not None
+                        return self._members[chosen], True
                 if self._members:
                     up = [m for m, a in self._members.items() if not self._is_down(a, now)]
                     chosen = place(stream, up or self._members)
                     assert chosen is not None
-                    return self._members[chosen]
-            return self._any(now)
+                    return self._members[chosen], False
+            return self._any(now), False
+
+    def relayable(self, owner: str) -> bool:
+        """Whether calls for ``owner``'s streams go through another member now: it is cut
+        off from this client, the map still lists it, and another live member is no
+        suspect."""
+        with self._lock:
+            now = self.clock()
+            return (
+                self._is_down(owner, now) and owner in self._cut and bool(self._relays(owner, now))
+            )
+
+    def _relays(self, owner: str, now: float) -> list[str]:
+        """The members that may forward to ``owner``: the others, live, no suspects (none
+        when the map does not list ``owner``)."""
+        if owner not in self._members.values():
+            return []
+        return [m for m, a in self._members.items() if a != owner and not self._is_down(a, now)]
 
     def _any(self, now: float) -> str:
-        order = [self._last_good, *self._members.values(), *self.seeds]
+        order = [self._last_good, *self._members.values(), *self.seeds, *self._hints]
         for a in order:
             if a is not None and not self._is_down(a, now):
                 return a
         return self._last_good or self.seeds[0]
+
+    def live(self) -> tuple[str, ...]:
+        """The addresses of the members the map lists (none before a map)."""
+        with self._lock:
+            return tuple(self._members.values())
 
     def member_addresses(self) -> tuple[str, ...]:
         """Every live member's address (a seed before any map): who ListStreams asks."""
@@ -186,21 +258,24 @@ class Topology:
                 return tuple(self._members.values())
             return (self._any(self.clock()),)
 
-    def candidates(self) -> list[str]:
+    def candidates(self, avoid: Sequence[str] = ()) -> list[str]:
         """Whom to ask for the map, in order: the last member that answered, the live
-        members, the seeds; those failed a moment ago last."""
+        members, the seeds, the members a cut-off one named; the suspects last, and none of
+        ``avoid``."""
         with self._lock:
             now = self.clock()
-            order = [self._last_good, *self._members.values(), *self.seeds]
+            order = [self._last_good, *self._members.values(), *self.seeds, *self._hints]
             seen: list[str] = []
             for a in order:
-                if a is not None and a not in seen:
+                if a is not None and a not in seen and a not in avoid:
                     seen.append(a)
             return sorted(seen, key=lambda a: self._is_down(a, now))  # stable
 
     # -- what the client learns
-    def learn(self, reply: pb.ClusterMap, via: str) -> ClusterMap:
-        """Take the map ``reply`` that the member at ``via`` answered."""
+    def learn(self, reply: pb.ClusterMap, via: str, *, fresh: bool = True) -> ClusterMap:
+        """Take the map ``reply`` that the member at ``via`` answered; not ``fresh`` (a stale
+        map, taken for want of another), ``via`` stays a suspect and the map is asked again
+        before the next call."""
         members = []
         for m in reply.members:
             address = m.address or m.id
@@ -215,7 +290,7 @@ class Topology:
             members.append(ClusterMember(reply.self or via, via))
         cmap = ClusterMap(tuple(members), reply.lease_ms, reply.self)
         with self._lock:
-            self._install(cmap, via)
+            self._install(cmap, via, fresh=fresh)
             by_id = {m.id: m.address for m in cmap.members}
             for o in reply.owners:
                 if o.member:
@@ -232,22 +307,29 @@ class Topology:
             self._install(cmap, via)
         return cmap
 
-    def _install(self, cmap: ClusterMap, via: str) -> None:
+    def _install(self, cmap: ClusterMap, via: str, *, fresh: bool = True) -> None:
         old = self._incarnations
         self._map = cmap
         self._members = {m.id: m.address for m in cmap.members}
         self._incarnations = {m.id: m.incarnation for m in cmap.members}
         for m in cmap.members:  # a member back with a new process is up again
             if m.incarnation and old.get(m.id, m.incarnation) != m.incarnation:
-                self._down.pop(m.address, None)
-        self._down.pop(via, None)
+                self._clear(m.address)
         live = set(self._members.values())
         self._owners = {s: a for s, a in self._owners.items() if a in live}
         self._fetched_at = self.clock()
-        self._stale = False
-        self._last_good = via
+        if fresh:
+            self._clear(via)
+            self._stale = False
+            self._last_good = via
         if len(cmap.members) > 1:
             self._clustered = True
+
+    def _clear(self, address: str) -> None:
+        """``address`` answered: no longer a suspect."""
+        self._down.pop(address, None)
+        self._cut.discard(address)
+        self._strikes.pop(address, None)
 
     def redirected(self, stream: str, owner: str) -> None:
         """A server said ``owner`` (an address) owns ``stream``."""
@@ -269,19 +351,39 @@ class Topology:
         """The server at ``address`` answered a call."""
         with self._lock:
             self._last_good = address
-            self._down.pop(address, None)
+            self._clear(address)
 
-    def failed(self, address: str) -> None:
-        """The server at ``address`` could not be reached (or is stopping): leave it out of
-        placement for a lease, forget the streams it owned, and refresh the map before the
+    def failed(self, address: str, *, unreachable: bool = True) -> None:
+        """The server at ``address`` failed a call (UNAVAILABLE, DEADLINE_EXCEEDED): a
+        suspect for a lease (at least a second; doubled each time it fails again after its
+        suspicion ran out, up to 8 times), left out of placement and asked for the map last;
+        ``unreachable``: it did not answer at all (the calls for its streams are forwarded
+        through another member meanwhile, :meth:`way`). The map is asked again before the
         next call."""
         with self._lock:
+            now = self.clock()
             lease = (self._map.lease_ms / 1000) if self._map is not None else 0.0
-            self._down[address] = self.clock() + max(1.0, lease)
-            self._owners = {s: a for s, a in self._owners.items() if a != address}
+            strikes = self._strikes.get(address, 0)
+            if not self._is_down(address, now):
+                strikes += 1
+                self._strikes[address] = strikes
+            until = now + max(1.0, lease) * 2 ** min(strikes - 1, MAX_DOUBLINGS)
+            self._down[address] = max(until, self._down.get(address, until))
+            if unreachable:
+                self._cut.add(address)
             if self._last_good == address:
                 self._last_good = None
             self._stale = True
+
+    def introduce(self, addresses: Sequence[str]) -> None:
+        """Members a cut-off member named (``MEMBER_ISOLATED``): asked for the map after
+        the others."""
+        with self._lock:
+            for a in addresses:
+                a = a.strip()
+                if a and a not in self._hints and a not in self.seeds:
+                    self._hints.append(a)
+            del self._hints[:-MAX_HINTS]
 
     def fetch_failed(self) -> None:
         """No candidate answered for the map: keep the one held (if any) until the next try."""

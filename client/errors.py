@@ -170,8 +170,14 @@ def _details(status: Any) -> _Decoded:
     return out
 
 
+SERVED_BY = "mtawindows-served-by"  # trailing metadata: the member that answered a forwarded call
+
+
 def from_rpc_error(err: grpc.RpcError, target: str | None = None) -> MtaWindowsError:
-    """The typed exception for a failed call (sync or aio) to the server at ``target``."""
+    """The typed exception for a failed call (sync or aio) to the server at ``target``; a
+    call that server forwarded to its stream's owner names the owner, the server that
+    answered (trailing metadata ``mtawindows-served-by``)."""
+    target = _served_by(err) or target
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     message = (err.details() if hasattr(err, "details") else None) or str(err)
     try:
@@ -190,6 +196,18 @@ def from_rpc_error(err: grpc.RpcError, target: str | None = None) -> MtaWindowsE
         metadata=d.metadata,
         target=target,
     )
+
+
+def _served_by(err: Any) -> str | None:
+    """The member that answered a forwarded call, from the error's trailing metadata."""
+    try:
+        md = err.trailing_metadata() or ()
+    except Exception:  # no metadata on this error
+        return None
+    for key, value in md:
+        if key == SERVED_BY and isinstance(value, str) and value:
+            return value
+    return None
 
 
 def _aio_status(err: Any) -> Any:

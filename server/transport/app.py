@@ -38,6 +38,7 @@ from ..storage.processes import RestartBudget
 from ..storage.protocol import StoreError, StoreUnavailableError
 from ..storage.replication import replicas_waiter
 from .auth import TokenAuth
+from .forward import KEEPALIVE_MS, Forwarder
 from .metrics import Metrics
 from .servicer import WindowServicer, add_servicer
 from .status import receive_limit
@@ -159,6 +160,7 @@ class Server:
         self.port = 0
         self.registry: Registry | None = None
         self.cluster: Ownership | None = None
+        self.forwarder: Forwarder | None = None
         self.advertise = ""
         self.servicer: WindowServicer | None = None
         self._restored = False
@@ -244,13 +246,38 @@ class Server:
             ("grpc.max_receive_message_length", receive_limit(cfg.limits.max_message_bytes)),
             ("grpc.max_send_message_length", cfg.limits.max_message_bytes),
             ("grpc.so_reuseport", 1 if cfg.reuse_port else 0),
+            # the SDK's channels (and the members' forwarding ones) ping every second, calls
+            # in flight or not, to find a silent connection in about two seconds: take pings
+            # that often, and never count them as strikes (grpc's default answers a GOAWAY
+            # "too_many_pings" to more than one ping in five minutes without data)
+            ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_MS),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_ping_strikes", 0),
         ]
         return grpc.aio.server(interceptors=interceptors, options=options)
+
+    def _forwarder(self) -> Forwarder:
+        """What sends calls on to their stream's owner for clients that cannot reach it
+        (forward.py): over TLS when this server serves TLS, trusting its own certificate
+        file (one certificate for the cluster, or a file that holds the members' CA)."""
+        cfg = self.config
+        creds = None
+        if cfg.tls_cert:
+            creds = grpc.ssl_channel_credentials(root_certificates=Path(cfg.tls_cert).read_bytes())
+        assert self.servicer is not None
+        self.forwarder = Forwarder(
+            self.advertise,
+            self.advertise,
+            credentials=creds,
+            max_message_bytes=cfg.limits.max_message_bytes,
+            metrics=self.servicer.metrics,
+        )
+        return self.forwarder
 
     async def _serve(self, server: grpc.aio.Server, servicer: WindowServicer) -> None:
         """The WindowService, health and reflection on ``server``, started; then metrics,
         SERVING, the periodic flush and the supervisor of the embedded Redis."""
-        add_servicer(servicer, server)
+        add_servicer(servicer, server, self._forwarder())
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
             (
@@ -524,6 +551,8 @@ class Server:
             self.servicer.fanout.shutdown()  # Subscribe calls never end by themselves
         if self.server is not None:
             await self.server.stop(self.config.grace)
+        if self.forwarder is not None:
+            await self.forwarder.close()
         if self.cluster is not None:  # hand every stream over (flushed), leave the cluster
             await asyncio.to_thread(self.cluster.stop)
         if self.registry is not None:
@@ -554,6 +583,9 @@ class Server:
         if self.server is not None:
             with contextlib.suppress(Exception):
                 await self.server.stop(None)
+        if self.forwarder is not None:
+            with contextlib.suppress(Exception):
+                await self.forwarder.close()
         if self.cluster is not None:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self.cluster.stop, release=self._restored)

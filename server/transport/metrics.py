@@ -71,6 +71,13 @@ class Metrics:
             ["method", "code", "reason"],
             registry=self.registry,
         )
+        self.forwarded = Counter(
+            "mtawindows_forwarded_calls",
+            "Calls sent on to their stream's owner for a client that cannot reach it, by "
+            "outcome (answered, refused: the owner's error, unreachable)",
+            ["method", "outcome"],
+            registry=self.registry,
+        )
         self.registry.register(_WindowCollector(windows))
 
 

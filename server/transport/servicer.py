@@ -41,6 +41,7 @@ from ..service.registry import Registry
 from ..service.stream import Stream
 from ..storage.protocol import StoreError
 from . import decode, status
+from .forward import Forwarder, forwarding
 from .metrics import Metrics
 
 __all__ = ["NEEDS_STORE", "WindowServicer", "add_servicer"]
@@ -545,28 +546,32 @@ def _event_bytes(tags: Any, batch: int, result: Any) -> bytes:
 # --------------------------------------------------------------------------- registration
 
 
-def add_servicer(servicer: WindowServicer, server: grpc.aio.Server) -> None:
+def add_servicer(
+    servicer: WindowServicer, server: grpc.aio.Server, forwarder: Forwarder | None = None
+) -> None:
     """Register the WindowService, each handler behind its guard, with parsers that turn
     malformed bytes, and requests over the message limit, into a refusal. The server lets
-    gRPC take requests up to :func:`~.status.receive_limit` (twice the limit) for that."""
+    gRPC take requests up to :func:`~.status.receive_limit` (twice the limit) for that. With
+    a ``forwarder``, the unary calls about a stream are sent on to its owner when their client
+    asks for it (forward.py): their replies may then be the owner's bytes, passed through."""
     service = pb.DESCRIPTOR.services_by_name["WindowService"]
     limit = servicer.registry.limits.max_message_bytes
     handlers = {}
     for method in service.methods:
         request = getattr(pb, method.input_type.name)
         response = getattr(pb, method.output_type.name)
-        make = (
-            grpc.unary_stream_rpc_method_handler
-            if method.server_streaming
-            else grpc.unary_unary_rpc_method_handler
-        )
-        guard = _guard_stream if method.server_streaming else _guard_unary
-        handlers[method.name] = make(
-            guard(servicer, method.name, getattr(servicer, method.name)),
+        if method.server_streaming:
+            handlers[method.name] = grpc.unary_stream_rpc_method_handler(
+                _guard_stream(servicer, method.name, getattr(servicer, method.name)),
+                request_deserializer=_within(limit, request, decode.safe_parser(request)),
+                response_serializer=_passthrough(response),
+            )
+            continue
+        handler = forwarding(forwarder, method.name, getattr(servicer, method.name))
+        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+            _guard_unary(servicer, method.name, handler),
             request_deserializer=_within(limit, request, decode.safe_parser(request)),
-            response_serializer=_passthrough(response)
-            if method.server_streaming
-            else response.SerializeToString,
+            response_serializer=_passthrough(response),
         )
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(service.full_name, handlers),)
@@ -589,7 +594,8 @@ def _within(limit: int, message: Any, parse: Callable[[bytes], Any]) -> Callable
 
 def _passthrough(message: Any) -> Callable[[Any], bytes]:
     """``message``'s serializer, passing bytes through: Subscribe yields events serialized
-    once for all the subscribers of a window."""
+    once for all the subscribers of a window, and a forwarded call answers the owner's
+    reply as it came."""
     serialize = message.SerializeToString
 
     def ser(m: Any) -> bytes:

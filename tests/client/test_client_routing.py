@@ -45,6 +45,7 @@ from mtawindows.client.cluster_map import Topology, seeds_of
 from mtawindows.client.errors import MtaWindowsError, from_rpc_error
 from mtawindows.client.routing import split_targets, stable_hash
 from mtawindows.spark_connector import ConnectorError, ConnectorOptions
+from mtawindows.testing import free_port
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1 import windows_pb2_grpc as pb_grpc
 from mtawindows.v1.placement import place
@@ -65,13 +66,19 @@ class FakeMember(pb_grpc.WindowServiceServicer):
     """One member: a real gRPC server on a loopback port, keeping the cluster's contract over
     the state its :class:`FakeCluster` shares. ``claims``: streams it names another owner of
     (whatever the cluster says: a member that disagrees); ``events``: what its subscriptions
-    send (a batch number, or None: the stream moved, end with NOT_OWNER)."""
+    send (a batch number, or None: the stream moved, end with NOT_OWNER); ``isolated``: its
+    map says it is cut off from the cluster; ``hang``: streams whose appends it holds until
+    the call ends (a server stuck on its Redis). A call asking to be forwarded
+    (``mtawindows-forward: 1``) for a stream another member owns is served here as the
+    owner's (what a real member's forwarding gives the client), seen as ``forward <method>``."""
 
     def __init__(self, cluster: FakeCluster) -> None:
         self.cluster = cluster
         self.claims: dict[str, str] = {}
         self.events: queue.Queue[int | None] = queue.Queue()
         self.lose_ack: set[str] = set()  # apply an append, then fail as a dying server
+        self.isolated = False
+        self.hang: set[str] = set()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         pb_grpc.add_WindowServiceServicer_to_server(self, self.server)
         self.port = self.server.add_insecure_port("127.0.0.1:0")
@@ -91,6 +98,10 @@ class FakeMember(pb_grpc.WindowServiceServicer):
             if moving:
                 c.moving[stream] = moving - 1
             owner = self.claims.get(stream) or c.owner_of(stream)
+            md = dict(context.invocation_metadata() or ())
+            if owner != self.address and md.get("mtawindows-forward") == "1":
+                c.seen.append((self.address, f"forward {method}", stream))
+                owner = self.address  # the owner's answer, through this member
         if moving:
             _abort(context, grpc.StatusCode.UNAVAILABLE, Reason.STREAM_MOVING,
                    stream=stream, retry_after_ms="1")  # fmt: skip
@@ -111,7 +122,12 @@ class FakeMember(pb_grpc.WindowServiceServicer):
             ]
         members = [pb.ClusterMember(id=a, address=a, incarnation="i1") for a in live]
         return pb.ClusterMap(
-            members=members, owners=owners, lease_ms=2000, **{"self": self.address}
+            members=members,
+            owners=owners,
+            lease_ms=2000,
+            view_age_ms=5000 if self.isolated else 10,
+            isolated=self.isolated,
+            **{"self": self.address},
         )
 
     def CreateStream(self, request: Any, context: grpc.ServicerContext) -> pb.StreamInfo:
@@ -142,6 +158,12 @@ class FakeMember(pb_grpc.WindowServiceServicer):
 
     def Append(self, request: Any, context: grpc.ServicerContext) -> pb.AppendResponse:
         self._check("Append", request.stream, context)
+        deadline = time.monotonic() + 30
+        while request.stream in self.hang and context.is_active():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        if not context.is_active():  # given up by the client: never applied here
+            return pb.AppendResponse()
         c = self.cluster
         key = (request.producer_id, request.sequence)
         with c.lock:
@@ -381,6 +403,92 @@ def test_a_plain_append_surfaces_its_server_dying(cluster: FakeCluster) -> None:
     assert len(cluster.applied[name]) == 3 and cluster.owner_of(name) != owner
 
 
+def stream_placed_on(cluster: FakeCluster, address: str, prefix: str = "s") -> str:
+    """A stream name that placement puts on ``address``."""
+    live = [m.address for m in cluster.members if m.up]
+    return next(f"{prefix}{i}" for i in range(1000) if place(f"{prefix}{i}", live) == address)
+
+
+def test_an_owner_the_client_cannot_reach_is_reached_through_another_member(
+    cluster: FakeCluster,
+) -> None:
+    """The client cannot reach member a (its ``address_map`` sends a to a closed port: a
+    partition between the two only), which the others still list and which owns the stream.
+    An idempotent append's first try fails (a is unreachable: a suspect, cut off) and is
+    resent at once to the member placement puts the stream on among the others, with the
+    header that asks it to forward the call to a; the next calls go the same way while a is
+    a suspect, a plain append (no idempotency key) too."""
+    a, b, c_ = cluster.members
+    name = stream_placed_on(cluster, a.address, "cut")
+    relay = placement(name, [b.address, c_.address])
+    closed = f"127.0.0.1:{free_port()}"
+    seeds = f"{b.address},{c_.address}"
+    with WindowClient(seeds, timeout=10, address_map={a.address: closed}) as c:
+        c.append(name, {"ts": [1], "x": [1.0]}, producer_id="p", sequence=1)
+        c.append(name, {"ts": [2], "x": [1.0]}, producer_id="p", sequence=2)
+        assert c.query(name, "w").size == 2
+        assert c.topology.is_cut(a.address) and c.owner(name) == a.address  # still the owner
+    assert cluster.calls_at(relay, "forward Append") == [name, name]
+    assert cluster.calls_at(relay, "forward Query") == [name]
+    assert cluster.calls_at(a.address) == []  # a was never reached: the relay answered
+    assert cluster.applied[name] == [("p", 1), ("p", 2)]
+
+    async def go() -> None:  # the asyncio client the same way
+        async with AsyncWindowClient(seeds, timeout=10, address_map={a.address: closed}) as ac:
+            await ac.append(name, {"ts": [3], "x": [1.0]}, producer_id="p", sequence=3)
+            assert ac.topology.is_cut(a.address)
+
+    asyncio.run(go())
+    assert cluster.calls_at(relay, "forward Append") == [name] * 3
+
+    with WindowClient(seeds, timeout=10, address_map={a.address: closed}) as c:
+        c.get_stream(name)  # a read: a fails it (a suspect now), the relay answers
+        c.append(name, {"ts": [4], "x": [1.0]})  # no key: straight through the relay
+    assert cluster.calls_at(relay, "forward GetStream") == [name] * 4  # schemas, 3 clients
+    assert cluster.calls_at(relay, "forward Append") == [name] * 4
+    assert len(cluster.applied[name]) == 4
+
+
+def test_a_stale_map_is_passed_over_for_a_fresh_one(cluster: FakeCluster) -> None:
+    """A member cut off from the cluster's Redis still answers GetClusterMap, saying so
+    (``isolated``, an old ``view_age_ms``): the client takes the next member's map instead
+    and leaves the cut-off one out of placement for a while; with no other answer, it takes
+    the stale map rather than none."""
+    a, b, _ = cluster.members
+    a.isolated = True
+    with WindowClient(f"{a.address},{b.address}", timeout=10) as c:
+        assert c.cluster_map().answered_by == b.address
+        assert c.topology.is_down(a.address) and not c.topology.is_cut(a.address)
+        name = stream_not_placed_on(cluster, a.address, "st")
+        assert c.topology.route(name) != a.address
+    with WindowClient(a.address, timeout=10) as c:
+        assert c.cluster_map().answered_by == a.address  # the only one to ask
+        assert c.topology.needs_refresh()  # asked again before the next call
+
+
+def test_an_idempotent_append_stuck_at_a_server_the_stream_left_is_given_up(
+    cluster: FakeCluster,
+) -> None:
+    """The owner holds an append (stuck on its Redis, say) and meanwhile the stream moves to
+    another member. The waiting try looks at the map every half lease (asked of a member
+    other than the one it waits on): once the map names the new owner, the try is given up
+    (cancelled; the stuck server never applies it) and the same key is sent there, instead
+    of waiting out the whole deadline."""
+    a, b, c_ = cluster.members
+    name = stream_placed_on(cluster, a.address, "stuck")
+    with WindowClient(f"{b.address},{c_.address}", timeout=30) as c:
+        c.append(name, {"ts": [1], "x": [1.0]}, producer_id="p", sequence=1)
+        a.hang.add(name)
+        threading.Timer(0.3, lambda: cluster.owners.__setitem__(name, b.address)).start()
+        began = time.monotonic()
+        c.append(name, {"ts": [2], "x": [1.0]}, producer_id="p", sequence=2)
+        took = time.monotonic() - began
+    assert 0.9 < took < 5, took  # a look at the map after half a lease (1 s), not 30 s
+    assert cluster.applied[name] == [("p", 1), ("p", 2)]
+    assert cluster.calls_at(b.address, "Append") == [name]
+    a.hang.clear()
+
+
 def test_a_dead_seed_is_skipped(cluster: FakeCluster) -> None:
     m0, m1, _ = cluster.members
     m0.kill()
@@ -499,11 +607,31 @@ def test_topology_routes_by_owner_then_placement_then_seed() -> None:
     assert (t.clustered, t.needs_refresh()) == (True, False)
     assert t.route("s") == "c:1"  # the owner of record
     assert t.route("other") == place("other", ["a:1", "b:1", "c:1"])
-    t.failed("c:1")  # unreachable: out of placement for the lease, its owners forgotten
-    assert t.cached_owner("s") is None and t.needs_refresh()
-    assert t.route("s") == place("s", ["a:1", "b:1"]) and t.is_down("c:1")
+    t.failed("c:1")  # unreachable: a suspect for the lease, left out of placement
+    assert t.cached_owner("s") == "c:1" and t.needs_refresh()
+    assert t.route("s") == place("s", ["a:1", "b:1"]) and t.is_down("c:1") and t.is_cut("c:1")
+    # a call that may be forwarded goes to the stream's placement among the others, asking it
+    # to forward the call to c (still live in the map)
+    assert t.way("s", relay=True) == (place("s", ["a:1", "b:1"]), True)
+    assert t.way("other", relay=True) == (place("other", ["a:1", "b:1"]), False)
     clock.now += 3.0  # the lease of the map
-    assert not t.is_down("c:1") and t.route("s") == place("s", ["a:1", "b:1", "c:1"])
+    assert not t.is_down("c:1") and t.route("s") == "c:1"
+    t.failed("c:1")  # again, once its suspicion ran out: twice as long
+    clock.now += 3.0
+    assert t.is_down("c:1")
+    clock.now += 3.0
+    assert not t.is_down("c:1")
+    t.failed("c:1", unreachable=False)  # it answered, unwell: still called for its streams
+    assert t.is_down("c:1") and not t.is_cut("c:1") and t.way("s", relay=True) == ("c:1", False)
+    assert t.route("other") == place("other", ["a:1", "b:1"])  # but out of placement
+    t.answered("c:1")
+    assert not t.is_down("c:1")
+    t.failed("c:1")  # the count of suspicions starts over after an answer
+    clock.now += 3.0
+    assert not t.is_down("c:1")
+    t.forget("s")
+    t.learn(cluster_map("a:1", "b:1", "c:1"), via="seed:1")
+    assert t.route("s") == place("s", ["a:1", "b:1", "c:1"])
     t.redirected("s", "b:1")
     t.learn(cluster_map("a:1", "c:1", me="a:1"), via="a:1")  # b left: its owners go
     assert t.cached_owner("s") is None
@@ -530,9 +658,10 @@ def _refusal(code: str, reason: str = "", target: str = "a:1", **md: str) -> Mta
 
 
 def test_a_course_waits_out_a_failover_only_in_a_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Unset ``retries``: an unreachable server is waited out as long as ``retry_time``
-    allows in a cluster, five tries on a server alone; timeouts five tries either way; a
-    call that may not be resent ends at once."""
+    """Unset ``retries``: in a cluster, an unreachable server, a timeout, a store failure are
+    waited out as long as ``retry_time`` allows (counted in time from the first try, not in
+    tries); five tries on a server alone; a call that may not be resent ends at once, unless
+    nothing of it was done (STREAM_MOVING, MEMBER_ISOLATED)."""
     read = calls.query("s", "w")
     alone = calls.Course(read, Topology(("a:1",)), retries=None, retry_time=10)
     for _ in range(4):
@@ -550,11 +679,22 @@ def test_a_course_waits_out_a_failover_only_in_a_cluster(monkeypatch: pytest.Mon
             n += 1
     assert n == 64 and course.paused == 0.5  # the budget, not a count
 
-    timeouts = calls.Course(read, two, retries=None, retry_time=10)
-    with pytest.raises(MtaWindowsError):
-        for _ in range(10):
-            timeouts.failed(_refusal("DEADLINE_EXCEEDED"))
-    assert timeouts.tries == calls.DEFAULT_TRIES
+    clock = Clock()
+    timed = Topology(("a:1", "b:1"), clock=clock)
+    for failure in (
+        _refusal("DEADLINE_EXCEEDED"),
+        _refusal("UNAVAILABLE", "STORE_UNAVAILABLE"),
+        _refusal("UNAVAILABLE", "SERVER_STOPPING"),
+    ):
+        budget = calls.Course(read, timed, retries=None, retry_time=10)
+        for _ in range(20):  # far more than DEFAULT_TRIES: only the time counts
+            assert budget.failed(failure).pause == 1 / 128
+        clock.now += 9.995
+        assert budget.failed(failure).pause == pytest.approx(0.005)  # what is left of it
+        clock.now += 0.005
+        with pytest.raises(MtaWindowsError):
+            budget.failed(failure)
+        assert timed.is_down("a:1")  # each of them makes the server a suspect
 
     plain = calls.append(calls.append_request("s", {"ts": [1]}, None, None, None, "none", ()))
     with pytest.raises(UnavailableError):
@@ -562,6 +702,11 @@ def test_a_course_waits_out_a_failover_only_in_a_cluster(monkeypatch: pytest.Mon
     moving = calls.Course(plain, two, retries=None, retry_time=10)
     step = moving.failed(_refusal("UNAVAILABLE", "STREAM_MOVING", retry_after_ms="250"))
     assert step.pause == 0.25 and moving.lookup  # any call; the owner asked again
+    cut_off = calls.Course(plain, Topology(("a:1", "b:1")), retries=None, retry_time=10)
+    step = cut_off.failed(_refusal("UNAVAILABLE", "MEMBER_ISOLATED", members="b:1,c:1"))
+    assert step.pause == 1 / 128 and cut_off.lookup  # any call: refused before anything
+    assert cut_off.topology.is_down("a:1") and not cut_off.topology.is_cut("a:1")
+    assert "c:1" in cut_off.topology.candidates()  # named by the cut-off member
 
 
 def test_a_redirect_to_a_dead_owner_waits_for_its_lease() -> None:

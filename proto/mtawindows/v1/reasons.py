@@ -81,6 +81,12 @@ class Reason(StrEnum):
         "no longer own anything, so it serves no stream (UNAVAILABLE; metadata members: the "
         "addresses it last knew, comma-separated, view_age_ms): call another member",
     )
+    OWNER_UNREACHABLE = (
+        "OWNER_UNREACHABLE",
+        "a member asked to forward the call to the stream's owner (header mtawindows-forward) "
+        "could not reach it (UNAVAILABLE; metadata stream, owner): the call may have reached "
+        "the owner, so only an idempotent call is resent",
+    )
     # -- streams and windows
     STREAM_NOT_FOUND = "STREAM_NOT_FOUND", "no stream of that name"
     WINDOW_NOT_FOUND = (

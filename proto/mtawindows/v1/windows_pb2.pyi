@@ -60,6 +60,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STREAM_MOVING: _ClassVar[ErrorReason]
     FENCED: _ClassVar[ErrorReason]
     MEMBER_ISOLATED: _ClassVar[ErrorReason]
+    OWNER_UNREACHABLE: _ClassVar[ErrorReason]
     STREAM_NOT_FOUND: _ClassVar[ErrorReason]
     WINDOW_NOT_FOUND: _ClassVar[ErrorReason]
     STREAM_EXISTS: _ClassVar[ErrorReason]
@@ -117,6 +118,7 @@ NOT_OWNER: ErrorReason
 STREAM_MOVING: ErrorReason
 FENCED: ErrorReason
 MEMBER_ISOLATED: ErrorReason
+OWNER_UNREACHABLE: ErrorReason
 STREAM_NOT_FOUND: ErrorReason
 WINDOW_NOT_FOUND: ErrorReason
 STREAM_EXISTS: ErrorReason

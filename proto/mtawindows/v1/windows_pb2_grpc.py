@@ -30,9 +30,10 @@ class WindowServiceStub:
     INVALID_ARGUMENT MALFORMED_REQUEST, VALUE_TOO_LONG, TOO_MANY_ITEMS or UNKNOWN_ENUM_VALUE (the
     screen every request passes before any work), and RESOURCE_EXHAUSTED MESSAGE_TOO_LARGE for a
     message over the server's size limit. A call about a stream may also fail FAILED_PRECONDITION NOT_OWNER (call
-    metadata owner), UNAVAILABLE STREAM_MOVING (resend after retry_after_ms) and UNAVAILABLE
-    STORE_UNAVAILABLE; after NOT_OWNER and STREAM_MOVING nothing was done, so any call may be
-    resent. Each rpc below names its own errors besides these.
+    metadata owner), UNAVAILABLE STREAM_MOVING (resend after retry_after_ms), UNAVAILABLE
+    MEMBER_ISOLATED (the server is cut off from the cluster: call another member) and UNAVAILABLE
+    STORE_UNAVAILABLE; after NOT_OWNER, STREAM_MOVING and MEMBER_ISOLATED nothing was done, so
+    any call may be resent. Each rpc below names its own errors besides these.
 
     Idempotency: a read (ListStreams, GetStream, GetWindow, ListWindows, Query, ReadResults,
     Subscribe, GetClusterMap) changes nothing and may be resent at will. Append is idempotent
@@ -43,6 +44,17 @@ class WindowServiceStub:
 
     In a cluster (servers sharing one Redis), any member answers any call: a call about a stream
     goes to its owner (GetClusterMap says where; a wrong guess is answered NOT_OWNER, naming it).
+
+    Forwarding (a client that cannot reach the owner, but reaches another member): a unary call
+    about a stream (CreateStream, DeleteStream, GetStream, CreateWindow, DeleteWindow,
+    GetWindow, ListWindows, Append, Query, ReadResults) sent with header `mtawindows-forward: 1`
+    to a member that does not own the stream is sent on by that member to the owner, with the
+    caller's remaining deadline and authorization header and the header
+    `mtawindows-forwarded: <member id>`; the owner's answer comes back as it was (its reply, or
+    its status with every detail), with trailing metadata `mtawindows-served-by: <the owner's
+    address>`. A forwarded call is never forwarded again (NOT_OWNER then comes back to the
+    client). An owner that does not answer the forwarding member: UNAVAILABLE
+    OWNER_UNREACHABLE. Subscribe, ListStreams and GetClusterMap are never forwarded.
     """
 
     def __init__(self, channel):
@@ -123,9 +135,10 @@ class WindowServiceServicer:
     INVALID_ARGUMENT MALFORMED_REQUEST, VALUE_TOO_LONG, TOO_MANY_ITEMS or UNKNOWN_ENUM_VALUE (the
     screen every request passes before any work), and RESOURCE_EXHAUSTED MESSAGE_TOO_LARGE for a
     message over the server's size limit. A call about a stream may also fail FAILED_PRECONDITION NOT_OWNER (call
-    metadata owner), UNAVAILABLE STREAM_MOVING (resend after retry_after_ms) and UNAVAILABLE
-    STORE_UNAVAILABLE; after NOT_OWNER and STREAM_MOVING nothing was done, so any call may be
-    resent. Each rpc below names its own errors besides these.
+    metadata owner), UNAVAILABLE STREAM_MOVING (resend after retry_after_ms), UNAVAILABLE
+    MEMBER_ISOLATED (the server is cut off from the cluster: call another member) and UNAVAILABLE
+    STORE_UNAVAILABLE; after NOT_OWNER, STREAM_MOVING and MEMBER_ISOLATED nothing was done, so
+    any call may be resent. Each rpc below names its own errors besides these.
 
     Idempotency: a read (ListStreams, GetStream, GetWindow, ListWindows, Query, ReadResults,
     Subscribe, GetClusterMap) changes nothing and may be resent at will. Append is idempotent
@@ -136,6 +149,17 @@ class WindowServiceServicer:
 
     In a cluster (servers sharing one Redis), any member answers any call: a call about a stream
     goes to its owner (GetClusterMap says where; a wrong guess is answered NOT_OWNER, naming it).
+
+    Forwarding (a client that cannot reach the owner, but reaches another member): a unary call
+    about a stream (CreateStream, DeleteStream, GetStream, CreateWindow, DeleteWindow,
+    GetWindow, ListWindows, Append, Query, ReadResults) sent with header `mtawindows-forward: 1`
+    to a member that does not own the stream is sent on by that member to the owner, with the
+    caller's remaining deadline and authorization header and the header
+    `mtawindows-forwarded: <member id>`; the owner's answer comes back as it was (its reply, or
+    its status with every detail), with trailing metadata `mtawindows-served-by: <the owner's
+    address>`. A forwarded call is never forwarded again (NOT_OWNER then comes back to the
+    client). An owner that does not answer the forwarding member: UNAVAILABLE
+    OWNER_UNREACHABLE. Subscribe, ListStreams and GetClusterMap are never forwarded.
     """
 
     def CreateStream(self, request, context):
@@ -350,9 +374,10 @@ class WindowService:
     INVALID_ARGUMENT MALFORMED_REQUEST, VALUE_TOO_LONG, TOO_MANY_ITEMS or UNKNOWN_ENUM_VALUE (the
     screen every request passes before any work), and RESOURCE_EXHAUSTED MESSAGE_TOO_LARGE for a
     message over the server's size limit. A call about a stream may also fail FAILED_PRECONDITION NOT_OWNER (call
-    metadata owner), UNAVAILABLE STREAM_MOVING (resend after retry_after_ms) and UNAVAILABLE
-    STORE_UNAVAILABLE; after NOT_OWNER and STREAM_MOVING nothing was done, so any call may be
-    resent. Each rpc below names its own errors besides these.
+    metadata owner), UNAVAILABLE STREAM_MOVING (resend after retry_after_ms), UNAVAILABLE
+    MEMBER_ISOLATED (the server is cut off from the cluster: call another member) and UNAVAILABLE
+    STORE_UNAVAILABLE; after NOT_OWNER, STREAM_MOVING and MEMBER_ISOLATED nothing was done, so
+    any call may be resent. Each rpc below names its own errors besides these.
 
     Idempotency: a read (ListStreams, GetStream, GetWindow, ListWindows, Query, ReadResults,
     Subscribe, GetClusterMap) changes nothing and may be resent at will. Append is idempotent
@@ -363,6 +388,17 @@ class WindowService:
 
     In a cluster (servers sharing one Redis), any member answers any call: a call about a stream
     goes to its owner (GetClusterMap says where; a wrong guess is answered NOT_OWNER, naming it).
+
+    Forwarding (a client that cannot reach the owner, but reaches another member): a unary call
+    about a stream (CreateStream, DeleteStream, GetStream, CreateWindow, DeleteWindow,
+    GetWindow, ListWindows, Append, Query, ReadResults) sent with header `mtawindows-forward: 1`
+    to a member that does not own the stream is sent on by that member to the owner, with the
+    caller's remaining deadline and authorization header and the header
+    `mtawindows-forwarded: <member id>`; the owner's answer comes back as it was (its reply, or
+    its status with every detail), with trailing metadata `mtawindows-served-by: <the owner's
+    address>`. A forwarded call is never forwarded again (NOT_OWNER then comes back to the
+    client). An owner that does not answer the forwarding member: UNAVAILABLE
+    OWNER_UNREACHABLE. Subscribe, ListStreams and GetClusterMap are never forwarded.
     """
 
     @staticmethod

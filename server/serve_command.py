@@ -184,8 +184,41 @@ def build_parser(prog: str = "python -m mtawindows.server") -> argparse.Argument
     return p
 
 
+# the number flags' ranges (inclusive), checked before anything starts: a server that would
+# refuse every call, spin, or overflow a gRPC option is refused at start-up instead
+RANGES: tuple[tuple[str, float, float], ...] = (
+    ("--max-batch-rows", 1, 1 << 40),
+    ("--result-history", 0, 1 << 30),
+    # gRPC takes twice the limit in a C int: at most 1023 MiB
+    ("--max-message-mb", 1, 1023),
+    ("--max-streams", 1, 1 << 40),
+    ("--max-windows", 1, 1 << 20),
+    ("--max-subscribers", 0, 1 << 30),
+    ("--subscriber-queue-mb", 0.001, 1 << 20),
+    ("--subscribers-memory-mb", 0.001, 1 << 30),
+    ("--max-cel-bytes", 1, 1 << 30),
+    ("--max-cel-depth", 1, 1 << 20),
+    ("--flush-interval", 0.01, 86_400),
+    ("--grace", 0, 86_400),
+    ("--redis-restarts", 0, 1 << 20),
+    ("--workers", 1, 1024),
+)
+
+
+def check_ranges(args: argparse.Namespace) -> None:
+    """ValueError naming the first number flag outside its range (:data:`RANGES`)."""
+    for flag, low, high in RANGES:
+        value = getattr(args, flag[2:].replace("-", "_"), None)
+        if value is None:
+            continue
+        if not low <= value <= high:  # NaN fails too
+            msg = f"{flag}: expected a number from {low:g} to {high:g}, got {value!r}"
+            raise ValueError(msg)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
-    tokens = load_tokens(args.tokens_file, os.environ)  # first: a bad source starts nothing
+    check_ranges(args)  # first, with the tokens: a bad flag starts nothing
+    tokens = load_tokens(args.tokens_file, os.environ)
     setup_logging(args.log_level, args.log_format)
     if args.workers != 1:  # a supervisor of N server processes (server/workers.py)
         from .workers import run_workers

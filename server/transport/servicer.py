@@ -154,6 +154,8 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         s = self.registry.streams.get(name)
         if s is not None and cluster.fresh(name):
             return s
+        if self.store_down is not None:  # routing asks Redis (a renewal, the lease): not now
+            raise status.store_unavailable_refusal(f"stream {name!r}", self.store_down)
         return await self.run(cluster.route, name)
 
     async def window_of(self, stream: str, window: str) -> tuple[Stream, Any]:

@@ -20,6 +20,8 @@ The comments are read the way any protobuf tool reads them: protoc's source info
 from __future__ import annotations
 
 import asyncio
+import decimal
+import fractions
 import functools
 import json
 import math
@@ -448,6 +450,10 @@ def test_an_int_no_double_holds_is_refused_from_a_double_field_on_every_path(
     with WindowClient(server.target) as c:
         with pytest.raises(TypeError, match=r"column 'x'.*row 1.*9007199254740993"):
             c.append(s, {"ts": [1, 2], "x": [1.5, inexact]})
+        # a whole Decimal or Fraction is an int written another way: refused alike
+        for other in (decimal.Decimal(inexact), fractions.Fraction(inexact)):
+            with pytest.raises(TypeError, match=r"column 'x'.*row 1.*9007199254740993"):
+                c.append(s, {"ts": [1, 2], "x": [1.5, other]})
         with pytest.raises(Exception) as info:  # Arrow goes as it is: the server refuses it
             c.append(s, table)
         assert getattr(info.value, "reason", None) == "BAD_VALUES"

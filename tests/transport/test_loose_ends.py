@@ -94,6 +94,18 @@ def test_a_frozen_redis_is_seen_and_refused_fast_then_served_again() -> None:
             e = rpc_error(lambda: c.query("m", "durable"))
             assert (e.code, e.reason) == ("UNAVAILABLE", "STORE_UNAVAILABLE")
             assert [s.spec.name for s in c.list_streams()] == ["m"]  # from memory: answers
+            time.sleep(2.0)  # past the stream's lease: serving it now would have to ask Redis
+            for ask in (
+                lambda: c.get_stream("m"),
+                lambda: c.get_window("m", "durable"),
+                lambda: c.list_windows("m"),
+            ):
+                t0 = time.monotonic()
+                try:
+                    ask()  # from memory, or refused: never a wait on the frozen Redis
+                except MtaWindowsError as ex:
+                    assert (ex.code, ex.reason) == ("UNAVAILABLE", "STORE_UNAVAILABLE"), ex
+                assert time.monotonic() - t0 < 1.0
             os.kill(pid, signal.SIGCONT)
             pid = 0
             wait_until(lambda: srv.health() == "SERVING", "SERVING again", timeout=10)

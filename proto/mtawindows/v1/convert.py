@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import decimal
 import math
 import numbers
 from collections.abc import Iterator, Mapping, Sequence
@@ -424,14 +425,26 @@ def first_inexact_int(values: Sequence[Any]) -> int | None:
     try:
         if min(values, default=0) >= -MAX_EXACT_INT and max(values, default=0) <= MAX_EXACT_INT:
             return None
-    except TypeError:  # not all numbers (a string, a None): each one is looked at
+    except (TypeError, ArithmeticError):  # not all plain numbers: each one is looked at
         pass
     for i, v in enumerate(values):
-        if isinstance(v, bool):
+        if isinstance(v, bool | float):
             continue
         if isinstance(v, numbers.Integral) and not is_exact_double(int(v)):
             return i
+        # a whole Decimal or Fraction is an int written another way: exact or refused (a
+        # fractional one rounds to the nearest double, as any decimal text does)
+        whole = isinstance(v, decimal.Decimal | numbers.Rational) and _whole(v)
+        if whole and not is_exact_double(int(v)):
+            return i
     return None
+
+
+def _whole(v: Any) -> bool:
+    try:
+        return bool(v == int(v))
+    except (ValueError, OverflowError, ArithmeticError):  # NaN, infinities
+        return False
 
 
 def inexact_int_text(v: int) -> str:

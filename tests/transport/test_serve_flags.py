@@ -1,0 +1,47 @@
+"""Number flags of ``serve`` out of their range stop it at start-up with a line naming the flag,
+its range and the value: no server that refuses every call (``--max-message-mb 0``), spins
+(``--flush-interval 0``) or dies in a traceback (``--max-message-mb 5000`` overflowed a gRPC
+option)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from mtawindows.server.serve_command import RANGES, build_parser, check_ranges
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--max-message-mb", "0"),
+        ("--max-message-mb", "-1"),
+        ("--max-message-mb", "5000"),
+        ("--flush-interval", "0"),
+        ("--flush-interval", "nan"),
+        ("--max-streams", "-1"),
+        ("--max-windows", "0"),
+        ("--max-cel-bytes", "0"),
+        ("--max-cel-depth", "-1"),
+        ("--max-subscribers", "-1"),
+        ("--result-history", "-1"),
+        ("--redis-restarts", "-1"),
+    ],
+)
+def test_a_number_out_of_range_stops_serve_with_a_clear_line(flag: str, value: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "mtawindows.server", "--port", "0", flag, value],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1, out
+    assert out.stderr.startswith(f"error: {flag}: expected a number from "), out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_the_defaults_are_in_range() -> None:
+    check_ranges(build_parser().parse_args([]))
+    assert len({flag for flag, _, _ in RANGES}) == len(RANGES)

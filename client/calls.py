@@ -382,7 +382,7 @@ class Course:
             if address:
                 t.failed(address, unreachable=not reason)
             self.lookup = True
-            if not self.retry:
+            if not self.retry and not never_sent(ex):
                 raise ex
             return self._pause(ex, self._backoff(), failover=True)
         raise ex
@@ -453,6 +453,20 @@ class Course:
         self.paused += wait
         self.chain = []
         return Step(wait)
+
+
+# what gRPC says of a call it could not even send (no connection): nothing was done, so any
+# call may go elsewhere (gRPC's own "transparent retry" rule)
+_NEVER_SENT = ("failed to connect to all addresses", "connections to all backends failing")
+
+
+def never_sent(ex: MtaWindowsError) -> bool:
+    """Whether ``ex`` is gRPC's refusal of a call it never sent (no connection to the server):
+    UNAVAILABLE without an ErrorInfo reason, and a connection failure in its text."""
+    if ex.code != "UNAVAILABLE" or ex.reason:
+        return False
+    text = ex.message.lower()
+    return any(m in text for m in _NEVER_SENT)
 
 
 def left(deadline: float | None) -> float | None:

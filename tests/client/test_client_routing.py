@@ -707,6 +707,16 @@ def test_a_course_waits_out_a_failover_only_in_a_cluster(monkeypatch: pytest.Mon
     assert step.pause == 1 / 128 and cut_off.lookup  # any call: refused before anything
     assert cut_off.topology.is_down("a:1") and not cut_off.topology.is_cut("a:1")
     assert "c:1" in cut_off.topology.candidates()  # named by the cut-off member
+    # gRPC could not even connect: nothing was sent, so any call may go elsewhere
+    unsent = UnavailableError(
+        "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:9: "
+        "Connection refused",
+        code="UNAVAILABLE",
+        target="a:1",
+    )
+    assert calls.never_sent(unsent) and not calls.never_sent(_refusal("UNAVAILABLE"))
+    resent = calls.Course(plain, Topology(("a:1", "b:1")), retries=None, retry_time=10)
+    assert resent.failed(unsent).pause == 1 / 128 and resent.topology.is_down("a:1")
 
 
 def test_a_redirect_to_a_dead_owner_waits_for_its_lease() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc
 
+from mtawindows.v1 import relay
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1 import windows_pb2_grpc as pb_grpc
 from mtawindows.v1.reasons import Reason
@@ -23,7 +24,7 @@ from .errors import MessageTooLargeError, MtaWindowsError, UnavailableError, fro
 
 MAP_TIMEOUT = 5.0  # seconds at most for one GetClusterMap (a dead seed must not hold a call)
 SUBSCRIBED = "mtawindows-subscribed"  # the header a server sends once a subscription is live
-FORWARD = (("mtawindows-forward", "1"),)  # asks a member to forward the call to the owner
+FORWARD = ((relay.FORWARD, "1"),)  # asks a member to forward the call to the owner
 MIN_PATIENCE = 1.0  # seconds an idempotent try waits before the map is looked at (at least)
 
 

@@ -25,6 +25,7 @@ from google.protobuf.message import Message
 from mtawindows.v1 import convert
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1.reasons import Reason
+from mtawindows.v1.relay import FORWARDABLE
 from mtawindows.v1.types import (
     AppendResult,
     StreamInfo,
@@ -52,21 +53,6 @@ RESULTS = {"none": pb.NONE, "final": pb.FINAL, "per_row": pb.PER_ROW}
 RETRYABLE = (UnavailableError, DeadlineExceededError)
 DEFAULT_TRIES = 5  # tries of a call to a server alone (not a cluster), unless retries is set
 MAX_REDIRECTS = 8  # NOT_OWNER redirects one call follows (relays through a member included)
-# the calls a member forwards to their stream's owner when asked to (header mtawindows-forward)
-FORWARDABLE = frozenset(
-    {
-        "CreateStream",
-        "DeleteStream",
-        "GetStream",
-        "CreateWindow",
-        "DeleteWindow",
-        "GetWindow",
-        "ListWindows",
-        "Append",
-        "Query",
-        "ReadResults",
-    }
-)
 
 
 @dataclass(frozen=True)

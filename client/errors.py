@@ -14,6 +14,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from mtawindows.v1.reasons import Reason
+from mtawindows.v1.relay import SERVED_BY
 
 
 @dataclass
@@ -168,9 +169,6 @@ def _details(status: Any) -> _Decoded:
             detail.Unpack(bad)
             out.violations = [Violation(v.field, v.description) for v in bad.field_violations]
     return out
-
-
-SERVED_BY = "mtawindows-served-by"  # trailing metadata: the member that answered a forwarded call
 
 
 def from_rpc_error(err: grpc.RpcError, target: str | None = None) -> MtaWindowsError:

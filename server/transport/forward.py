@@ -45,6 +45,7 @@ import grpc
 
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1.reasons import Reason
+from mtawindows.v1.relay import FORWARD, FORWARDABLE, FORWARDED, SERVED_BY
 
 from ..service.refusals import ServiceError
 from .metrics import Metrics
@@ -63,24 +64,6 @@ __all__ = [
 
 log = logging.getLogger("mtawindows.server")
 
-FORWARD = "mtawindows-forward"  # from a client: send this call on to the stream's owner
-FORWARDED = "mtawindows-forwarded"  # on a forwarded call: the member that sent it on
-SERVED_BY = "mtawindows-served-by"  # trailing metadata of a forwarded answer: the owner
-# the unary calls about one stream (never Subscribe, ListStreams, GetClusterMap)
-FORWARDABLE = frozenset(
-    {
-        "CreateStream",
-        "DeleteStream",
-        "GetStream",
-        "CreateWindow",
-        "DeleteWindow",
-        "GetWindow",
-        "ListWindows",
-        "Append",
-        "Query",
-        "ReadResults",
-    }
-)
 MAX_CHANNELS = 64  # channels to other members kept open at once
 KEEPALIVE_MS = 1000  # as the SDK's (client/channel.py); the servers accept pings that often
 # codes a forwarded call fails with, without a status of the owner, when the owner did not

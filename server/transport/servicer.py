@@ -29,6 +29,7 @@ from mtawindows.v1 import convert
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1 import windows_pb2_grpc as pb_grpc
 from mtawindows.v1.reasons import Reason
+from mtawindows.v1.relay import FORWARDABLE
 from mtawindows.v1.types import AppendResult
 
 from ..service.batch import Batch, Deferred
@@ -64,21 +65,7 @@ NEEDS_STORE = frozenset(
     }
 )
 # the calls about one stream: a cut-off member (Ownership.isolated) refuses them at once
-STREAM_CALLS = frozenset(
-    {
-        "CreateStream",
-        "DeleteStream",
-        "GetStream",
-        "CreateWindow",
-        "DeleteWindow",
-        "GetWindow",
-        "ListWindows",
-        "Append",
-        "Query",
-        "ReadResults",
-        "Subscribe",
-    }
-)
+STREAM_CALLS = FORWARDABLE | {"Subscribe"}
 MAX_OWNER_LOOKUPS = 1000  # streams one GetClusterMap may ask about
 
 

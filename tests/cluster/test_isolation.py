@@ -14,29 +14,16 @@ from pathlib import Path
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from mtawindows.client import Aggregation, Field, Policy, StreamSpec, WindowSpec
 from mtawindows.testing import LocalCluster
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1 import windows_pb2_grpc as pb_grpc
-from tests.support.waiting import wait_until
+from tests.support.waiting import error_info, wait_until
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 LEASE_MS = 1000  # isolation after half of it: 500 ms
-
-
-def error_info(err: grpc.RpcError) -> error_details_pb2.ErrorInfo:
-    status = rpc_status.from_call(err)
-    assert status is not None, err
-    for detail in status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            return info
-    raise AssertionError(f"no ErrorInfo in {err}")
 
 
 def test_a_member_cut_off_from_redis_refuses_stream_calls_and_reports_its_view(

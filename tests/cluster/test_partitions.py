@@ -45,8 +45,6 @@ from typing import Any
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from mtawindows.client import (
     Aggregation,
@@ -64,7 +62,7 @@ from mtawindows.testing import FaultProxy, LocalCluster, LocalServer
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1 import windows_pb2_grpc as pb_grpc
 from mtawindows.v1.placement import place
-from tests.support.waiting import wait_until
+from tests.support.waiting import error_info, wait_until
 
 pytestmark = [pytest.mark.server, pytest.mark.redis]
 
@@ -98,17 +96,6 @@ def make(c: WindowClient, name: str) -> None:
 
 def batch(seq: int) -> dict[str, list[Any]]:
     return {"ts": [seq], "x": [1.0]}
-
-
-def error_info(err: grpc.RpcError) -> error_details_pb2.ErrorInfo:
-    status = rpc_status.from_call(err)
-    assert status is not None, err
-    for detail in status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            return info
-    raise AssertionError(f"no ErrorInfo in {err}")
 
 
 def trailing(err_or_call: Any) -> dict[str, Any]:

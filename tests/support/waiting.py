@@ -1,5 +1,5 @@
-"""Waiting for a condition, and catching the typed error of a call: the helpers tests of
-running servers share."""
+"""Waiting for a condition, catching the typed error of a call and reading a raw call's
+ErrorInfo: the helpers tests of running servers share."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import grpc
 import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from mtawindows.client import MtaWindowsError
 
@@ -30,3 +33,15 @@ def rpc_error(call: Callable[[], Any]) -> MtaWindowsError:
     with pytest.raises(MtaWindowsError) as info:
         call()
     return info.value
+
+
+def error_info(err: grpc.RpcError) -> error_details_pb2.ErrorInfo:
+    """The ErrorInfo of a failed call's rich status (AssertionError when it has none)."""
+    status = rpc_status.from_call(err)
+    assert status is not None, err
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            return info
+    raise AssertionError(f"no ErrorInfo in {err}")

@@ -1,15 +1,11 @@
 """Connection set-up shared by both clients: the default target, the channel options, TLS
 credentials, the bearer-token header, and opening a blocking or an asyncio channel.
 
-Every channel pings its server every :data:`KEEPALIVE_MS` (HTTP/2 PING, also while no call is
-in flight) and gives up on a connection whose ping is not answered within as long: a server
-that went silent (a cut network, a frozen host) fails the calls in flight with UNAVAILABLE in
-about two seconds instead of at their deadline, and a connection that cannot be set up
-fails as fast. grpcio 1.85 times a keepalive ping out by ``grpc.http2.ping_timeout_ms`` (60 s
-unless set), not by ``grpc.keepalive_timeout_ms`` alone: both are set. The servers accept
-pings that often (``mtawindows serve`` sets ``grpc.http2.min_ping_interval_without_data_ms``
-to the same second and never counts ping strikes); a server that does not answers the first
-pings with a GOAWAY ``too_many_pings``, after which grpc pings it less often by itself."""
+Every channel pings its server every second (:mod:`mtawindows.v1.keepalive`, the servers'
+side of it too): a server that went silent (a cut network, a frozen host) fails the calls in
+flight with UNAVAILABLE in about two seconds instead of at their deadline, and a connection
+that cannot be set up fails as fast. A server that does not accept such pings answers the
+first with a GOAWAY ``too_many_pings``, after which grpc pings it less often by itself."""
 
 from __future__ import annotations
 
@@ -18,33 +14,19 @@ from types import ModuleType
 
 import grpc
 
+from mtawindows.v1 import keepalive
+
 DEFAULT_TARGET = "localhost:50051"
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # the server's default limit too
 
 
-KEEPALIVE_MS = 1000  # a keepalive ping this often, and this long for its answer
-
-
-def keepalive_options(interval_ms: int = KEEPALIVE_MS) -> list[tuple[str, int]]:
-    """gRPC channel options: a keepalive ping every ``interval_ms``, with or without calls in
-    flight, each answered within ``interval_ms`` or the connection is closed (its calls fail
-    UNAVAILABLE); as many pings as it takes without data in between."""
-    return [
-        ("grpc.keepalive_time_ms", interval_ms),
-        ("grpc.keepalive_timeout_ms", interval_ms),
-        ("grpc.http2.ping_timeout_ms", interval_ms),  # what grpcio 1.85 times a ping out by
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.max_pings_without_data", 0),
-    ]
-
-
 def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
     """gRPC channel options: messages up to ``max_message_bytes`` both ways, and the
-    keepalive of :func:`keepalive_options`."""
+    keepalive of :func:`mtawindows.v1.keepalive.channel_options`."""
     return [
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes),
-        *keepalive_options(),
+        *keepalive.channel_options(),
     ]
 
 
@@ -110,12 +92,10 @@ def _open(
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
     "DEFAULT_TARGET",
-    "KEEPALIVE_MS",
     "auth_metadata",
     "channel_options",
     "check_max_message_bytes",
     "credentials",
-    "keepalive_options",
     "open_aio_channel",
     "open_channel",
 ]

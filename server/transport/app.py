@@ -26,6 +26,7 @@ import redis
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from mtawindows.v1 import keepalive
 from mtawindows.v1 import windows_pb2 as pb
 
 from ..service.limits import Limits
@@ -38,7 +39,7 @@ from ..storage.processes import RestartBudget
 from ..storage.protocol import StoreError, StoreUnavailableError
 from ..storage.replication import replicas_waiter
 from .auth import TokenAuth
-from .forward import KEEPALIVE_MS, Forwarder
+from .forward import Forwarder
 from .metrics import Metrics
 from .servicer import WindowServicer, add_servicer
 from .status import receive_limit
@@ -167,9 +168,10 @@ class Server:
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self._restart: asyncio.Future[EmbeddedRedis] | None = None
-        # why the store is down, per watcher ("process": the supervisor, "ping": the
-        # watchdog): what refused callers are told; SERVING when empty
-        self._down: dict[str, str] = {}
+        # what holds the server down, per watcher ("process": the supervisor, "ping": the
+        # watchdog, "isolation": cut off from the cluster): what refused callers are told
+        # (None: health only); SERVING when empty
+        self._down: dict[str, str | None] = {}
 
     async def start(self) -> int:
         """Lock the data directory, bind the port, start the Redis, restore every window and
@@ -246,13 +248,8 @@ class Server:
             ("grpc.max_receive_message_length", receive_limit(cfg.limits.max_message_bytes)),
             ("grpc.max_send_message_length", cfg.limits.max_message_bytes),
             ("grpc.so_reuseport", 1 if cfg.reuse_port else 0),
-            # the SDK's channels (and the members' forwarding ones) ping every second, calls
-            # in flight or not, to find a silent connection in about two seconds: take pings
-            # that often, and never count them as strikes (grpc's default answers a GOAWAY
-            # "too_many_pings" to more than one ping in five minutes without data)
-            ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_MS),
-            ("grpc.keepalive_permit_without_calls", 1),
-            ("grpc.http2.max_ping_strikes", 0),
+            # the channels' keepalive pings, every second, to find a silent connection
+            *keepalive.server_options(),
         ]
         return grpc.aio.server(interceptors=interceptors, options=options)
 
@@ -317,7 +314,7 @@ class Server:
             if cut and not held:
                 held = True
                 why = cluster.isolation().message
-                await self._hold_down("isolation", why)
+                await self._hold_down("isolation", None)  # NOT_SERVING only
                 log.error(
                     "cut off from the cluster: NOT_SERVING until a heartbeat is answered",
                     extra={"event": "member_isolated", "reason": why},
@@ -390,9 +387,11 @@ class Server:
             extra={"event": "store_down", "reason": why},
         )
 
-    async def _hold_down(self, watcher: str, told: str) -> None:
-        """The store is down for ``watcher``: NOT_SERVING, calls that need it refused with
-        ``told``."""
+    async def _hold_down(self, watcher: str, told: str | None) -> None:
+        """``watcher`` holds the server down: NOT_SERVING and, with ``told``, the calls that
+        need the store refused with it (None: health only; a cut-off member's stream calls are
+        refused by the servicer itself, MEMBER_ISOLATED, and it still answers GetClusterMap
+        with the age of its view)."""
         assert self.servicer is not None
         self._down[watcher] = told
         self.servicer.store_down = self._refusal()
@@ -410,11 +409,9 @@ class Server:
         return True
 
     def _refusal(self) -> str | None:
-        """What calls that need the store are told while a watcher holds it down; None while
-        none does. A cut-off member (watcher "isolation") is only NOT_SERVING: the servicer
-        refuses its stream calls itself (MEMBER_ISOLATED) and still answers GetClusterMap
-        with the age of its view."""
-        return next((told for w, told in self._down.items() if w != "isolation"), None)
+        """What calls that need the store are told while a watcher holds it down with a
+        refusal; None while none does."""
+        return next((told for told in self._down.values() if told is not None), None)
 
     # -- the watchdog: a Redis that does not answer (frozen, hung, unreachable)
     async def _watch_store(self, url: str) -> None:

@@ -43,6 +43,7 @@ from typing import Any
 
 import grpc
 
+from mtawindows.v1 import keepalive
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.relay import FORWARD, FORWARDABLE, FORWARDED, SERVED_BY
@@ -58,14 +59,12 @@ __all__ = [
     "SERVED_BY",
     "Forwarder",
     "forwarding",
-    "keepalive_options",
     "owner_unreachable",
 ]
 
 log = logging.getLogger("mtawindows.server")
 
 MAX_CHANNELS = 64  # channels to other members kept open at once
-KEEPALIVE_MS = 1000  # as the SDK's (client/channel.py); the servers accept pings that often
 # codes a forwarded call fails with, without a status of the owner, when the owner did not
 # answer (no connection, a silent one, the deadline)
 _UNREACHED = frozenset(
@@ -75,19 +74,6 @@ _DETAILS = "grpc-status-details-bin"
 _SERVICE = pb.DESCRIPTOR.services_by_name["WindowService"].full_name
 
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
-
-
-def keepalive_options(interval_ms: int = KEEPALIVE_MS) -> list[tuple[str, int]]:
-    """Channel options: a keepalive ping every ``interval_ms``, calls or not, answered within
-    ``interval_ms`` or the connection is closed (grpcio 1.85 times a ping out by
-    ``grpc.http2.ping_timeout_ms``)."""
-    return [
-        ("grpc.keepalive_time_ms", interval_ms),
-        ("grpc.keepalive_timeout_ms", interval_ms),
-        ("grpc.http2.ping_timeout_ms", interval_ms),
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.max_pings_without_data", 0),
-    ]
 
 
 def owner_unreachable(stream: str, owner: str, why: str) -> ServiceError:
@@ -189,7 +175,7 @@ class Forwarder:
         options = [
             ("grpc.max_send_message_length", self.max_message_bytes),
             ("grpc.max_receive_message_length", self.max_message_bytes),
-            *keepalive_options(),
+            *keepalive.channel_options(),
         ]
         if self.credentials is not None:
             channel = grpc.aio.secure_channel(address, self.credentials, options)

@@ -136,8 +136,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         cluster = self.cluster
         if cluster is None:
             return self.registry.stream(name)
-        if cluster.isolated():
-            self.connected("GetStream")
+        self.connected(f"stream {name!r}")  # cut off: refused before anything
         s = self.registry.streams.get(name)
         if s is not None and cluster.fresh(name):
             return s

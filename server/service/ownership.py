@@ -152,9 +152,7 @@ class Ownership:
             self.membership.reset()
         else:
             self._check_member_id()
-        sent = time.monotonic()
-        self.membership.beat(0)
-        self.beat_ok = sent
+        self._beat()  # holds nothing yet
         self._spawn("mtaw-heartbeat", self._heartbeat)
         self._forcing = self.exclusive
         try:

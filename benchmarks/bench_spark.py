@@ -3,6 +3,8 @@
     python benchmarks/bench_spark.py              # 1M rows, 100 keys, 1 row/s per key (~3-12 min)
     python benchmarks/bench_spark.py --rate 1000  # the same, 1000 rows/s per key
     python benchmarks/bench_spark.py --quick      # 100k rows
+    python benchmarks/bench_spark.py --keys 100000 --rows 1000000 --windows 10 \
+        --cases sliding,pandas --servers 1 --tag keys-100k   # two cases, one window
 
 Input: ``--rows`` readings of ``--keys`` keys, ``--rate`` per key per second with jitter (a
 window of W seconds holds about W * rate rows per key). At 1000 rows/s per key the Spark
@@ -20,8 +22,9 @@ fast. For W = 10 s, 60 s, 600 s:
 
 Each case runs its whole plan into Spark's ``noop`` sink; rows/s = input rows / seconds. The
 two slowest Spark cases run on a prefix of the input when the full run would pass
-``--budget`` seconds (``rows`` in the table says how many). Writes
-benchmarks/results/spark-<rate>-per-key.{csv,md,png}.
+``--budget`` seconds (``rows`` in the table says how many). ``--cases`` and ``--windows``
+pick some of the cases and window lengths (default: all). Writes
+benchmarks/results/spark-<rate>-per-key.{csv,md,png}, or spark-<tag>.* with ``--tag``.
 """
 
 from __future__ import annotations
@@ -51,6 +54,15 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results"
 T0 = 1_700_000_000
 WINDOWS = (10, 60, 600)
+OURS = "mtawindows sliding_aggregate"
+# --cases ids -> table labels (the sharded one's label names its server count)
+CASES = {
+    "sliding": OURS,
+    "sliding-servers": "mtawindows, {servers} servers",
+    "fwindow": "Spark F.window, 1 s slide",
+    "range": "Spark SQL range frame",
+    "pandas": "applyInPandas + pandas rolling",
+}
 
 
 def spark_session() -> Any:
@@ -145,48 +157,64 @@ def main() -> int:
     p.add_argument("--rate", type=float, default=1.0, help="rows per second per key")
     p.add_argument("--servers", type=int, default=2, help="servers of the sharded case")
     p.add_argument("--quick", action="store_true")
+    p.add_argument(
+        "--cases",
+        type=_cases,
+        default=None,
+        help=f"comma-separated cases to run, of {','.join(CASES)} (default: all; "
+        "sliding-servers only with --servers >= 2)",
+    )
+    p.add_argument(
+        "--windows",
+        type=_windows,
+        default=WINDOWS,
+        help="comma-separated window lengths in seconds (default: 10,60,600)",
+    )
+    p.add_argument(
+        "--tag",
+        default="",
+        help="name the outputs spark-<tag>.* (default: spark-<rate>-per-key[-quick].*)",
+    )
     args = p.parse_args()
     if args.quick:
         args.rows, args.budget = 100_000, 20.0
+    if args.cases is None:
+        picked = set(CASES) - ({"sliding-servers"} if args.servers < 2 else set())
+    elif "sliding-servers" in args.cases and args.servers < 2:
+        p.error(f"--cases sliding-servers needs --servers >= 2, got {args.servers}")
+    else:
+        picked = set(args.cases)
     spark = spark_session()
     work = Path(tempfile.mkdtemp(prefix="mtaw-bench-spark-"))
     df = make_input(spark, args.rows, args.keys, args.rate, work / "input")
     n = df.count()
-    servers = [
-        LocalServer(work / f"server{i}", flush_interval=1.0).start()
-        for i in range(max(1, args.servers))
-    ]
+    wanted = max(1, args.servers) if "sliding-servers" in picked else 1
+    servers = [LocalServer(work / f"server{i}", flush_interval=1.0).start() for i in range(wanted)]
     srv = servers[0]
     shard = ",".join(s.target for s in servers)
     results: list[dict[str, Any]] = []
     try:
         with WindowClient(srv.target) as c:
             # warm up once (Python workers, imports, the JIT of Spark's plans): not timed
-            timed(case_mtawindows(df.limit(20_000), srv.target, c, 1))
-            timed(case_mtawindows(df.limit(20_000), shard, c, 1))
-            timed(case_pandas(df.limit(20_000), 1))
-            for w in WINDOWS:
-                cases: list[tuple[str, Callable[[Any], Callable[[], None]], bool]] = [
-                    (
-                        OURS,
-                        lambda d, w=w: case_mtawindows(d, srv.target, c, w),
-                        False,
-                    ),
-                ]
-                if len(servers) > 1:
-                    cases.append(
-                        (
-                            f"mtawindows, {len(servers)} servers",
-                            lambda d, w=w: case_mtawindows(d, shard, c, w),
-                            False,
-                        )
-                    )
-                cases += [
-                    ("Spark F.window, 1 s slide", lambda d, w=w: case_f_window(d, w), True),
-                    ("Spark SQL range frame", lambda d, w=w: case_range_frame(d, w), True),
-                    ("applyInPandas + pandas rolling", lambda d, w=w: case_pandas(d, w), False),
-                ]
-                for label, build, slow in cases:
+            if "sliding" in picked:
+                timed(case_mtawindows(df.limit(20_000), srv.target, c, 1))
+            if "sliding-servers" in picked:
+                timed(case_mtawindows(df.limit(20_000), shard, c, 1))
+            if "pandas" in picked:
+                timed(case_pandas(df.limit(20_000), 1))
+            for w in args.windows:
+                # id -> (build, slow); run in CASES order
+                every: dict[str, tuple[Callable[[Any], Callable[[], None]], bool]] = {
+                    "sliding": (lambda d, w=w: case_mtawindows(d, srv.target, c, w), False),
+                    "sliding-servers": (lambda d, w=w: case_mtawindows(d, shard, c, w), False),
+                    "fwindow": (lambda d, w=w: case_f_window(d, w), True),
+                    "range": (lambda d, w=w: case_range_frame(d, w), True),
+                    "pandas": (lambda d, w=w: case_pandas(d, w), False),
+                }
+                for cid, (build, slow) in every.items():
+                    if cid not in picked:
+                        continue
+                    label = CASES[cid].format(servers=len(servers))
                     rows = n
                     data = df
                     if slow:  # probe on 2% to size the run within the budget
@@ -215,23 +243,50 @@ def main() -> int:
         for s in servers:
             s.stop()
         spark.stop()
-    write(results, n, args.keys, args.rate, quick=args.quick)
+    write(results, n, args.keys, args.rate, quick=args.quick, tag=args.tag)
     return 0
 
 
-OURS = "mtawindows sliding_aggregate"
+def _cases(text: str) -> tuple[str, ...]:
+    got = tuple(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+    bad = [x for x in got if x not in CASES]
+    if not got or bad:
+        msg = f"expected some of {','.join(CASES)}, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return got
 
 
-def write(results: list[dict[str, Any]], n: int, keys: int, rate: float, *, quick: bool) -> None:
+def _windows(text: str) -> tuple[int, ...]:
+    try:
+        got = tuple(dict.fromkeys(int(x) for x in text.split(",") if x.strip()))
+    except ValueError as ex:
+        msg = f"expected comma-separated seconds, got {text!r}"
+        raise argparse.ArgumentTypeError(msg) from ex
+    if not got or min(got) <= 0:
+        msg = f"expected window lengths > 0 s, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return got
+
+
+def write(
+    results: list[dict[str, Any]],
+    n: int,
+    keys: int,
+    rate: float,
+    *,
+    quick: bool,
+    tag: str = "",
+) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    stem = f"spark-{rate:g}-per-key" + ("-quick" if quick else "")
+    stem = f"spark-{tag}" if tag else f"spark-{rate:g}-per-key" + ("-quick" if quick else "")
+    windows = list(dict.fromkeys(r["window_s"] for r in results))
     with (OUT / f"{stem}.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(results[0]))
         w.writeheader()
         w.writerows(results)
     by = {(r["window_s"], r["case"]): r for r in results}
     lines = [
-        f"Per-row sliding max + sum, {n:,} rows, {keys} keys, {rate:g} rows/s per key, "
+        f"Per-row sliding max + sum, {n:,} rows, {keys:,} keys, {rate:g} rows/s per key, "
         "Spark local[2] (benchmarks/bench_spark.py)",
         "",
         "| window | case | rows | seconds | rows/s | mtawindows (1 server) vs it | "
@@ -240,13 +295,15 @@ def write(results: list[dict[str, Any]], n: int, keys: int, rate: float, *, quic
     ]
     for r in results:
         w = r["window_s"]
-        one = by[(w, OURS)]["rows_per_s"]
-        best = max(
+        ours = [
             x["rows_per_s"] for x in results if x["window_s"] == w and "mtawindows" in x["case"]
-        )
+        ]
+        one = by[(w, OURS)]["rows_per_s"] if (w, OURS) in by else None
+        best = max(ours) if ours else None
         lines.append(
             f"| {w} s | {r['case']} | {r['rows']:,} | {r['seconds']} | "
-            f"{r['rows_per_s']:,} | {one / r['rows_per_s']:.1f}x | {best / r['rows_per_s']:.1f}x |"
+            f"{r['rows_per_s']:,} | {_ratio(one, r['rows_per_s'])} | "
+            f"{_ratio(best, r['rows_per_s'])} |"
         )
     (OUT / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -261,19 +318,23 @@ def write(results: list[dict[str, Any]], n: int, keys: int, rate: float, *, quic
     cases = list(dict.fromkeys(r["case"] for r in results))
     for i, case in enumerate(cases):
         width = 0.8 / len(cases)
-        xs = [j + (i - (len(cases) - 1) / 2) * width for j in range(len(WINDOWS))]
-        ys = [by[(w, case)]["rows_per_s"] for w in WINDOWS]
+        xs = [j + (i - (len(cases) - 1) / 2) * width for j in range(len(windows))]
+        ys = [by[(w, case)]["rows_per_s"] if (w, case) in by else 0 for w in windows]
         ax.bar(xs, ys, width=width, label=case)
-    ax.set_xticks(range(len(WINDOWS)), [f"{w} s" for w in WINDOWS])
+    ax.set_xticks(range(len(windows)), [f"{w} s" for w in windows])
     ax.set_yscale("log")
     ax.set_ylabel("input rows/s (log)")
     ax.set_xlabel("window length")
     ax.set_title(
-        f"Per-row sliding max + sum, {n:,} rows, {keys} keys, {rate:g}/s per key, local[2]"
+        f"Per-row sliding max + sum, {n:,} rows, {keys:,} keys, {rate:g}/s per key, local[2]"
     )
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(OUT / f"{stem}.png", dpi=110)
+
+
+def _ratio(ours: float | None, theirs: float) -> str:
+    return "-" if ours is None else f"{ours / theirs:.1f}x"
 
 
 if __name__ == "__main__":

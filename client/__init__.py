@@ -3,10 +3,10 @@
 ``WindowClient`` / ``AsyncWindowClient`` talk to ``mtawindows serve``: one server, or a cluster
 of them given by seed addresses (``"a:50051,b:50051"``), each call sent to the server that owns
 its stream (:mod:`mtawindows.client.cluster_map`: :class:`ClusterMap`, ``client.owner(stream)``).
-The specs and results are the dataclasses of :mod:`mtawindows.v1.types`; errors are the typed
-exceptions of :mod:`mtawindows.client.errors`; :func:`keyed_stream_name` names a key's own
-stream (:mod:`mtawindows.client.routing`; its :class:`Router`, a fixed hash over a list of
-independent servers, is kept for code that shards by hand).
+The specs and results are the dataclasses of :mod:`mtawindows.v1.types` (a keyed stream's keys:
+:class:`KeyInfo`, a page of them :class:`KeyPage`); errors are the typed exceptions of
+:mod:`mtawindows.client.errors`; :class:`Router` (:mod:`mtawindows.client.routing`) is a
+fixed hash over a list of independent servers, for code that shards by hand.
 """
 
 from mtawindows.v1.types import (
@@ -14,6 +14,7 @@ from mtawindows.v1.types import (
     AppendResult,
     Field,
     FieldType,
+    KeyInfo,
     OutputSpec,
     Policy,
     Storage,
@@ -27,6 +28,7 @@ from mtawindows.v1.types import (
 from .aio import AsyncWindowClient
 from .batch_writer import BatchWriter
 from .blocking import WindowClient
+from .calls import KeyPage
 from .cluster_map import ClusterMap, ClusterMember
 from .errors import (
     AlreadyExistsError,
@@ -46,7 +48,7 @@ from .errors import (
     UnavailableError,
     Violation,
 )
-from .routing import Router, key_of_stream, keyed_stream_name, split_targets, stable_hash
+from .routing import Router, split_targets, stable_hash
 
 __all__ = [
     "Aggregation",
@@ -62,6 +64,8 @@ __all__ = [
     "FieldType",
     "InternalError",
     "InvalidArgumentError",
+    "KeyInfo",
+    "KeyPage",
     "MessageTooLargeError",
     "MtaWindowsError",
     "NotFoundError",
@@ -83,8 +87,6 @@ __all__ = [
     "WindowInfo",
     "WindowResult",
     "WindowSpec",
-    "key_of_stream",
-    "keyed_stream_name",
     "split_targets",
     "stable_hash",
 ]

@@ -2,7 +2,9 @@
 :class:`~mtawindows.client.cluster_map.Topology`, one channel per server address (opened on first
 use), the auth header, the default deadline, the retry policy, the per-stream schema cache,
 and how a :class:`~mtawindows.client.calls.Call` goes to a server's stub (the clients only add
-the waiting: blocking, or awaited)."""
+the waiting: blocking, or awaited); and what both do alike for a keyed stream whose key
+groups are held apart on a cluster (:mod:`.key_groups`): which groups a key call is about,
+how a ListKeys fan-out's answers are sorted, where a subscription's keys go."""
 
 from __future__ import annotations
 
@@ -15,12 +17,21 @@ import grpc
 from mtawindows.v1 import relay
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1 import windows_pb2_grpc as pb_grpc
+from mtawindows.v1.keys import DEFAULT_KEY_GROUPS, key_group
 from mtawindows.v1.reasons import Reason
+from mtawindows.v1.types import StreamInfo
 
 from . import calls
 from .channel import DEFAULT_MAX_MESSAGE_BYTES, auth_metadata, check_max_message_bytes
 from .cluster_map import ClusterMap, Topology, seeds_of
-from .errors import MessageTooLargeError, MtaWindowsError, UnavailableError, from_rpc_error
+from .errors import (
+    MessageTooLargeError,
+    MtaWindowsError,
+    StreamMovingError,
+    UnavailableError,
+    from_rpc_error,
+)
+from .key_groups import split_keys
 
 MAP_TIMEOUT = 5.0  # seconds at most for one GetClusterMap (a dead seed must not hold a call)
 SUBSCRIBED = "mtawindows-subscribed"  # the header a server sends once a subscription is live
@@ -63,6 +74,8 @@ class ClientBase:
         self.retry_time = retry_time
         self.topology = Topology(self.seeds, refresh_interval=refresh_interval)
         self._schemas: dict[str, dict[str, str]] = {}
+        # stream -> (its key field, its key groups): ("", 0) for an unkeyed one; with the schema
+        self._keyings: dict[str, tuple[str, int]] = {}
         self._channels: dict[str, Any] = {}
         self._stubs: dict[str, pb_grpc.WindowServiceStub] = {}
         self._lock = threading.Lock()
@@ -99,10 +112,40 @@ class ClientBase:
             return channels
 
     # -- one call
-    def _course(self, call: calls.Call[Any, Any], retry: bool | None = None) -> calls.Course:
+    def _course(
+        self,
+        call: calls.Call[Any, Any],
+        retry: bool | None = None,
+        *,
+        groups: Sequence[int] | None = None,
+    ) -> calls.Course:
+        """The course of ``call``; with ``groups``, about those key groups of its stream
+        (:class:`~.calls.GroupCourse`: to their holder)."""
+        if groups is not None:
+            return calls.GroupCourse(
+                call,
+                self.topology,
+                groups=groups,
+                retries=self.retries,
+                retry_time=self.retry_time,
+                retry=retry,
+            )
         return calls.Course(
             call, self.topology, retries=self.retries, retry_time=self.retry_time, retry=retry
         )
+
+    def _failed(self, course: calls.Course, ex: MtaWindowsError) -> calls.Step:
+        """:meth:`Course.failed`, forgetting what is cached of the stream when the call ends
+        with ``STREAM_NOT_FOUND`` (deleted: a stream of that name may come back another)."""
+        try:
+            return course.failed(ex)
+        except MtaWindowsError as end:
+            self._gone(end, course.stream)
+            raise
+
+    def _gone(self, ex: MtaWindowsError, stream: str) -> None:
+        if stream and ex.reason == Reason.STREAM_NOT_FOUND:
+            self._forget_schema(stream)
 
     def _send(
         self,
@@ -241,8 +284,158 @@ class ClientBase:
         assert cmap is not None
         return cmap
 
+    def _learn_stream(self, info: StreamInfo) -> dict[str, str]:
+        """Cache what appends need of a stream: its column types and its keying."""
+        spec = info.spec
+        groups = (spec.key_groups or DEFAULT_KEY_GROUPS) if spec.key else 0
+        self._keyings[spec.name] = (spec.key, groups)
+        s = self._schemas[spec.name] = calls.schema_of(info)
+        return s
+
     def _forget_schema(self, stream: str) -> None:
+        """Forget what is cached of ``stream``: schema, keying, key-group holders."""
         self._schemas.pop(stream, None)
+        self._keyings.pop(stream, None)
+        self.topology.forget_groups(stream)
+
+    # -- keyed streams whose key groups are held apart (:mod:`.key_groups`)
+    def _key_field(self, stream: str) -> str:
+        """The key field of ``stream`` as cached with its schema ("" unkeyed, or unknown)."""
+        return self._keyings.get(stream, ("", 0))[0]
+
+    def _members_due(self) -> bool:
+        """Before routing by key group: whether to ask the map (its members) first, to know
+        whether this is a cluster (never asked, from a single seed)."""
+        return not self.topology.known and not self.topology.clustered
+
+    def _holders_due(self, stream: str, force: bool = False) -> bool:
+        """Whether to ask the map about ``stream`` (its key groups' holders) before routing
+        by group: on a cluster, when they are not known or stale, or the map is due
+        (``force``: in any case)."""
+        t = self.topology
+        return force or (t.clustered and (t.holders(stream) is None or t.needs_refresh()))
+
+    def _holders_now(self, stream: str) -> tuple[str, ...]:
+        """The holders of ``stream``'s key groups by group, as last learnt (the callers ask
+        the map first when due); () when not routed by group (a server alone, an unkeyed
+        stream, groups not owned apart, not known)."""
+        if not self.topology.clustered:
+            return ()
+        return self.topology.holders(stream, fresh=False) or ()
+
+    def _key_groups_of(self, stream: str, keys: Sequence[str]) -> tuple[int, ...]:
+        holders = self._holders_now(stream)
+        if not holders:
+            return ()
+        return tuple(sorted({key_group(k, len(holders)) for k in keys}))
+
+    def _key_course(self, call: calls.Call[Any, Any], key: str) -> calls.Course | None:
+        """The course of a call about one key (its text) on a stream whose key groups are
+        held apart (to the holder of its group), None elsewhere (to the stream's owner)."""
+        holders = self._holders_now(call.stream)
+        if not key or not holders:
+            return None
+        return self._course(call, groups=(key_group(key, len(holders)),))
+
+    def _sort_pages(
+        self, addresses: Sequence[str], outcomes: Sequence[Any]
+    ) -> tuple[list[pb.ListKeysResponse], MtaWindowsError | None]:
+        """The members' ListKeys answers (``outcomes``, one per address): the pages, and a
+        failure of a member to answer (UNAVAILABLE, a timeout: it is a suspect then; its
+        groups are missing). A member that refused (``NOT_OWNER``, ``STREAM_MOVING``)
+        answered for no group; any other error raises."""
+        pages: list[pb.ListKeysResponse] = []
+        failure: MtaWindowsError | None = None
+        for address, got in zip(addresses, outcomes, strict=True):
+            if isinstance(got, pb.ListKeysResponse):
+                pages.append(got)
+                continue
+            assert isinstance(got, MtaWindowsError)
+            if got.reason in (Reason.NOT_OWNER, Reason.STREAM_MOVING):
+                continue
+            if got.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED"):
+                self.topology.failed(got.target or address, unreachable=not got.reason)
+                failure = failure or got
+                continue
+            raise got
+        return pages, failure
+
+    @staticmethod
+    def _moving(stream: str, missing: set[int]) -> StreamMovingError:
+        """The error that stands for key groups no member answered for (they move)."""
+        first = min(missing)
+        msg = f"stream {stream!r}: {len(missing)} key groups (from {first}) have no holder now"
+        return StreamMovingError(
+            msg,
+            code="UNAVAILABLE",
+            reason=Reason.STREAM_MOVING,
+            metadata={"stream": stream, "group": str(first)},
+        )
+
+    def _slots(self, stream: str, keys: Sequence[str] | None) -> dict[str, list[str] | None]:
+        """Where a subscription to ``keys`` (None: every key) goes: for each member, the keys
+        of the groups it holds (every live member, every key, for None)."""
+        if keys is None:
+            return dict.fromkeys(self.topology.live())
+        holders = self._holders_now(stream)
+        if not holders:
+            return {self.topology.route(stream): list(keys)}
+        way = self.topology.group_way
+        return dict(split_keys(keys, len(holders), lambda g: way(stream, g)))
+
+    def _start_slot(
+        self,
+        fan: Any,
+        stream: str,
+        window: str,
+        deadline: float | None,
+        got: tuple[Any, str, list[str] | None, Any],
+    ) -> None:
+        """Read a confirmed subscription ``got`` into ``fan`` (the blocking client: a thread,
+        the async one: a task)."""
+        raise NotImplementedError
+
+    def _fan_slots(
+        self, fan: Any, req: Any, deadline: float | None, given: tuple[Any, str, Any] | None
+    ) -> dict[str, list[str] | None]:
+        """The subscriptions a keyed Subscribe ``req`` still opens (address -> its keys) into
+        ``fan``; ``given``: the one confirmed at the stream's owner (every key of that member),
+        started here."""
+        keys = list(req.keys) or None
+        slots = self._slots(req.stream, keys)
+        if given is not None:
+            sub, at, first = given
+            slots.pop(at, None)
+            fan.covered.add(at)
+            fan.track(sub)
+            self._start_slot(fan, req.stream, req.window, deadline, (sub, at, None, first))
+        if keys is None:
+            fan.covered.update(slots)
+        return slots
+
+    def _reslot(
+        self, stream: str, address: str, keys: list[str] | None, covered: set[str]
+    ) -> tuple[str | None, list[str] | None, dict[str, list[str] | None]]:
+        """After a member's subscription ended (its groups moved) and a fresh map: where it
+        goes on (an address, None when it ends: every key's, at a member gone from the map)
+        with which keys, and the other subscriptions to open (the keys now held elsewhere;
+        for every key, the live members ``covered``, the members subscribed to every key,
+        does not list: they are added to it, and a member gone is taken out)."""
+        if keys is None:  # ``covered`` is updated: the members gone out, the new ones in
+            live = self.topology.live()
+            others: dict[str, list[str] | None] = {a: None for a in live if a not in covered}
+            others.pop(address, None)
+            covered.update(others)
+            if address in live:
+                return address, None, others
+            covered.discard(address)
+            return None, None, others
+        slots = self._slots(stream, keys)
+        if address in slots:
+            mine = slots.pop(address)
+        else:
+            address, mine = slots.popitem()
+        return address, mine, slots
 
 
 __all__ = ["MAP_TIMEOUT", "SUBSCRIBED", "ClientBase"]

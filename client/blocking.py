@@ -1,18 +1,29 @@
 """The blocking client :class:`WindowClient`: each call through the blocking stub of the server
 its stream lives on, in a loop that follows redirects and sleeps between tries (requests,
-replies, retry policy and errors: :mod:`.calls`; the cluster: :mod:`.cluster_map`)."""
+replies, retry policy and errors: :mod:`.calls`; the cluster: :mod:`.cluster_map`). A keyed
+stream whose key groups are held apart on a cluster (:mod:`.key_groups`) has its appends split
+and sent to the holders at once (a thread each, from a pool the client owns), its ListKeys
+asked of every member at once, and its subscriptions opened at every holder, each read by a
+thread into one iterator."""
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
-from collections.abc import Generator, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, TypeVar
 
 import grpc
 
+from mtawindows.v1 import convert
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1.types import (
     AppendResult,
+    KeyInfo,
     StreamInfo,
     StreamSpec,
     WindowInfo,
@@ -23,12 +34,73 @@ from mtawindows.v1.types import (
 from . import calls
 from .base import SUBSCRIBED, ClientBase
 from .batch_writer import BatchWriter
+from .calls import Key, KeyPage
 from .channel import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_TARGET, credentials, open_channel
 from .cluster_map import ClusterMap
-from .errors import MtaWindowsError, from_rpc_error
+from .errors import MtaWindowsError, NotOwnerError, from_rpc_error
+from .key_groups import KeyedAppend, Pending, merge_key_pages, missing_groups
 from .rows import Rows
 
 T = TypeVar("T")
+MAX_PART_THREADS = 32  # threads sending the parts of split appends and ListKeys fan-outs
+_END = object()  # a merged subscription's queue: a member's subscription ended
+
+
+class _FanIn:
+    """The subscriptions at several members of one :meth:`WindowClient.subscribe`: their
+    events in one bounded queue (the readers wait while it is full), the calls open (all
+    cancelled at :meth:`close`), the readers running, the members subscribed to every key."""
+
+    def __init__(self, maxsize: int = 1024) -> None:
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize)
+        self.stopped = threading.Event()
+        self.lock = threading.Lock()
+        self.calls: set[Any] = set()
+        self.active = 0
+        self.covered: set[str] = set()
+
+    def put(self, item: Any) -> bool:
+        """Queue ``item`` (waits while the queue is full); False once closed."""
+        while not self.stopped.is_set():
+            try:
+                self.queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def track(self, call: Any) -> None:
+        with self.lock:
+            self.calls.add(call)
+        if self.stopped.is_set():
+            call.cancel()
+
+    def untrack(self, call: Any) -> None:
+        with self.lock:
+            self.calls.discard(call)
+
+    def start(self, target: Callable[[], None]) -> None:
+        """Run a reader of one member's subscription."""
+        with self.lock:
+            self.active += 1
+        threading.Thread(target=self._run, args=(target,), daemon=True, name="mtaw-sub").start()
+
+    def _run(self, target: Callable[[], None]) -> None:
+        try:
+            target()
+        except BaseException as ex:  # the merged iterator raises it
+            self.put(ex)
+        finally:
+            with self.lock:
+                self.active -= 1
+            self.put(_END)
+
+    def close(self) -> None:
+        self.stopped.set()
+        with self.lock:
+            calls = list(self.calls)
+        for c in calls:
+            c.cancel()
 
 
 class WindowClient(ClientBase):
@@ -93,6 +165,7 @@ class WindowClient(ClientBase):
         first = self.seeds[0]
         self.channel = channel if channel is not None else self._open(first)
         self.stub = self._adopt(first, self.channel)  # the first seed's: raw calls
+        self._executor: ThreadPoolExecutor | None = None
 
     def _open(self, address: str) -> grpc.Channel:
         return open_channel(self._dial(address), self._creds, self.max_message_bytes)
@@ -104,6 +177,10 @@ class WindowClient(ClientBase):
         self.close()
 
     def close(self) -> None:
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False)
         for channel in self._take_channels():
             channel.close()
 
@@ -158,15 +235,49 @@ class WindowClient(ClientBase):
             return False
         return fresh and course.gone()
 
-    def _run(self, call: calls.Call[Any, T], timeout: float | None) -> T:
-        course = self._course(call)
+    def _run(
+        self, call: calls.Call[Any, T], timeout: float | None, course: calls.Course | None = None
+    ) -> T:
+        course = course or self._course(call)
         while True:
             try:
                 self._ensure_map(course)
                 return self._try(course.address(), call, timeout, course)
             except MtaWindowsError as ex:
-                step = course.failed(ex)  # raises when the call ends here
+                step = self._failed(course, ex)  # raises when the call ends here
             time.sleep(step.pause)
+
+    def _fan(self, tasks: Sequence[Callable[[], T]]) -> list[T]:
+        """Run ``tasks`` at once (the first in this thread, the others in the client's
+        pool) and return what each returned, in order."""
+        if len(tasks) == 1:
+            return [tasks[0]()]
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(MAX_PART_THREADS, "mtaw-part")
+            executor = self._executor
+        futures = [executor.submit(t) for t in tasks[1:]]
+        first = tasks[0]()
+        return [first, *(f.result() for f in futures)]
+
+    def _ask(
+        self, address: str, call: calls.Call[Any, T], timeout: float | None, course: Any = None
+    ) -> T | MtaWindowsError:
+        """One try at ``address``: its reply, or its error (returned, not raised)."""
+        try:
+            return self._try(address, call, timeout, course)
+        except MtaWindowsError as ex:
+            return ex
+
+    def _group_holders(self, stream: str, force: bool = False) -> tuple[str, ...]:
+        """The holders of ``stream``'s key groups, asked of the map first when due (a
+        failure to get it leaves them unknown: the call goes to the stream's owner, where
+        the routing's retries wait it out); () when not routed by group."""
+        if self._members_due():
+            self._refresh(strict=False)
+        if self._holders_due(stream, force):
+            self._refresh([stream], strict=False)
+        return self._holders_now(stream)
 
     def _ensure_map(self, course: calls.Course) -> None:
         if course.lookup or self.topology.needs_refresh():
@@ -261,7 +372,7 @@ class WindowClient(ClientBase):
         """The stream's column types (cached): how :meth:`append` types the columns."""
         s = self._schemas.get(stream)
         if s is None:
-            s = self._schemas[stream] = calls.schema_of(self.get_stream(stream))
+            s = self._learn_stream(self.get_stream(stream))
         return s
 
     def append(
@@ -278,13 +389,85 @@ class WindowClient(ClientBase):
         """Append a batch atomically. ``results``: "none", "final" (each window's result
         after the batch) or "per_row" (each window's result after every row, columnar).
         With ``producer_id`` and ``sequence`` the append is idempotent: retried (across a
-        failover too) with the same key, applied once."""
+        failover too) with the same key, applied once.
+
+        A keyed stream whose key groups are held by several members of a cluster: the rows
+        are split by the holder of each row's key group and the parts sent at once, each
+        with the same ``producer_id`` and ``sequence`` (idempotency is kept per group); the
+        answer is merged as one server would give it (:func:`.key_groups.merge_append`:
+        per-row results in the input's order). Atomic per holder only: a part refused for
+        its rows fails the call while the others may be applied; send it again with the
+        same key to apply the rest (without a key, a retry applies the applied parts twice).
+        A part refused because its groups moved (``NOT_OWNER``, ``STREAM_MOVING``) is sent
+        again alone, split by a fresh map."""
         schema = self.schema(stream)
         req = calls.append_request(stream, rows, schema, producer_id, sequence, results, windows)
+        key_field = self._key_field(stream)
+        if key_field:
+            return self._append_keyed(req, key_field, timeout)
         return self._run(calls.append(req), timeout)
 
-    def query(self, stream: str, window: str, *, timeout: float | None = None) -> WindowResult:
-        return self._run(calls.query(stream, window), timeout)
+    def _append_keyed(
+        self, req: pb.AppendRequest, key_field: str, timeout: float | None
+    ) -> AppendResult:
+        """An Append to a keyed stream: split by group holder where they are held apart,
+        else whole to the stream's owner; a whole one refused for a group (the groups came
+        to be held apart meanwhile) is split by a fresh map."""
+        again = False
+        while True:
+            self._group_holders(req.stream, force=again)
+            plan = KeyedAppend(
+                req, key_field, self.topology, retries=self.retries, retry_time=self.retry_time
+            )
+            if plan.start():
+                return self._drive(plan, timeout)
+            call = calls.append(req)
+            course = self._course(call)
+            course.follow_groups = again
+            try:
+                return self._run(call, timeout, course)
+            except NotOwnerError as ex:
+                if again or calls.named_group(ex) is None:
+                    raise
+            again = True
+
+    def _drive(self, plan: KeyedAppend, timeout: float | None) -> AppendResult:
+        """Send the parts of a split Append at once, round after round until each is
+        answered (:class:`~.key_groups.KeyedAppend`), and merge the answers."""
+        try:
+            while plan.pending:
+                outcomes = self._fan([partial(self._send_part, p, timeout) for p in plan.pending])
+                pause = plan.settle(outcomes)
+                if plan.pending:
+                    time.sleep(pause)
+                    self._refresh([plan.stream], strict=False)
+                    plan.resplit()
+        except MtaWindowsError as ex:
+            self._gone(ex, plan.stream)
+            raise
+        return convert.append_result_from_proto(plan.result())
+
+    def _send_part(self, p: Pending, timeout: float | None) -> Any:
+        p.course.aim_at(p.part.address)
+        return self._ask(p.part.address, p.course.call, timeout, p.course)
+
+    def query(
+        self, stream: str, window: str, *, key: Key | None = None, timeout: float | None = None
+    ) -> WindowResult:
+        """The window's result; of a keyed stream, ``key``'s (a str, or an int of an INT64 key
+        field): required there (FailedPreconditionError ``NOT_KEYED`` without it), refused
+        elsewhere. NotFoundError ``KEY_NOT_FOUND`` for a key the stream does not hold. On a
+        cluster holding the key groups apart, asked of the holder of the key's group."""
+        call = calls.query(stream, window, key)
+        return self._run(call, timeout, self._keyed_course(call, call.request.key))
+
+    def _keyed_course(self, call: calls.Call[Any, Any], key: str) -> calls.Course | None:
+        """The course of a call about one key: to its group's holder where the stream's
+        groups are held apart (None: to the stream's owner)."""
+        if not key:
+            return None
+        self._group_holders(call.stream)
+        return self._key_course(call, key)
 
     def read_results(
         self,
@@ -300,20 +483,201 @@ class WindowClient(ClientBase):
         return self._run(calls.read_results(stream, window, after_sequence, limit), timeout)
 
     def subscribe(
-        self, stream: str, window: str, *, timeout: float | None = None
+        self,
+        stream: str,
+        window: str,
+        *,
+        keys: Iterable[Key] = (),
+        timeout: float | None = None,
     ) -> Generator[tuple[int, WindowResult], None, None]:
         """(batch number, result) after every batch applied to the stream from the moment this
         returns (the stream's owner confirms the subscription before it does). ``timeout``
-        bounds the whole subscription; close the iterator (or let it go) to cancel.
+        bounds the whole subscription; close the iterator (or let it go) to cancel. On a keyed
+        stream each result is one key's (``result.key``): of ``keys`` only, when given (else
+        of every key).
 
         When the stream moves to another server (``NOT_OWNER``, ``STREAM_MOVING``; in a
         cluster, also its server failing), the iterator subscribes again at the new owner
         by itself: the results of the batches applied in between are not seen (the batch
-        numbers are per server); :meth:`read_results` catches up on them by sequence."""
-        call = calls.subscribe(stream, window)
+        numbers are per server); :meth:`read_results` catches up on them by sequence.
+
+        A keyed stream whose key groups are held apart on a cluster: the iterator subscribes
+        at every member holding a group of ``keys`` (each to its keys), or at every live
+        member (no ``keys``), and yields their events as they come (one thread reads each;
+        the batch numbers are each member's own, and events of different members are in no
+        particular order). When a member's subscription ends because a group moved
+        (``NOT_OWNER``, ``STREAM_MOVING``, the member failing), the map is asked again and
+        the keys of those groups are subscribed to at their holders now: as for a moved
+        stream, the events of the batches applied in between are missed."""
+        call = calls.subscribe(stream, window, keys)
         deadline = None if timeout is None else time.monotonic() + timeout
+        if call.request.keys and self._group_holders(stream):  # a keyed stream's keys
+            return self._subscribe_groups(call, deadline)
         sub, address, first = self._subscribe(call, deadline, None)
+        if not call.request.keys and self._held_apart(stream, sub):
+            return self._subscribe_groups(call, deadline, (sub, address, first))
         return self._follow(call, deadline, sub, address, first)
+
+    def _held_apart(self, stream: str, sub: Any) -> bool:
+        """After a subscription to every key (or an unkeyed stream's) is confirmed at the
+        stream's owner: whether the stream is keyed with its groups held apart (its keying
+        cached with its schema: one GetStream per stream). When that cannot be told, the
+        subscription goes on as it is."""
+        if not self.topology.clustered:
+            return False
+        try:
+            self.schema(stream)
+            return bool(self._key_field(stream)) and bool(self._group_holders(stream))
+        except MtaWindowsError:
+            return False
+        except BaseException:
+            sub.cancel()
+            raise
+
+    # -- a subscription at every holder
+    def _subscribe_groups(
+        self,
+        call: calls.Call[Any, Any],
+        deadline: float | None,
+        given: tuple[Any, str, Any] | None = None,
+    ) -> Generator[tuple[int, WindowResult], None, None]:
+        """Subscribe at every holder (each confirmed before this returns), then merge."""
+        req = call.request
+        fan = _FanIn()
+        slots = self._fan_slots(fan, req, deadline, given)
+        try:
+            for address, ks in slots.items():
+                self._open_slot(fan, req.stream, req.window, address, ks, deadline)
+        except BaseException:
+            fan.close()
+            raise
+        merged = self._merged(fan)
+        weakref.finalize(merged, fan.close)  # let go before its first event: closed too
+        return merged
+
+    def _merged(self, fan: _FanIn) -> Generator[tuple[int, WindowResult], None, None]:
+        try:
+            while True:
+                item = fan.queue.get()
+                if item is _END:
+                    if fan.active == 0:
+                        return
+                    continue
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            fan.close()
+
+    def _open_slot(
+        self,
+        fan: _FanIn,
+        stream: str,
+        window: str,
+        address: str,
+        keys: list[str] | None,
+        deadline: float | None,
+    ) -> None:
+        """Subscribe at ``address`` to ``keys`` (None: every key), confirmed, then read it
+        in a thread of its own."""
+        got = self._confirm_slot(fan, stream, window, address, keys, deadline, None)
+        if got is not None:
+            self._start_slot(fan, stream, window, deadline, got)
+
+    def _start_slot(
+        self,
+        fan: _FanIn,
+        stream: str,
+        window: str,
+        deadline: float | None,
+        got: tuple[Any, str, list[str] | None, Any],
+    ) -> None:
+        fan.start(partial(self._read_slot, fan, stream, window, deadline, *got))
+
+    def _confirm_slot(
+        self,
+        fan: _FanIn,
+        stream: str,
+        window: str,
+        address: str,
+        keys: list[str] | None,
+        deadline: float | None,
+        ended: MtaWindowsError | None,
+    ) -> tuple[Any, str, list[str] | None, Any] | None:
+        """A confirmed subscription at a member to ``keys`` (the call, its address, its keys,
+        an event read ahead or None). After ``ended`` (how the last one there ended), or a
+        failed try: wait as the routing says, ask the map again, and go where the keys'
+        groups are held now (other members' keys open subscriptions of their own). None
+        when it ends: closed, or every key's at a member gone from the map."""
+        call = calls.subscribe(stream, window, keys or ())
+        course = self._course(call, retry=True, groups=self._key_groups_of(stream, keys or ()))
+        step = None if ended is None else calls.resume(course, ended)
+        while not fan.stopped.is_set():
+            if step is not None:
+                if fan.stopped.wait(step.pause):
+                    return None
+                self._refresh([stream], strict=False)
+                with fan.lock:
+                    at, keys, others = self._reslot(stream, address, keys, fan.covered)
+                for other, ks in others.items():
+                    self._open_slot(fan, stream, window, other, ks, deadline)
+                if at is None:
+                    return None
+                address = at
+                call = calls.subscribe(stream, window, keys or ())
+            assert isinstance(course, calls.GroupCourse)
+            course.aim_at(address)
+            try:
+                sub = self._subscription(address, call, calls.left(deadline))
+                fan.track(sub)
+                try:
+                    if any(k == SUBSCRIBED for k, _ in sub.initial_metadata() or ()):
+                        self.topology.answered(address)
+                        return sub, address, keys, None
+                    return sub, address, keys, next(sub, None)
+                except grpc.RpcError as err:
+                    sub.cancel()
+                    fan.untrack(sub)
+                    raise from_rpc_error(err, address) from None
+            except MtaWindowsError as ex:
+                step = calls.resume(course, ex)
+        return None
+
+    def _read_slot(
+        self,
+        fan: _FanIn,
+        stream: str,
+        window: str,
+        deadline: float | None,
+        sub: Any,
+        address: str,
+        keys: list[str] | None,
+        first: Any,
+    ) -> None:
+        """Read one member's subscription into the merged queue; when it ends for a move,
+        subscribe again (:meth:`_confirm_slot`) and read on."""
+        try:
+            if first is not None and not fan.put(calls.event(first)):
+                return
+            while True:
+                try:
+                    for m in sub:
+                        if not fan.put(calls.event(m)):
+                            return
+                    return
+                except grpc.RpcError as err:
+                    if fan.stopped.is_set() or err.code() == grpc.StatusCode.CANCELLED:
+                        return
+                    ended = from_rpc_error(err, address)
+                fan.untrack(sub)
+                got = self._confirm_slot(fan, stream, window, address, keys, deadline, ended)
+                if got is None:
+                    return
+                sub, address, keys, first = got
+                if first is not None and not fan.put(calls.event(first)):
+                    return
+        finally:
+            sub.cancel()
 
     def _subscribe(
         self, call: calls.Call[Any, Any], deadline: float | None, ended: MtaWindowsError | None
@@ -366,6 +730,93 @@ class WindowClient(ClientBase):
                     yield calls.event(first)
         finally:
             sub.cancel()
+
+    # -- keyed streams
+    def list_keys(
+        self,
+        stream: str,
+        *,
+        prefix: str = "",
+        limit: int = 0,
+        page_token: str = "",
+        timeout: float | None = None,
+    ) -> KeyPage:
+        """One page of a keyed stream's keys, in key order (their text, bytewise): those
+        starting with ``prefix``, at most ``limit`` (0: the server's default, 1000) after
+        ``page_token`` (the last page's ``next_page_token``; "" from the start). Each
+        :class:`~mtawindows.v1.types.KeyInfo` has its counters, no results;
+        ``next_page_token`` is "" after the last page. FailedPreconditionError ``NOT_KEYED``
+        on an unkeyed stream.
+
+        On a cluster holding the key groups apart, every live member is asked at once (each
+        answers the keys of the groups it holds, and which) and the pages are merged in key
+        order (:func:`.key_groups.merge_key_pages`; ``limit`` 0 is 1000). When some groups
+        were answered by no member (they move), the map is asked again and the members
+        again, after the routing's pause, until the retry time runs out: then the error
+        (STREAM_MOVING naming the groups, or the member's that failed to answer) is raised,
+        never a page with a moving group's keys left out."""
+        if self._group_holders(stream):
+            return self._list_keys_members(stream, prefix, limit, page_token, timeout)
+        return self._run(calls.list_keys(stream, prefix, limit, page_token), timeout)
+
+    def _list_keys_members(
+        self, stream: str, prefix: str, limit: int, page_token: str, timeout: float | None
+    ) -> KeyPage:
+        call = calls.list_keys_part(stream, prefix, limit, page_token)
+        course = self._course(call)
+        pages: list[pb.ListKeysResponse] = []
+        while True:
+            addresses = self.topology.live()
+            outcomes = self._fan([partial(self._ask, a, call, timeout) for a in addresses])
+            pages, failure = self._sort_pages(addresses, outcomes)
+            missing = missing_groups(pages, len(self._holders_now(stream)))
+            if not missing:
+                break
+            # groups nobody answered for (moving): again after the routing's pause, until its
+            # retry time runs out (then the error: never a page with keys left out)
+            step = self._failed(course, failure or self._moving(stream, missing))
+            time.sleep(step.pause)
+            self._refresh([stream], strict=False)
+            if not self._holders_now(stream):  # no longer held apart: ask the owner
+                return self._run(calls.list_keys(stream, prefix, limit, page_token), timeout)
+        keys, token = merge_key_pages(pages, limit)
+        return KeyPage([convert.key_info_from_proto(k) for k in keys], token)
+
+    def iter_keys(
+        self,
+        stream: str,
+        *,
+        prefix: str = "",
+        page_size: int = 1000,
+        timeout: float | None = None,
+    ) -> Iterator[KeyInfo]:
+        """Every key of a keyed stream starting with ``prefix``, in key order: :meth:`list_keys`
+        page after page of ``page_size`` (``timeout``: per page), as they are read."""
+        token = ""
+        while True:
+            page = self.list_keys(
+                stream, prefix=prefix, limit=page_size, page_token=token, timeout=timeout
+            )
+            yield from page.keys
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
+    def get_key(self, stream: str, key: Key, *, timeout: float | None = None) -> KeyInfo:
+        """One key of a keyed stream: its counters and each window's result for it
+        (``results``, by window name). NotFoundError ``KEY_NOT_FOUND`` when the stream does
+        not hold it. On a cluster holding the key groups apart, asked of the holder of the
+        key's group."""
+        call = calls.get_key(stream, key)
+        return self._run(call, timeout, self._keyed_course(call, call.request.key))
+
+    def delete_key(self, stream: str, key: Key, *, timeout: float | None = None) -> None:
+        """Drop a key and its state in every window (a later row creates it again). Not
+        idempotent: not sent again after its server failed or timed out (NotFoundError
+        ``KEY_NOT_FOUND`` when the key is gone). On a cluster holding the key groups apart,
+        sent to the holder of the key's group."""
+        call = calls.delete_key(stream, key)
+        self._run(call, timeout, self._keyed_course(call, call.request.key))
 
     def writer(
         self,

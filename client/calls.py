@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -24,10 +24,12 @@ from google.protobuf.message import Message
 
 from mtawindows.v1 import convert
 from mtawindows.v1 import windows_pb2 as pb
+from mtawindows.v1.keys import key_text
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.relay import FORWARDABLE
 from mtawindows.v1.types import (
     AppendResult,
+    KeyInfo,
     StreamInfo,
     StreamSpec,
     WindowInfo,
@@ -54,6 +56,8 @@ RETRYABLE = (UnavailableError, DeadlineExceededError)
 DEFAULT_TRIES = 5  # tries of a call to a server alone (not a cluster), unless retries is set
 MAX_REDIRECTS = 8  # NOT_OWNER redirects one call follows (relays through a member included)
 
+Key = str | int  # a key of a keyed stream: a STRING key field's str, an INT64 one's int
+
 
 @dataclass(frozen=True)
 class Call(Generic[R, T]):
@@ -74,6 +78,10 @@ class Call(Generic[R, T]):
 
 def _nothing(_: object) -> None:
     return None
+
+
+def _same(m: R) -> R:
+    return m
 
 
 def create_stream(spec: StreamSpec) -> Call[pb.StreamInfo, StreamInfo]:
@@ -176,8 +184,17 @@ def append(request: pb.AppendRequest) -> Call[pb.AppendResponse, AppendResult]:
     return Call("Append", request, convert.append_result_from_proto, retry, request.stream)
 
 
-def query(stream: str, window: str) -> Call[pb.WindowResult, WindowResult]:
-    req = pb.QueryRequest(stream=stream, window=window)
+def append_part(request: pb.AppendRequest) -> Call[pb.AppendResponse, pb.AppendResponse]:
+    """One part of an Append split by key group (:mod:`.key_groups`): as :func:`append`, but
+    the reply is kept as the message, for :func:`~.key_groups.merge_append`."""
+    retry = bool(request.producer_id and request.sequence)
+    return Call("Append", request, _same, retry, request.stream)
+
+
+def query(stream: str, window: str, key: Key | None = None) -> Call[pb.WindowResult, WindowResult]:
+    """Query: the window's result; of a keyed stream, ``key``'s (its text, see
+    :func:`~mtawindows.v1.keys.key_text`; required there, None elsewhere)."""
+    req = pb.QueryRequest(stream=stream, window=window, key=_key(key))
     return Call("Query", req, convert.result_from_proto, True, stream)
 
 
@@ -193,21 +210,85 @@ def read_results(
     return Call("ReadResults", req, decode, True, stream)
 
 
-def subscribe_request(stream: str, window: str) -> pb.SubscribeRequest:
-    """The request of the Subscribe stream."""
-    return pb.SubscribeRequest(stream=stream, window=window)
+def subscribe_request(stream: str, window: str, keys: Iterable[Key] = ()) -> pb.SubscribeRequest:
+    """The request of the Subscribe stream; ``keys``: a keyed stream's keys to follow (empty:
+    every key)."""
+    return pb.SubscribeRequest(stream=stream, window=window, keys=key_texts(keys))
 
 
-def subscribe(stream: str, window: str) -> Call[pb.SubscribeEvent, tuple[int, WindowResult]]:
+def subscribe(
+    stream: str, window: str, keys: Iterable[Key] = ()
+) -> Call[pb.SubscribeEvent, tuple[int, WindowResult]]:
     """Subscribe (a server stream; ``decode`` is :func:`event`). Sent again where the stream
     moved (``NOT_OWNER``, ``STREAM_MOVING``), and after its server failed only in a cluster:
     one server gone ends the subscription, as ever."""
-    return Call("Subscribe", subscribe_request(stream, window), event, False, stream)
+    return Call("Subscribe", subscribe_request(stream, window, keys), event, False, stream)
 
 
 def event(m: pb.SubscribeEvent) -> tuple[int, WindowResult]:
     """A Subscribe event as (batch number, result)."""
     return m.batch, convert.result_from_proto(m.result)
+
+
+# --------------------------------------------------------------------------- keyed streams
+
+
+@dataclass(frozen=True)
+class KeyPage:
+    """One page of :meth:`~mtawindows.client.WindowClient.list_keys`: the keys in key order
+    (their text, bytewise; counters only, no results) and the token of the next page ("" after
+    the last)."""
+
+    keys: list[KeyInfo]
+    next_page_token: str = ""
+
+
+def _key(key: Key | None) -> str:
+    """A key's text on the wire ("" for None: no key)."""
+    return "" if key is None else key_text(key)
+
+
+def key_texts(keys: Iterable[Key]) -> list[str]:
+    """The texts of ``keys`` (a str alone is refused: it would be taken letter by letter)."""
+    if isinstance(keys, str | bytes):
+        msg = f"keys: expected a list of keys, got {type(keys).__name__} {keys!r}; write [{keys!r}]"
+        raise TypeError(msg)
+    return [key_text(k) for k in keys]
+
+
+def list_keys(
+    stream: str, prefix: str = "", limit: int = 0, page_token: str = ""
+) -> Call[pb.ListKeysResponse, KeyPage]:
+    """ListKeys: a page of a keyed stream's keys starting with ``prefix``, at most ``limit``
+    (0: the server's default) after ``page_token``. Read-only."""
+
+    def decode(m: pb.ListKeysResponse) -> KeyPage:
+        return KeyPage([convert.key_info_from_proto(k) for k in m.keys], m.next_page_token)
+
+    req = pb.ListKeysRequest(stream=stream, prefix=prefix, limit=limit, page_token=page_token)
+    return Call("ListKeys", req, decode, True, stream)
+
+
+def list_keys_part(
+    stream: str, prefix: str = "", limit: int = 0, page_token: str = ""
+) -> Call[pb.ListKeysResponse, pb.ListKeysResponse]:
+    """ListKeys of one member of a cluster (the keys of the groups it holds, and which:
+    ``groups``), kept as the message for :func:`~.key_groups.merge_key_pages`."""
+    req = pb.ListKeysRequest(stream=stream, prefix=prefix, limit=limit, page_token=page_token)
+    return Call("ListKeys", req, _same, True, stream)
+
+
+def get_key(stream: str, key: Key) -> Call[pb.KeyInfo, KeyInfo]:
+    """GetKey: one key's counters and each window's result for it. Read-only."""
+    req = pb.GetKeyRequest(stream=stream, key=key_text(key))
+    return Call("GetKey", req, convert.key_info_from_proto, True, stream)
+
+
+def delete_key(stream: str, key: Key) -> Call[pb.DeleteKeyResponse, None]:
+    """DeleteKey: not idempotent (``KEY_NOT_FOUND`` the second time), so never resent after
+    its server failed."""
+    req = pb.DeleteKeyRequest(stream=stream, key=key_text(key))
+    return Call("DeleteKey", req, _nothing, False, stream)
 
 
 def schema_of(info: StreamInfo) -> dict[str, str]:
@@ -247,9 +328,11 @@ class Course:
       (any call); an owner cut off from this client is reached through another member at
       once; one that answered unwell a moment ago, or one this redirect chain already
       visited, is tried after a pause instead. At most :data:`MAX_REDIRECTS` redirects, then
-      :class:`~mtawindows.client.errors.RedirectLoopError`.
+      :class:`~mtawindows.client.errors.RedirectLoopError`. A redirect that names a key
+      ``group`` notes that group's holder (not the stream's owner).
     * ``STREAM_MOVING`` / ``FENCED`` (nothing was done): wait ``retry_after_ms`` (or the
-      backoff), look the owner up again, resend (any call).
+      backoff), look the owner up again, resend (any call); one that names a key ``group``
+      forgets that group's holder only.
     * ``MEMBER_ISOLATED`` (nothing was done: the server is cut off from the cluster's
       Redis): it becomes a suspect, the map and the owner are asked of another member, the
       call is resent (any call) after the backoff.
@@ -297,6 +380,9 @@ class Course:
         self.last = ""  # where the last try went
         self.started = topology.clock()
         self._next: str | None = None
+        # a NOT_OWNER naming a key group is followed to its holder (a call about one key);
+        # False: it ends the call (a keyed Append sent whole, which the client then splits)
+        self.follow_groups = True
 
     def address(self) -> str:
         """Where the next try goes: a redirect's owner, else the topology's way (and
@@ -344,7 +430,10 @@ class Course:
         if reason == Reason.NOT_OWNER:
             return self._redirect(ex)
         if reason in (Reason.STREAM_MOVING, Reason.FENCED):
-            if self.stream:
+            group = named_group(ex)
+            if group is not None and self.stream:  # one key group moves, not the stream
+                t.forget_group(self.stream, group)
+            elif self.stream:
                 t.forget(self.stream)
             self.lookup = True
             after = _millis(ex.metadata.get("retry_after_ms"))
@@ -381,7 +470,13 @@ class Course:
             self.lookup = True
             return self._pause(ex, self._backoff(), failover=True)
         t = self.topology
-        t.redirected(stream, owner)
+        group = named_group(ex)
+        if group is None:
+            t.redirected(stream, owner)
+        else:  # a key group's holder, not the stream's owner
+            t.group_redirected(stream, group, owner)
+            if not self.follow_groups:
+                raise ex
         # a relay that answered NOT_OWNER itself (it does not forward) is not asked again
         refused = self.forward and ex.target == self.last
         through = self.relay and not refused and t.relayable(owner)
@@ -441,6 +536,80 @@ class Course:
         return Step(wait)
 
 
+class GroupCourse(Course):
+    """The course of a call about key groups of a keyed stream on a cluster (``groups``: an
+    Append part's groups, or the one group of a key's Query, GetKey, DeleteKey, Subscribe):
+    each try goes to the holder of the first group (:meth:`Topology.group_way`: the holder,
+    else placement of the unit ``"stream#group"``), never through a relay; a redirect naming
+    a group notes that group's holder, and :meth:`gone` asks whether the server tried still
+    holds every group. The rules after a failure are :class:`Course`'s. A caller that sends
+    to a server of its own choosing (an Append part, a subscription at one member) says so
+    with :meth:`aim_at`."""
+
+    def __init__(
+        self,
+        call: Call[Any, Any],
+        topology: Topology,
+        *,
+        groups: Sequence[int],
+        retries: int | None,
+        retry_time: float,
+        retry: bool | None = None,
+    ) -> None:
+        super().__init__(call, topology, retries=retries, retry_time=retry_time, retry=retry)
+        self.groups = tuple(groups)
+        self.relay = False
+
+    def address(self) -> str:
+        if self._next is not None:
+            address = self._next
+        elif self.groups:
+            address = self.topology.group_way(self.stream, self.groups[0])
+        else:
+            address = self.topology.route(self.stream)
+        self._next = None
+        self.aim_at(address)
+        return address
+
+    def aim_at(self, address: str) -> None:
+        """The next try goes to ``address`` (chosen by the caller)."""
+        self.forward = False
+        self.aim = self.last = address
+        self.chain.append(address)
+        self.path.append(address)
+
+    def gone(self) -> bool:
+        t = self.topology
+        if self.aim not in t.live():
+            return True
+        return any(t.holder(self.stream, g) != self.aim for g in self.groups)
+
+    def fork(self, call: Call[Any, Any], groups: Sequence[int]) -> GroupCourse:
+        """A course for a share of this one's work (an Append part split again): ``call``
+        about ``groups``, with the tries, pauses and redirects spent so far (its budget)."""
+        out = GroupCourse(
+            call,
+            self.topology,
+            groups=groups,
+            retries=self.retries,
+            retry_time=self.retry_time,
+            retry=self.retry,
+        )
+        out.tries, out.counted, out.paused = self.tries, self.counted, self.paused
+        out.redirects, out.started = self.redirects, self.started
+        out.path = list(self.path)
+        return out
+
+
+def named_group(ex: MtaWindowsError) -> int | None:
+    """The key group a refusal names (metadata ``group``), None when it names none."""
+    raw = ex.metadata.get("group")
+    try:
+        return int(raw) if raw else None
+    except ValueError:
+        return None
+
+
 # what gRPC says of a call it could not even send (no connection): nothing was done, so any
 # call may go elsewhere (gRPC's own "transparent retry" rule)
 _NEVER_SENT = ("failed to connect to all addresses", "connections to all backends failing")
@@ -484,22 +653,32 @@ __all__ = [
     "RETRYABLE",
     "Call",
     "Course",
+    "GroupCourse",
+    "Key",
+    "KeyPage",
     "Step",
     "append",
+    "append_part",
     "append_request",
     "backoff",
     "create_stream",
     "create_window",
+    "delete_key",
     "delete_stream",
     "delete_window",
     "event",
     "get_cluster_map",
+    "get_key",
     "get_stream",
     "get_window",
+    "key_texts",
     "left",
+    "list_keys",
+    "list_keys_part",
     "list_streams",
     "list_windows",
     "merge_streams",
+    "named_group",
     "query",
     "read_results",
     "resume",

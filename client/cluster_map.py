@@ -11,7 +11,16 @@ seed addresses and learns the rest:
   every ``refresh_interval`` seconds; an older server without ``GetClusterMap``
   (UNIMPLEMENTED) is a cluster of one;
 * the **owners**: stream -> address, from ``NOT_OWNER`` redirects and ``GetClusterMap(streams)``,
-  forgotten when the owner fails or leaves the map.
+  forgotten when the owner fails or leaves the map;
+* the **group holders** of a keyed stream on a cluster (``StreamOwner.group_members``: the
+  member holding each key group, "" while one moves), from ``GetClusterMap(streams)`` and the
+  ``NOT_OWNER`` redirects that name a ``group``; a holder that leaves the map is forgotten, and
+  the whole list is asked again after ``refresh_interval`` (:meth:`Topology.holders`).
+
+A call about key group G of stream S (an Append's rows of that group, a key's Query, GetKey,
+DeleteKey) goes to G's holder, else where placement puts the unit ``"S#G"``
+(:func:`mtawindows.v1.keys.group_unit`) among the live members that are not suspects
+(:meth:`Topology.group_way`); the stream's own calls go to S's owner as below.
 
 A call about stream S goes to S's cached owner, else where placement puts S among the live
 members (leaving out the suspects), else to a seed. Where that guess is wrong, the server
@@ -46,6 +55,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mtawindows.v1 import windows_pb2 as pb
+from mtawindows.v1.keys import group_unit
 from mtawindows.v1.placement import place
 
 from .routing import split_targets
@@ -59,6 +69,8 @@ __all__ = [
 ]
 
 MAX_OWNERS = 100_000  # owners cached at most (the cache starts over past it)
+MAX_GROUP_MAPS = 10_000  # keyed streams whose group holders are cached at most (idem)
+MIN_GAP_RETRY = 0.2  # seconds at least before group holders with a gap are asked again
 _WILDCARD_HOSTS = {"0.0.0.0", "::", "[::]", ""}
 MAX_HINTS = 64  # addresses learnt from MEMBER_ISOLATED refusals, kept at most
 MAX_DOUBLINGS = 3  # a suspicion lasts at most 2**3 times the first
@@ -128,6 +140,10 @@ class Topology:
         self._members: dict[str, str] = {}  # live member id -> address (the map's)
         self._incarnations: dict[str, str] = {}
         self._owners: dict[str, str] = {}  # stream -> address of its owner
+        # keyed stream -> address of each key group's holder ("" = none known: placement);
+        # empty = the stream's groups are not owned apart (unkeyed, or a server alone)
+        self._groups: dict[str, list[str]] = {}
+        self._groups_at: dict[str, float] = {}  # when each was learnt (clock)
         self._down: dict[str, float] = {}  # suspects: address -> until when (clock)
         self._cut: set[str] = set()  # suspects that did not answer at all
         self._strikes: dict[str, int] = {}  # address -> suspicions since it last answered
@@ -292,11 +308,18 @@ class Topology:
         with self._lock:
             self._install(cmap, via, fresh=fresh)
             by_id = {m.id: m.address for m in cmap.members}
+            now = self.clock()
             for o in reply.owners:
                 if o.member:
                     self._set_owner(o.stream, by_id.get(o.member) or o.address or o.member)
                 else:
                     self._owners.pop(o.stream, None)
+                if len(self._groups) >= MAX_GROUP_MAPS and o.stream not in self._groups:
+                    self._groups.clear()
+                    self._groups_at.clear()
+                # a holder that is no live member of this map is none (placement, redirects)
+                self._groups[o.stream] = [by_id.get(m, "") for m in o.group_members]
+                self._groups_at[o.stream] = now
         return cmap
 
     def learn_single(self, via: str) -> ClusterMap:
@@ -317,6 +340,10 @@ class Topology:
                 self._clear(m.address)
         live = set(self._members.values())
         self._owners = {s: a for s, a in self._owners.items() if a in live}
+        for holders in self._groups.values():
+            for g, a in enumerate(holders):
+                if a and a not in live:
+                    holders[g] = ""
         self._fetched_at = self.clock()
         if fresh:
             self._clear(via)
@@ -394,3 +421,75 @@ class Topology:
         """A copy of the owners known (stream -> address)."""
         with self._lock:
             return dict(self._owners)
+
+    # -- key groups of keyed streams
+    def holders(self, stream: str, *, fresh: bool = True) -> tuple[str, ...] | None:
+        """The address of each key group's holder of ``stream`` ("" where none is known),
+        indexed by group; ``()`` when its groups are not owned apart (an unkeyed stream, a
+        server alone, a server without group ownership); None when not known: never asked,
+        or, with ``fresh``, due to be asked again (``GetClusterMap``): asked more than
+        ``refresh_interval`` seconds ago, or (some group without a holder: it moves, or a
+        new stream's groups are being taken) more than a quarter lease ago."""
+        with self._lock:
+            holders = self._groups.get(stream)
+            if holders is None or not fresh:
+                return None if holders is None else tuple(holders)
+            age = self.clock() - self._groups_at.get(stream, -math.inf)
+            if age >= self.refresh_interval:
+                return None
+            if "" in holders and age >= self._gap_retry():
+                return None
+            return tuple(holders)
+
+    def _gap_retry(self) -> float:
+        """Seconds before holders with a gap are asked again: a quarter lease, at least
+        :data:`MIN_GAP_RETRY` (a move progresses at the pace of the renewals)."""
+        lease = self._map.lease_ms / 1000 if self._map is not None else 0.0
+        return max(MIN_GAP_RETRY, lease / 4)
+
+    def holder(self, stream: str, group: int) -> str:
+        """The address of the holder of ``group`` of ``stream`` ("" when none is known)."""
+        with self._lock:
+            holders = self._groups.get(stream) or ()
+            return holders[group] if 0 <= group < len(holders) else ""
+
+    def group_way(self, stream: str, group: int) -> str:
+        """Where a call about key group ``group`` of ``stream`` goes: its holder unless that
+        one is a suspect, else where placement puts the unit ``"stream#group"`` among the
+        live members that are not suspects (all of them when every one is), else where the
+        stream's calls go (:meth:`route`). No relay: a holder cut off from this client is
+        waited for (its groups move when it is really gone)."""
+        with self._lock:
+            now = self.clock()
+            holders = self._groups.get(stream) or ()
+            holder = holders[group] if 0 <= group < len(holders) else ""
+            if holder and not self._is_down(holder, now):
+                return holder
+            if self._members:
+                up = [m for m, a in self._members.items() if not self._is_down(a, now)]
+                chosen = place(group_unit(stream, group), up or self._members)
+                assert chosen is not None
+                return self._members[chosen]
+        return self.route(stream)
+
+    def group_redirected(self, stream: str, group: int, owner: str) -> None:
+        """A server said ``owner`` (an address) holds key group ``group`` of ``stream``
+        (nothing is noted for a stream whose group holders are not known)."""
+        with self._lock:
+            holders = self._groups.get(stream)
+            if holders is not None and 0 <= group < len(holders):
+                holders[group] = owner
+
+    def forget_group(self, stream: str, group: int) -> None:
+        """Key group ``group`` of ``stream`` has no holder known now (it moves)."""
+        with self._lock:
+            holders = self._groups.get(stream)
+            if holders is not None and 0 <= group < len(holders):
+                holders[group] = ""
+            self._stale = True
+
+    def forget_groups(self, stream: str) -> None:
+        """Nothing is known of ``stream``'s group holders (it was deleted)."""
+        with self._lock:
+            self._groups.pop(stream, None)
+            self._groups_at.pop(stream, None)

@@ -1,4 +1,4 @@
-"""The client commands of ``mtawindows``: streams, windows, append, query, watch (``serve``
+"""The client commands of ``mtawindows``: streams, windows, keys, append, query, watch (``serve``
 is the server's: :mod:`mtawindows.server.serve_command`; :mod:`mtawindows.cli` joins both).
 
 Every client subcommand takes ``--target`` ($MTAWINDOWS_TARGET, default localhost:50051: a
@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
 from typing import Any, TextIO
 
@@ -26,6 +27,8 @@ EPILOG_STREAMS = """examples:
   mtawindows streams list
   mtawindows streams create cpu --field load:DOUBLE --field host:STRING --timestamp ts
   mtawindows streams create sensors --field temp:DOUBLE --late drop --lateness 5s
+  mtawindows streams create hosts --field load:DOUBLE --field host:STRING --key host \\
+      --key-groups 64 --key-ttl 1h          # keyed: each window holds one per host
   mtawindows streams get cpu
   mtawindows streams delete cpu
 """
@@ -48,6 +51,14 @@ timestamps: integers (nanoseconds) or RFC 3339 text ("2024-05-01T12:00:00Z")
 EPILOG_QUERY = """examples:
   mtawindows query cpu last_hour
   mtawindows watch cpu last_hour          # one JSON line per applied batch, until Ctrl-C
+  mtawindows query hosts last_hour --key web-1                  # a keyed stream: one key's
+  mtawindows watch hosts last_hour --key web-1 --key web-2      # those keys' (default: all)
+"""
+EPILOG_KEYS = """examples:
+  mtawindows keys list hosts                        # every key: key, rows, newest_timestamp
+  mtawindows keys list hosts --prefix web- --limit 10
+  mtawindows keys get hosts web-1                   # its counters and each window's result
+  mtawindows keys delete hosts web-1                # drops it and its state in every window
 """
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ns|us|ms|s|m|h|d)$")
@@ -142,6 +153,7 @@ def add_commands(sub: Any) -> None:
     """The client subcommands, added to ``sub`` (an argparse subparsers action)."""
     _add_streams(sub)
     _add_windows(sub)
+    _add_keys(sub)
     _add_append(sub)
     for name, helptext in (
         ("query", "print a window's result"),
@@ -151,6 +163,17 @@ def add_commands(sub: Any) -> None:
         _client_flags(q)
         q.add_argument("stream")
         q.add_argument("window")
+        if name == "query":
+            q.add_argument("--key", default=None, help="a keyed stream: the key whose result")
+        else:
+            q.add_argument(
+                "--key",
+                dest="keys",
+                action="append",
+                default=[],
+                metavar="KEY",
+                help="a keyed stream: a key to follow (repeat for more; default: every key)",
+            )
 
 
 def _client_flags(sp: argparse.ArgumentParser) -> None:
@@ -203,6 +226,26 @@ def _add_streams(sub: Any) -> None:
         default=timedelta(0),
         help="reorder buffer (with --late drop)",
     )
+    a.add_argument(
+        "--key",
+        default="",
+        metavar="FIELD",
+        help="a STRING or INT64 field: a keyed stream (each window holds one per key)",
+    )
+    a.add_argument(
+        "--key-groups",
+        type=int,
+        default=0,
+        metavar="N",
+        help="groups the keys hash into, 1..4096, fixed (default 0: the server's, 256)",
+    )
+    a.add_argument(
+        "--key-ttl",
+        type=parse_duration,
+        default=timedelta(0),
+        metavar="DURATION",
+        help="drop a key without rows for this long (default 0: never)",
+    )
 
 
 def _add_windows(sub: Any) -> None:
@@ -218,6 +261,37 @@ def _add_windows(sub: Any) -> None:
     a.add_argument("--algorithm", choices=("AMTA", "LMTA"), default="AMTA")
     a.add_argument("--storage", choices=("redis", "memory"), default="redis")
     a.add_argument("--durable", action="store_true", help="journal every batch")
+
+
+def _add_keys(sub: Any) -> None:
+    """``keys list STREAM [--prefix P] [--limit N] | get STREAM KEY | delete STREAM KEY``."""
+    r = sub.add_parser(
+        "keys",
+        help="list, get, delete the keys of a keyed stream",
+        epilog=EPILOG_KEYS,
+        formatter_class=_FMT,
+    )
+    actions = r.add_subparsers(dest="action", required=True)
+    for action in ("list", "get", "delete"):
+        a: argparse.ArgumentParser = actions.add_parser(
+            action, epilog=EPILOG_KEYS, formatter_class=_FMT
+        )
+        _client_flags(a)
+        a.add_argument("stream")
+        if action == "list":
+            a.add_argument("--prefix", default="", help="only the keys starting with this")
+            a.add_argument(
+                "--limit",
+                type=int,
+                default=0,
+                metavar="N",
+                help="at most N keys (default 0: every key, page after page)",
+            )
+            a.add_argument(
+                "--page-size", type=int, default=1000, metavar="N", help="keys per ListKeys call"
+            )
+        else:
+            a.add_argument("key", help="the key's text (an INT64 key in decimal)")
 
 
 def _add_append(sub: Any) -> None:
@@ -256,6 +330,44 @@ def _print(obj: Any) -> None:
         return str(o)
 
     print(json.dumps(obj, default=default, indent=None if isinstance(obj, list) else 2))
+
+
+def _print_each(items: Iterable[Any]) -> None:
+    """A JSON list written as its items come (the line :func:`_print` prints for a list):
+    nothing before the first item, so that a failure of the first call prints only the error;
+    a list cut short by a failure later is left open (no closing bracket)."""
+    started = False
+    try:
+        for item in items:
+            print(", " if started else "[", end="")
+            print(json.dumps(item), end="", flush=True)
+            started = True
+    except BaseException:
+        if started:
+            print(flush=True)  # end the line; the error follows on stderr
+        raise
+    print("]" if started else "[]")
+
+
+def _keys(c: Any, args: argparse.Namespace) -> None:
+    """``keys list|get|delete``."""
+    if args.action == "get":
+        _print(c.get_key(args.stream, args.key))
+    elif args.action == "delete":
+        c.delete_key(args.stream, args.key)
+        _print({"deleted": f"{args.stream}/{args.key}"})
+    else:
+        if args.limit < 0 or args.page_size < 1:
+            msg = "--limit: expected N >= 0; --page-size: expected N >= 1"
+            raise ValueError(msg)
+        size = min(args.page_size, args.limit) if args.limit else args.page_size
+        found = c.iter_keys(args.stream, prefix=args.prefix, page_size=size)
+        if args.limit:
+            found = itertools.islice(found, args.limit)
+        _print_each(
+            {"key": k.key, "rows": k.rows_appended, "newest_timestamp": k.newest_timestamp}
+            for k in found
+        )
 
 
 def _rows(stream: TextIO, fmt: str, schema: dict[str, str]) -> Iterator[dict[str, Any]]:
@@ -369,7 +481,14 @@ def run(args: argparse.Namespace) -> int:
                 from mtawindows.v1.types import StreamSpec
 
                 spec = StreamSpec(
-                    args.name, tuple(args.field), args.timestamp, args.late.upper(), args.lateness
+                    args.name,
+                    tuple(args.field),
+                    args.timestamp,
+                    args.late.upper(),
+                    args.lateness,
+                    key=args.key,
+                    key_groups=args.key_groups,
+                    key_ttl=args.key_ttl,
                 )
                 _print(c.create_stream(spec))
         elif args.command == "windows":
@@ -392,15 +511,17 @@ def run(args: argparse.Namespace) -> int:
                     Storage(args.storage, args.durable),
                 )
                 _print(c.create_window(wspec))
+        elif args.command == "keys":
+            _keys(c, args)
         elif args.command == "query":
-            _print(c.query(args.stream, args.window))
+            _print(c.query(args.stream, args.window, key=args.key))
         elif args.command == "watch":
             try:
-                for batch, result in c.subscribe(args.stream, args.window):
-                    print(
-                        json.dumps({"batch": batch, "size": result.size, "values": result.values}),
-                        flush=True,
-                    )
+                for batch, result in c.subscribe(args.stream, args.window, keys=args.keys):
+                    line = {"batch": batch, "size": result.size, "values": result.values}
+                    if result.key:  # a keyed stream's: whose result
+                        line["key"] = result.key
+                    print(json.dumps(line), flush=True)
             except KeyboardInterrupt:
                 return 0
     return 0

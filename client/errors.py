@@ -139,6 +139,10 @@ _BY_CODE: dict[grpc.StatusCode, type[MtaWindowsError]] = {
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
     grpc.StatusCode.INTERNAL: InternalError,
 }
+# a reason without its own class takes its code's: KEY_NOT_FOUND is a NotFoundError (as
+# STREAM_NOT_FOUND and WINDOW_NOT_FOUND), NOT_KEYED a FailedPreconditionError (an
+# InvalidArgumentError for a key given to an unkeyed stream), TOO_MANY_KEYS a
+# ResourceExhaustedError (as TOO_MANY_STREAMS)
 _BY_REASON: dict[str, type[MtaWindowsError]] = {
     Reason.OUT_OF_ORDER: OutOfOrderError,
     Reason.NOT_OWNER: NotOwnerError,

@@ -1,22 +1,16 @@
-"""Names and hashes for routing: the per-key stream names (:func:`keyed_stream_name`), the
-seed lists (:func:`split_targets`), and :class:`Router`, a fixed hash of a stream's name over a
-list of independent servers.
+"""Routing helpers: the seed lists (:func:`split_targets`), and :class:`Router`, a fixed hash
+of a stream's name over a list of independent servers.
 
 A cluster of servers (one Redis) places streams itself, and :class:`~mtawindows.client.WindowClient`
 follows it (:mod:`mtawindows.client.cluster_map`): give it the seeds, it finds each stream's owner::
 
-    from mtawindows.client import WindowClient, keyed_stream_name
-
-    with WindowClient("a:50051,b:50051") as c:          # seeds of one cluster
-        name = keyed_stream_name("telemetry", "host-07")  # "telemetry:host-07"
-        c.append(name, rows)                              # at the server that owns it
+    with WindowClient("a:50051,b:50051") as c:  # seeds of one cluster
+        c.append("telemetry", rows)             # at the server that owns it
 
 :class:`Router` is for servers that do not form a cluster (each its own Redis), sharded by
 hand: ``Router("a:50051,b:50051", pinned=["telemetry"]).owner(name)`` picks one by SHA-256 of
 the name (not Python's salted ``hash``), the same in every process as long as the targets are
-listed in the same order. A key's rows live in a stream of their own, ``<stream>:<key>`` (same
-schema and windows as ``stream``), so one key's window state is on one server and the keys
-spread over all of them.
+listed in the same order.
 """
 
 from __future__ import annotations
@@ -25,7 +19,6 @@ import hashlib
 import re
 from collections.abc import Iterable
 
-_SAFE_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _PORT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[^:\[\]\s]+):(\d{1,5})$")  # host:port, [v6]:port
 
 
@@ -54,29 +47,12 @@ def stable_hash(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big")
 
 
-def keyed_stream_name(stream: str, key: object) -> str:
-    """The stream holding ``key``'s rows of ``stream``: ``<stream>:<key>`` when the key is made
-    of letters, digits, ``_ . -`` (at most 100), else ``<stream>:~<hash of the key>``."""
-    text = "" if key is None else str(key)
-    if key is not None and _SAFE_KEY.match(text):
-        return f"{stream}:{text}"
-    digest = hashlib.sha256(("\0null" if key is None else text).encode()).hexdigest()[:24]
-    return f"{stream}:~{digest}"
-
-
-def key_of_stream(stream: str, name: str) -> str | None:
-    """The key part of a per-key stream name of ``stream`` (the hash for hashed keys); None
-    for a stream that is not one of its per-key streams."""
-    prefix = f"{stream}:"
-    return name[len(prefix) :] if name.startswith(prefix) else None
-
-
 class Router:
     """Which of ``targets`` owns a stream.
 
     ``targets``: ``host:port`` strings, or one comma-separated string of them; the first is
-    the primary. ``pinned``: stream names that live on the primary (e.g. a template stream the
-    per-key streams are made from). Every other name goes where :func:`stable_hash` sends it."""
+    the primary. ``pinned``: stream names that live on the primary. Every other name goes
+    where :func:`stable_hash` sends it."""
 
     def __init__(self, targets: str | Iterable[str], *, pinned: Iterable[str] = ()) -> None:
         self.targets = split_targets(targets if isinstance(targets, str) else ",".join(targets))
@@ -92,19 +68,8 @@ class Router:
             return self.targets[0]
         return self.targets[stable_hash(name) % len(self.targets)]
 
-    def owner_of_key(self, stream: str, key: object) -> str:
-        """The target that holds ``key``'s stream of ``stream`` (:func:`keyed_stream_name`)."""
-        return self.owner(keyed_stream_name(stream, key))
-
-    def keyed_streams(self, stream: str, target: str, names: Iterable[str]) -> list[str]:
-        """The per-key streams of ``stream`` among ``names`` (those listed by ``target``) that
-        ``target`` owns, sorted: a copy left on another server is not counted twice."""
-        return sorted(
-            n for n in names if key_of_stream(stream, n) is not None and self.owner(n) == target
-        )
-
     def __repr__(self) -> str:
         return f"Router({list(self.targets)!r}, pinned={sorted(self.pinned)!r})"
 
 
-__all__ = ["Router", "key_of_stream", "keyed_stream_name", "split_targets", "stable_hash"]
+__all__ = ["Router", "split_targets", "stable_hash"]

@@ -4,8 +4,8 @@
 
 1. ``sliding_aggregate``: each trade with the highest price and the traded volume of its symbol
    over the last 5 minutes (exact, per row; Spark sorts each symbol's rows by time);
-2. ``df.write.format("mtawindows")``: the same trades into per-symbol streams that keep their
-   windows after the job (``key_column``), idempotent under a fixed ``write_id``.
+2. ``df.write.format("mtawindows")``: the same trades into the keyed stream, one window per
+   symbol kept after the job (``key_column``), idempotent under a fixed ``write_id``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,12 @@ def main() -> None:
     )
     with server(a.endpoint) as target, WindowClient(target) as c:
         c.create_stream(
-            StreamSpec("trades", (Field("price", "DOUBLE"), Field("qty", "INT64")), "ts")
+            StreamSpec(
+                "trades",
+                (Field("symbol", "STRING"), Field("price", "DOUBLE"), Field("qty", "INT64")),
+                "ts",
+                key="symbol",  # a window per symbol
+            )
         )
         c.create_window(
             WindowSpec(
@@ -55,7 +60,7 @@ def main() -> None:
             .mode("append")
             .save()
         )
-        print("trades:SYM3 now:", c.query("trades:SYM3", "last_5m").values)
+        print("SYM3 now:", c.query("trades", "last_5m", key="SYM3").values)
     s.stop()
 
 

@@ -55,10 +55,11 @@ def main() -> None:
             (Aggregation("peak", "max", "reading"), Aggregation("sd", "stddev", "reading")),
             Policy.time_range(timedelta(minutes=1)),
         )
-        # one template for the sink, one for the per-row query: each query starts the rate
-        # source from its first timestamp again, so they must not share per-key streams
+        # one keyed stream for the sink, one for the per-row query: each query starts the rate
+        # source from its first timestamp again, so they must not share keys
         for name in ("sensors", "sensor_rows"):
-            c.create_stream(StreamSpec(name, (Field("reading", "DOUBLE"),), "timestamp"))
+            fields = (Field("sensor", "STRING"), Field("reading", "DOUBLE"))
+            c.create_stream(StreamSpec(name, fields, "timestamp", key="sensor"))
             c.create_window(WindowSpec(name, *window))
         ck = tempfile.mkdtemp()
         sink = (
@@ -73,7 +74,7 @@ def main() -> None:
             .start()
         )
         run_for_batches(sink, 5)
-        print("sensors:sensor-3 now:", c.query("sensors:sensor-3", "last_min").values)
+        print("sensor-3 now:", c.query("sensors", "last_min", key="sensor-3").values)
 
         per_row = sliding_aggregate(
             rate, target, "sensor_rows", key_col="sensor", ts_col="timestamp", window="last_min"

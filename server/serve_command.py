@@ -57,6 +57,26 @@ LIMIT_FLAGS: tuple[tuple[str, str, type, float], ...] = (
     ),
     ("--max-cel-bytes", "size of a new CEL policy, UTF-8 bytes", int, 4096),
     ("--max-cel-depth", "nesting of a new CEL policy: brackets plus stacked operators", int, 64),
+    (
+        "--max-keys",
+        "keys of keyed streams held by the server, all streams together",
+        int,
+        10_000_000,
+    ),
+    (
+        "--key-cache-mb",
+        "keyed streams' key states kept in memory; the least recently touched beyond it are "
+        "written back to Redis and dropped, to load again on their next row",
+        float,
+        512.0,
+    ),
+    (
+        "--key-compact-items",
+        "items a key's window holds in its compact form (one Redis value) before it becomes "
+        "a full MTA with levels in Redis",
+        int,
+        64,
+    ),
 )
 
 
@@ -198,6 +218,9 @@ RANGES: tuple[tuple[str, float, float], ...] = (
     ("--subscribers-memory-mb", 0.001, 1 << 30),
     ("--max-cel-bytes", 1, 1 << 30),
     ("--max-cel-depth", 1, 1 << 20),
+    ("--max-keys", 1, 1 << 40),
+    ("--key-cache-mb", 1, 1 << 30),
+    ("--key-compact-items", 1, 1 << 16),
     ("--flush-interval", 0.01, 86_400),
     ("--grace", 0, 86_400),
     ("--redis-restarts", 0, 1 << 20),
@@ -247,6 +270,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             subscribers_total_bytes=int(args.subscribers_memory_mb * 1024 * 1024),
             max_cel_bytes=args.max_cel_bytes,
             max_cel_depth=args.max_cel_depth,
+            max_keys=args.max_keys,
+            key_cache_bytes=int(args.key_cache_mb * 1024 * 1024),
+            key_compact_items=args.key_compact_items,
         ),
         port_file=args.port_file,
         reuse_port=args.reuse_port,

@@ -1,15 +1,17 @@
 """mtawindows.spark_connector: mtawindows from PySpark (>= 4.0).
 
 - the Python Data Source ``"mtawindows"`` (:class:`MtaWindowsDataSource`): ``df.write`` /
-  ``df.writeStream`` push rows into a stream (idempotent chunks), ``spark.read`` /
-  ``spark.readStream`` pull window results back;
-- :func:`sliding_aggregate`: each row of a DataFrame with its window's result after that row.
+  ``df.writeStream`` push rows into a stream (idempotent chunks; a keyed stream takes rows of
+  many keys per chunk), ``spark.read`` / ``spark.readStream`` pull window results back (of a
+  keyed stream, one row per (key, window));
+- :func:`sliding_aggregate`: each row of a DataFrame with its key's window result after that
+  row.
 
 Call :func:`register` once per SparkSession before using the format.
 
 The parts, by role: :mod:`.options` (ConnectorOptions), :mod:`.connector_errors` (ConnectorError and the
 translation of the SDK's errors), :mod:`.clients` (one cluster-aware client per process),
-:mod:`.streams` (per-key and scratch streams), :mod:`.tasks` (idempotency keys of a task's
+:mod:`.streams` (key checks and scratch streams), :mod:`.tasks` (idempotency keys of a task's
 chunks), :mod:`.arrow` and :mod:`.schemas` (Arrow and Spark types), :mod:`.writer` and
 :mod:`.readers` (tied to the format by :mod:`.datasource`), :mod:`.transform` and
 :mod:`.sliding` (sliding_aggregate, driver and executor sides). Option ``endpoint`` takes the
@@ -21,8 +23,6 @@ from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING
-
-from mtawindows.client.routing import keyed_stream_name
 
 from .connector_errors import ConnectorError
 from .options import ConnectorOptions
@@ -36,10 +36,18 @@ if TYPE_CHECKING:  # imported on first use below: pyspark only when the Spark pa
 
 
 def register(spark: SparkSession) -> None:
-    """Register format ``"mtawindows"`` with ``spark``."""
-    from .datasource import MtaWindowsDataSource
+    """Register format ``"mtawindows"`` with ``spark``. On Spark >= 4.1 it turns on
+    ``spark.sql.python.filterPushdown.enabled`` and registers the variant whose batch reads
+    push filters on column ``key`` down (:class:`~.datasource.KeyFilterDataSource`)."""
+    from pyspark.sql.datasource import DataSourceReader
 
-    spark.dataSource.register(MtaWindowsDataSource)
+    from .datasource import KeyFilterDataSource, MtaWindowsDataSource
+
+    if hasattr(DataSourceReader, "pushFilters"):
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+        spark.dataSource.register(KeyFilterDataSource)
+    else:
+        spark.dataSource.register(MtaWindowsDataSource)
 
 
 def local_session(
@@ -95,7 +103,6 @@ __all__ = [
     "ConnectorOptions",
     "MtaCommitMessage",
     "MtaWindowsDataSource",
-    "keyed_stream_name",
     "local_session",
     "register",
     "sliding_aggregate",

@@ -1,5 +1,5 @@
-"""Arrow helpers of the connector: chunking and sorting a partition's record batches, splitting
-them by key, and Arrow columns in the stream's types (pyarrow is imported on first use)."""
+"""Arrow helpers of the connector: chunking and sorting a partition's record batches, and Arrow
+columns in the stream's types (pyarrow is imported on first use)."""
 
 from __future__ import annotations
 
@@ -42,22 +42,14 @@ def sorted_batches(batches: Iterable[pa.RecordBatch], order: Sequence[str]) -> l
     return list(pa.Table.from_batches(got).sort_by([(c, "ascending") for c in order]).to_batches())
 
 
-def split_by_key(table: pa.Table, key_column: str) -> Iterator[tuple[Any, pa.Table]]:
-    """(key, rows of that key in their order) for each key of ``table``, keys sorted."""
-    import pyarrow.compute as pc
+def nanos(column: pa.Array | pa.ChunkedArray) -> list[int]:
+    """A timestamp column (any unit; or int nanoseconds) as int nanoseconds."""
+    import pyarrow as pa
 
-    keys = table.column(key_column)
-    if table.num_rows == 0:
-        return
-    order = pc.sort_indices(keys)  # stable: rows of a key keep their order
-    sorted_table = table.take(order)
-    runs = pc.run_end_encode(sorted_table.column(key_column).combine_chunks())
-    ends = runs.run_ends.to_pylist()
-    values = runs.values.to_pylist()
-    start = 0
-    for end, key in zip(ends, values, strict=True):
-        yield key, sorted_table.slice(start, end - start)
-        start = end
+    if pa.types.is_timestamp(column.type):
+        column = column.cast(pa.timestamp("ns", column.type.tz)).cast(pa.int64())
+    out: list[int] = column.to_pylist()
+    return out
 
 
 def to_stream_table(
@@ -99,4 +91,4 @@ def arrow_column(kind: str, values: list[Any]) -> pa.Array:
     return pa.array(values, types[kind])
 
 
-__all__ = ["arrow_column", "rechunk", "sorted_batches", "split_by_key", "to_stream_table"]
+__all__ = ["arrow_column", "nanos", "rechunk", "sorted_batches", "to_stream_table"]

@@ -5,7 +5,8 @@ opens one cluster-aware :class:`~mtawindows.client.WindowClient` per set of seed
 ``endpoint``) in each process (a module-level cache; Spark reuses its Python workers) the first
 time a task asks, on the driver and on the executors alike. That client sends each call to the
 server that owns its stream (it learns the members from the seeds and follows the cluster's
-redirects), so every stream, the template and each key's, goes through the same client.
+redirects), so every stream, the keyed ones and the scratch ones alike, goes through the same
+client.
 """
 
 from __future__ import annotations
@@ -34,16 +35,4 @@ def client_for(opts: ConnectorOptions, endpoint: str | None = None) -> WindowCli
         return c
 
 
-def client_of(opts: ConnectorOptions, stream: str) -> WindowClient:
-    """The client for calls about ``stream``: the cluster's (it routes them to the owner)."""
-    del stream  # the client finds the owner itself
-    return client_for(opts)
-
-
-def owner(opts: ConnectorOptions, stream: str) -> str:
-    """The address of the server that holds ``stream`` now, asked of the cluster (where
-    placement puts it while it has no live owner)."""
-    return client_for(opts).owner(stream)
-
-
-__all__ = ["client_for", "client_of", "owner"]
+__all__ = ["client_for"]

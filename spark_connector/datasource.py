@@ -7,7 +7,9 @@
 
 This module ties the parts to the format: the options (:class:`~.options.ConnectorOptions`),
 the writers (:mod:`.writer`: idempotent chunks, :class:`MtaCommitMessage` per task) and the
-readers (:mod:`.readers`: current results, or every result by its sequence).
+readers (:mod:`.readers`: current results, per key of a keyed stream, or every result by its
+sequence). :class:`KeyFilterDataSource` is the same format whose batch reader takes Spark's
+filters on column ``key`` (Spark >= 4.1, filter pushdown on: :func:`~.register` picks it).
 """
 
 from __future__ import annotations
@@ -25,12 +27,18 @@ from pyspark.sql.types import StructType
 
 from mtawindows.client import StreamSpec
 
-from .arrow import split_by_key
 from .clients import client_for
 from .connector_errors import ConnectorError, explained
 from .options import ConnectorOptions
-from .readers import ResultsReader, ResultsStreamReader, read_schema, results_schema
+from .readers import (
+    KeyFilterReader,
+    ResultsReader,
+    ResultsStreamReader,
+    read_schema,
+    results_schema,
+)
 from .schemas import check_columns
+from .streams import check_key
 from .writer import MtaBatchWriter, MtaCommitMessage, Pusher, StreamWriter, push
 
 
@@ -61,22 +69,35 @@ class MtaWindowsDataSource(DataSource):
         return StreamWriter(opts, spec, schema)
 
 
+class KeyFilterDataSource(MtaWindowsDataSource):
+    """Format ``"mtawindows"`` whose batch reads push Spark's filters on column ``key`` down
+    (``=``, ``IN``, ``startswith``): registered by :func:`~.register` on Spark >= 4.1, which
+    refuses a reader that takes filters while ``spark.sql.python.filterPushdown.enabled`` is
+    off."""
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KeyFilterReader(ConnectorOptions.parse(self.options), schema)
+
+
 def _check_write(opts: ConnectorOptions, schema: StructType, overwrite: bool) -> StreamSpec:
-    """On the driver, before any task: append mode, the stream exists, the columns fit it."""
+    """On the driver, before any task: append mode, the stream exists (keyed by option
+    ``key_column`` when given), the columns fit it."""
     if overwrite:
         msg = "mode 'overwrite': an mtawindows stream is append-only; use mode('append')"
         raise ConnectorError(msg)
     client = client_for(opts)
     with explained(opts, f"looking up stream {opts.stream!r}"):
         spec = client.get_stream(opts.stream).spec
-    check_columns(schema, spec, opts.timestamp_column)
+    check_key(spec, opts.key_column)
     if opts.key_column and opts.key_column not in schema.fieldNames():
         msg = f"option 'key_column': the DataFrame has no column {opts.key_column!r}; its columns are {schema.fieldNames()}"
         raise ConnectorError(msg)
+    check_columns(schema, spec, opts.timestamp_column)
     return spec
 
 
 __all__ = [
+    "KeyFilterDataSource",
     "MtaBatchWriter",
     "MtaCommitMessage",
     "MtaWindowsDataSource",
@@ -86,5 +107,4 @@ __all__ = [
     "StreamWriter",
     "push",
     "results_schema",
-    "split_by_key",
 ]

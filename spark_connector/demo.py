@@ -3,9 +3,9 @@
 ``make demo`` (or ``python -m mtawindows.spark_connector.demo``):
 
 1. starts ``mtawindows serve`` on a free loopback port with the embedded Redis;
-2. creates stream ``telemetry`` (memory usage per reading) with window ``last_10m``: max and
-   standard deviation over the last 10 minutes, kept by Amortized MTA with its middle levels in
-   Redis;
+2. creates stream ``telemetry`` (memory usage per reading, keyed by host) with window
+   ``last_10m``: max and standard deviation over the last 10 minutes, one instance per host,
+   kept by Amortized MTA with its middle levels in Redis;
 3. generates memory readings of ``--hosts`` hosts over ``--hours`` hours in a local Spark job
    (a daily wave, noise, load spikes, bursts; like the paper's experiment 3), one Parquet file
    per hour;
@@ -86,7 +86,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 
 
 def define(target: str) -> None:
-    """Stream ``telemetry`` with window ``last_10m``, afresh (a former run's deleted)."""
+    """Stream ``telemetry`` keyed by host with window ``last_10m``, afresh (a former run's
+    deleted)."""
     from mtawindows.client import (
         Aggregation,
         Field,
@@ -98,12 +99,16 @@ def define(target: str) -> None:
     )
 
     with WindowClient(target) as c:
-        names = [s.spec.name for s in c.list_streams()]
-        if STREAM in names:  # a former run's: its per-key streams go too
-            for name in names:
-                if name == STREAM or name.startswith(STREAM + ":"):
-                    c.delete_stream(name)
-        c.create_stream(StreamSpec(STREAM, (Field("mem", "DOUBLE"),), timestamp_field="ts"))
+        if STREAM in [s.spec.name for s in c.list_streams()]:  # a former run's
+            c.delete_stream(STREAM)
+        c.create_stream(
+            StreamSpec(
+                STREAM,
+                (Field("host", "STRING"), Field("mem", "DOUBLE")),
+                timestamp_field="ts",
+                key="host",
+            )
+        )
         c.create_window(
             WindowSpec(
                 STREAM,

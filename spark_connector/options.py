@@ -25,8 +25,10 @@ class ConnectorOptions:
     stream             the stream to write to / read from (required)
     timestamp_column   the DataFrame column holding each row's time (default: the stream's
                        timestamp field)
-    key_column         write each key's rows to its own stream ``<stream>:<key>`` made from
-                       ``stream`` (same schema and windows); read those streams back
+    key_column         the stream is keyed by this column (its key field): writes send rows
+                       of many keys per Append; a stream not keyed by it is refused
+    keys               batch reads of a keyed stream: only these keys (comma-separated)
+    key_prefix         batch reads of a keyed stream: only the keys starting with this
     window             read: only this window (default all)
     token / tls        bearer token; "true" (system roots) or a CA file path
     batch_rows         rows per Append (default 10000)
@@ -45,6 +47,8 @@ class ConnectorOptions:
     stream: str
     timestamp_column: str = ""
     key_column: str = ""
+    keys: tuple[str, ...] | None = None
+    key_prefix: str = ""
     window: str = ""
     token: str | None = None
     tls: bool | str | None = None
@@ -96,6 +100,8 @@ class ConnectorOptions:
             stream=stream,
             timestamp_column=opts.get("timestamp_column", ""),
             key_column=opts.get("key_column", ""),
+            keys=_keys(opts),
+            key_prefix=opts.get("key_prefix", ""),
             window=opts.get("window", ""),
             token=opts.get("token") or None,
             tls=tls,
@@ -121,6 +127,9 @@ _ALIASES: dict[str, str] = {
     "tscolumn": "timestamp_column",
     "keycolumn": "key_column",
     "keycol": "key_column",
+    "keys": "keys",
+    "key": "keys",
+    "keyprefix": "key_prefix",
     "window": "window",
     "token": "token",
     "tls": "tls",
@@ -144,6 +153,18 @@ def _flag(opts: Mapping[str, str], name: str) -> bool:
         return False
     msg = f"option {name!r}: expected true or false, got {raw!r}"
     raise ConnectorError(msg)
+
+
+def _keys(opts: Mapping[str, str]) -> tuple[str, ...] | None:
+    """Option ``keys``: the keys a read is limited to (None: every key)."""
+    raw = opts.get("keys")
+    if raw is None:
+        return None
+    keys = tuple(dict.fromkeys(k.strip() for k in raw.split(",") if k.strip()))
+    if not keys:
+        msg = f"option 'keys': expected comma-separated keys, got {raw!r}"
+        raise ConnectorError(msg)
+    return keys
 
 
 def _positive_int(opts: Mapping[str, str], name: str, default: int, *, zero: bool = False) -> int:

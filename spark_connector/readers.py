@@ -1,13 +1,23 @@
 """The data source's readers: ``spark.read`` (:class:`ResultsReader`, one row per window with
-its current result) and ``spark.readStream`` (:class:`ResultsStreamReader`, every result by its
-sequence: offsets ``{"stream/window": sequence}``, kept by the server, so a streaming query sees
-every result the server still holds). With ``key_column`` they read every per-key stream of
-``stream`` (listed by every member of the cluster), each from the server that holds it."""
+its current result; of a keyed stream, one row per (key, window)) and ``spark.readStream``
+(:class:`ResultsStreamReader`, every result by its sequence: offsets ``{"stream/window":
+sequence}``, kept by the server, so a streaming query sees every result the server still holds;
+keyed streams keep no such log and are refused).
+
+A keyed stream's read walks its keys with ListKeys pages (10,000 keys a call) on the driver,
+one partition per :data:`KEYS_PER_PARTITION` keys, and each task asks GetKey for every key of
+its slice (all windows of a key in one call, a few calls in flight at once). Options ``keys`` and
+``key_prefix``, and Spark filters on column ``key`` (``=``, ``IN``, ``startswith``: pushed down
+by :class:`KeyFilterReader`), narrow the keys before any of that.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -25,16 +35,24 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from mtawindows.client import WindowInfo, WindowResult, key_of_stream
+from mtawindows.client import KeyInfo, NotFoundError, StreamSpec, WindowInfo, WindowResult
+from mtawindows.v1.reasons import Reason
 
-from .clients import client_for, client_of
+from .clients import client_for
 from .connector_errors import ConnectorError, explained
 from .options import ConnectorOptions
 from .schemas import output_struct_type
-from .streams import is_scratch
+from .streams import check_key
 
-Range = tuple[str, str, int, int]  # (stream, window, after sequence, up to sequence)
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import Filter
+
+Range = tuple[str, int, int]  # (window, after sequence, up to sequence)
 Offsets = dict[str, int]  # {"stream/window": sequence}
+
+KEYS_PER_PARTITION = 1000  # keys a batch-read task asks GetKey for
+KEYS_PER_PAGE = 10_000  # keys per ListKeys call (the server's most)
+GETS_IN_FLIGHT = 8  # GetKey calls a task has in flight at once
 
 _BASE_COLUMNS = [
     StructField("stream", StringType(), False),
@@ -50,45 +68,80 @@ _BASE_COLUMNS = [
 # --------------------------------------------------------------------------- what a read covers
 
 
-def _streams_of(opts: ConnectorOptions) -> list[str]:
-    """The streams a read covers: the stream, or with key_column its per-key streams (every
-    member of the cluster lists those it owns; the client merges the lists)."""
-    client = client_for(opts)
-    client.get_stream(opts.stream)  # NOT_FOUND names the stream
-    if not opts.key_column:
-        return [opts.stream]
-    names = [s.spec.name for s in client.list_streams()]
-    return sorted(
-        n for n in names if key_of_stream(opts.stream, n) is not None and not is_scratch(n)
-    )
+def _spec_of(opts: ConnectorOptions) -> StreamSpec:
+    """The stream's spec (NOT_FOUND names the stream); option key_column must be its key."""
+    with explained(opts, f"looking up stream {opts.stream!r}"):
+        spec = client_for(opts).get_stream(opts.stream).spec
+    check_key(spec, opts.key_column)
+    return spec
 
 
-def _windows_of(opts: ConnectorOptions, streams: Sequence[str]) -> list[WindowInfo]:
-    """The windows read (option ``window``, or all), as the first of ``streams`` has them."""
-    template = streams[0] if streams else opts.stream
-    client = client_of(opts, template)
-    windows = client.list_windows(template)
+def _windows_of(opts: ConnectorOptions) -> list[WindowInfo]:
+    """The windows read (option ``window``, or all)."""
+    with explained(opts, f"reading the windows of stream {opts.stream!r}"):
+        windows = client_for(opts).list_windows(opts.stream)
     if opts.window:
-        windows = [w for w in windows if w.spec.name == opts.window]
-        if not windows:
-            names = [w.spec.name for w in client.list_windows(template)]
-            msg = f"option 'window': stream {template!r} has no window {opts.window!r}; its windows are {names}"
+        chosen = [w for w in windows if w.spec.name == opts.window]
+        if not chosen:
+            names = [w.spec.name for w in windows]
+            msg = f"option 'window': stream {opts.stream!r} has no window {opts.window!r}; its windows are {names}"
             raise ConnectorError(msg)
+        return chosen
     return windows
 
 
-def _pairs(opts: ConnectorOptions) -> list[tuple[str, str]]:
-    """Every (stream, window) a read covers."""
-    out = []
-    for s in _streams_of(opts):
-        names = [w.spec.name for w in client_of(opts, s).list_windows(s)]
-        out += [(s, w) for w in names if not opts.window or w == opts.window]
-    return out
+@dataclass(frozen=True)
+class KeyFilter:
+    """The keys a read is limited to: exactly ``keys`` (None: any) starting with ``prefix``;
+    ``nothing``: no key at all (filters that contradict each other)."""
+
+    keys: frozenset[str] | None = None
+    prefix: str = ""
+    nothing: bool = False
+
+    @classmethod
+    def of(cls, opts: ConnectorOptions) -> KeyFilter:
+        keys = None if opts.keys is None else frozenset(opts.keys)
+        return cls(keys, opts.key_prefix)
+
+    @property
+    def narrowed(self) -> bool:
+        return self.nothing or self.keys is not None or bool(self.prefix)
+
+    def only(self, keys: Sequence[str]) -> KeyFilter:
+        """Also: the key is one of ``keys``."""
+        got = frozenset(keys) if self.keys is None else self.keys & frozenset(keys)
+        return replace(self, keys=got)
+
+    def starting(self, prefix: str) -> KeyFilter:
+        """Also: the key starts with ``prefix``."""
+        if prefix.startswith(self.prefix):
+            return replace(self, prefix=prefix)
+        if self.prefix.startswith(prefix):
+            return self
+        return replace(self, nothing=True)
+
+    def listed(self) -> list[str] | None:
+        """The keys named outright that pass the prefix, in key order (None: not named)."""
+        if self.keys is None:
+            return None
+        return sorted(k for k in self.keys if k.startswith(self.prefix))
 
 
-def _slices(ranges: list[Range]) -> list[InputPartition]:
-    """Partitions of at most 64 windows, each a list of (stream, window, after, upto)."""
-    return [InputPartition(ranges[i : i + 64]) for i in range(0, len(ranges), 64)]
+def _keys_of(opts: ConnectorOptions, wanted: KeyFilter) -> list[str]:
+    """The keys a read of a keyed stream covers, in key order: those named, or ListKeys pages
+    of the keys starting with the prefix."""
+    if wanted.nothing:
+        return []
+    named = wanted.listed()
+    if named is not None:
+        return named
+    client = client_for(opts)
+    with explained(opts, f"listing the keys of stream {opts.stream!r}"):
+        return [
+            k.key
+            for k in client.iter_keys(opts.stream, prefix=wanted.prefix, page_size=KEYS_PER_PAGE)
+        ]
 
 
 # --------------------------------------------------------------------------- rows
@@ -96,9 +149,8 @@ def _slices(ranges: list[Range]) -> list[InputPartition]:
 
 def read_schema(opts: ConnectorOptions) -> StructType:
     """The schema of a read with ``opts`` (asked of the servers, on the driver)."""
-    with explained(opts, f"reading the windows of stream {opts.stream!r}"):
-        windows = _windows_of(opts, _streams_of(opts)[:1])
-    return results_schema(opts, windows)
+    _spec_of(opts)
+    return results_schema(opts, _windows_of(opts))
 
 
 def results_schema(opts: ConnectorOptions, windows: Sequence[WindowInfo]) -> StructType:
@@ -132,10 +184,7 @@ def _spark_value(dtype: DataType, v: object) -> object:
     return v
 
 
-def _row(
-    schema: StructType, stream: str, opts: ConnectorOptions, r: WindowResult
-) -> tuple[object, ...]:
-    key = key_of_stream(opts.stream, stream) if opts.key_column else None
+def _row(schema: StructType, stream: str, key: str | None, r: WindowResult) -> tuple[object, ...]:
     base = (
         stream,
         key,
@@ -154,23 +203,89 @@ def _row(
 # --------------------------------------------------------------------------- the readers
 
 
+@dataclass(frozen=True)
+class _Part:
+    """What one batch-read task reads: ``windows`` of the stream, or with ``keys`` (a keyed
+    stream) of each of those keys."""
+
+    windows: tuple[str, ...]
+    keys: tuple[str, ...] | None = None
+
+
 class ResultsReader(DataSourceReader):
-    """Batch read: the current result of every window (one partition per 64 windows)."""
+    """Batch read: the current result of every window; of a keyed stream, of every (key,
+    window) the options let through (one partition per :data:`KEYS_PER_PARTITION` keys)."""
 
     def __init__(self, opts: ConnectorOptions, schema: StructType) -> None:
         self.opts = opts
         self.schema = schema
+        self.wanted = KeyFilter.of(opts)
 
     def partitions(self) -> list[InputPartition]:
-        with explained(self.opts, f"listing the windows of {self.opts.stream!r}"):
-            ranges = [(s, w, -1, -1) for s, w in _pairs(self.opts)]
-        return _slices(ranges) or [InputPartition([])]
+        spec = _spec_of(self.opts)
+        windows = tuple(w.spec.name for w in _windows_of(self.opts))
+        if not spec.key:
+            if self.opts.keys is not None or self.opts.key_prefix:
+                option = "keys" if self.opts.keys is not None else "key_prefix"
+                msg = f"option {option!r}: stream {self.opts.stream!r} is not keyed"
+                raise ConnectorError(msg)
+            # a filter on column key: null in every row of an unkeyed stream, so none passes
+            return [InputPartition(_Part(() if self.wanted.narrowed else windows))]
+        keys = _keys_of(self.opts, self.wanted)
+        n = KEYS_PER_PARTITION
+        parts = [_Part(windows, tuple(keys[i : i + n])) for i in range(0, len(keys), n)]
+        return [InputPartition(p) for p in parts] or [InputPartition(_Part(()))]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[object, ...]]:
-        for stream, window, _, _ in partition.value:
-            with explained(self.opts, f"reading window {stream}/{window}"):
-                r = client_of(self.opts, stream).query(stream, window)
-            yield _row(self.schema, stream, self.opts, r)
+        part: _Part = partition.value
+        stream = self.opts.stream
+        client = client_for(self.opts)
+        if part.keys is None:
+            for window in part.windows:
+                with explained(self.opts, f"reading window {stream}/{window}"):
+                    r = client.query(stream, window)
+                yield _row(self.schema, stream, None, r)
+            return
+
+        def get(key: str) -> KeyInfo | None:
+            try:
+                with explained(self.opts, f"reading key {key!r} of stream {stream!r}"):
+                    return client.get_key(stream, key)
+            except ConnectorError as ex:  # a key gone since it was listed (or never there)
+                cause = ex.__cause__
+                if isinstance(cause, NotFoundError) and cause.reason == Reason.KEY_NOT_FOUND:
+                    return None
+                raise
+
+        with ThreadPoolExecutor(GETS_IN_FLIGHT, thread_name_prefix="mtaw-read") as pool:
+            for info in pool.map(get, part.keys):
+                if info is None:
+                    continue
+                for window in part.windows:
+                    got = info.results.get(window)
+                    if got is not None:
+                        yield _row(self.schema, stream, info.key, got)
+
+
+class KeyFilterReader(ResultsReader):
+    """:class:`ResultsReader` that takes Spark's filters on column ``key`` (``=``, ``IN``,
+    ``startswith``) as the keys to read (Spark >= 4.1 with
+    ``spark.sql.python.filterPushdown.enabled``, which :func:`~.register` turns on)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        from pyspark.sql.datasource import EqualTo, In, StringStartsWith
+
+        for f in filters:
+            if getattr(f, "attribute", None) != ("key",):
+                yield f
+            elif isinstance(f, EqualTo) and isinstance(f.value, str):
+                self.wanted = self.wanted.only([f.value])
+            elif isinstance(f, In) and all(isinstance(v, str) for v in f.value):
+                self.wanted = self.wanted.only(list(f.value))
+            elif isinstance(f, StringStartsWith):
+                self.wanted = self.wanted.starting(f.value)
+            else:
+                yield f
 
 
 class ResultsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -180,14 +295,23 @@ class ResultsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self.schema = schema
         self.target: Offsets | None = None
+        if _spec_of(opts).key:
+            msg = (
+                f"option 'stream': stream {opts.stream!r} is keyed, and spark.readStream "
+                "follows a window's results by sequence (ReadResults), which a keyed stream "
+                "does not keep; read its current results per key with spark.read, or follow "
+                "them with WindowClient.subscribe(stream, window, keys=...)"
+            )
+            raise ConnectorError(msg)
 
     def _latest(self) -> Offsets:
         out = {}
-        with explained(self.opts, f"reading the sequences of {self.opts.stream!r}"):
-            for stream, window in _pairs(self.opts):
-                _, latest = client_of(self.opts, stream).read_results(
-                    stream, window, after_sequence=1 << 62, limit=1
-                )
+        stream = self.opts.stream
+        client = client_for(self.opts)
+        with explained(self.opts, f"reading the sequences of {stream!r}"):
+            for w in _windows_of(self.opts):
+                window = w.spec.name
+                _, latest = client.read_results(stream, window, after_sequence=1 << 62, limit=1)
                 out[f"{stream}/{window}"] = latest
         return out
 
@@ -222,17 +346,18 @@ class ResultsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return end
 
     def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
-        ranges = []
+        ranges: list[Range] = []
         for k, upto in sorted(end.items()):
             after = start.get(k, 0)
             if upto > after:
-                stream, _, window = k.rpartition("/")
-                ranges.append((stream, window, after, upto))
-        return _slices(ranges)
+                ranges.append((k.rpartition("/")[2], after, upto))
+        # partitions of at most 64 windows
+        return [InputPartition(ranges[i : i + 64]) for i in range(0, len(ranges), 64)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[object, ...]]:
-        for stream, window, after, upto in partition.value:
-            client = client_of(self.opts, stream)
+        stream = self.opts.stream
+        client = client_for(self.opts)
+        for window, after, upto in partition.value:
             cursor = after
             while cursor < upto:
                 with explained(self.opts, f"reading results of {stream}/{window}"):
@@ -243,7 +368,7 @@ class ResultsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if not got:
                     break
                 for r in got:
-                    yield _row(self.schema, stream, self.opts, r)
+                    yield _row(self.schema, stream, None, r)
                 cursor = got[-1].sequence
 
     def commit(self, end: Offsets) -> None:
@@ -253,4 +378,11 @@ class ResultsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pass
 
 
-__all__ = ["ResultsReader", "ResultsStreamReader", "read_schema", "results_schema"]
+__all__ = [
+    "KeyFilter",
+    "KeyFilterReader",
+    "ResultsReader",
+    "ResultsStreamReader",
+    "read_schema",
+    "results_schema",
+]

@@ -1,10 +1,12 @@
 """The executors' half of :func:`~.transform.sliding_aggregate`: :class:`Sliding`, the function
 ``mapInArrow`` runs on every partition, and the result columns it adds beside the input rows.
 
-Per chunk of a partition (sorted by key and timestamp), each key's rows go to the key's stream
-(``<stream>:<key>``) asking for per-row results, which come back as Arrow columns. Batch
-DataFrames use scratch streams of the task attempt (deleted as soon as a key is done);
-streaming ones the per-key streams, with idempotency keys per chunk.
+A partition comes sorted by (key, timestamp); it goes to the server in Appends of up to
+``batch_rows`` rows, each holding the rows of any number of keys, asking for per-row results
+(in input order: each row gets its own key's window result after that row), which come back as
+Arrow columns. Batch DataFrames go through one scratch keyed stream per task attempt (created
+on its first rows, deleted when the task ends); streaming ones through the keyed stream itself,
+with an idempotency key per chunk.
 """
 
 from __future__ import annotations
@@ -15,21 +17,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from mtawindows.client import (
-    AppendResult,
-    NotFoundError,
-    StreamSpec,
-    WindowClient,
-    WindowSpec,
-    keyed_stream_name,
-)
+from mtawindows.client import AppendResult, NotFoundError, StreamSpec, WindowClient, WindowSpec
+from mtawindows.v1.keys import key_text
 
-from .arrow import arrow_column, rechunk, sorted_batches, split_by_key, to_stream_table
-from .clients import client_for, client_of
-from .connector_errors import explained
+from .arrow import arrow_column, nanos, rechunk, sorted_batches, to_stream_table
+from .clients import client_for
+from .connector_errors import ConnectorError, explained
 from .options import ConnectorOptions
 from .schemas import check_columns
-from .streams import KeyedStreams, scratch_suffix
+from .streams import scratch_name
 from .tasks import TaskChunks
 
 if TYPE_CHECKING:
@@ -51,14 +47,17 @@ class ResultColumn:
 
 
 def _result_array(
-    r: ResultColumn, got: dict[str, list[Any]], skipped: int, applied: int
+    r: ResultColumn, got: dict[str, list[Any]], applied: Sequence[bool] | None, n: int
 ) -> pa.Array:
-    """Column ``r`` of a chunk: null for the ``skipped`` rows (late or replayed, a prefix),
-    then the per-row results ``got`` of the ``applied`` ones."""
+    """Column ``r`` of a chunk of ``n`` rows: the per-row results ``got`` of the rows
+    ``applied`` (None: all of them), in order; null for the others (late or replayed)."""
     import pyarrow as pa
 
     def values(name: str) -> list[Any]:
-        return [None] * skipped + list(got.get(name, [None] * applied))
+        if applied is None:
+            return list(got.get(name, [None] * n))
+        it = iter(got.get(name, ()))
+        return [next(it, None) if a else None for a in applied]
 
     if r.kind != "STRUCT":
         return arrow_column(r.kind, values(r.output))
@@ -67,24 +66,65 @@ def _result_array(
     return pa.StructArray.from_arrays(children, names=[p for p, _ in r.parts], mask=mask)
 
 
-def with_results(part: pa.Table, res: AppendResult, results: Sequence[ResultColumn]) -> pa.Table:
-    """The input rows ``part``, then a column per result, then :data:`APPLIED`."""
+def with_results(
+    part: pa.Table,
+    res: AppendResult,
+    results: Sequence[ResultColumn],
+    applied: Sequence[bool] | None = None,
+) -> pa.Table:
+    """The input rows ``part``, then a column per result, then :data:`APPLIED`; ``applied``
+    says which rows the results are of (None: every row)."""
     import pyarrow as pa
 
-    applied = 0 if res.duplicate else res.rows_applied
-    skipped = part.num_rows - applied  # late rows are a prefix: each key's rows are sorted
+    n = part.num_rows
     arrays = list(part.columns)
     names = list(part.column_names)
     for r in results:
-        arrays.append(_result_array(r, res.row_results.get(r.window, {}), skipped, applied))
+        arrays.append(_result_array(r, res.row_results.get(r.window, {}), applied, n))
         names.append(r.column)
-    arrays.append(pa.array([False] * skipped + [True] * applied, pa.bool_()))
+    arrays.append(pa.array([True] * n if applied is None else list(applied), pa.bool_()))
     names.append(APPLIED)
     return pa.Table.from_arrays(arrays, names=names)
 
 
+class _Newest:
+    """The newest timestamp of every key of a keyed stream (of the stream, unkeyed) as the
+    server holds it, kept up to date with the rows sent: which rows a stream with late_policy
+    DROP would drop, told before they are sent (only the others are)."""
+
+    def __init__(self, client: WindowClient, spec: StreamSpec) -> None:
+        self.key = spec.key
+        self.ts = spec.timestamp_field
+        self.newest: dict[str, int] = {}
+        if self.key:  # ListKeys pages of the most keys a call: a few calls, not one per key
+            for k in client.iter_keys(spec.name, page_size=10_000):
+                self.newest[k.key] = k.newest_timestamp
+        else:
+            newest = client.get_stream(spec.name).newest_timestamp
+            if newest:
+                self.newest[""] = newest
+
+    def on_time(self, rows: pa.Table) -> list[bool]:
+        """Which of ``rows`` (each key's in timestamp order) are not late."""
+        ts = nanos(rows.column(self.ts))
+        keys = (
+            [key_text(k) for k in rows.column(self.key).to_pylist()] if self.key else [""] * len(ts)
+        )
+        newest = self.newest
+        out = []
+        for k, t in zip(keys, ts, strict=True):
+            n = newest.get(k)
+            ok = n is None or t >= n
+            if ok:
+                newest[k] = t
+            out.append(ok)
+        return out
+
+
 class Sliding:
-    """The per-partition function of ``mapInArrow`` (pickled to the workers)."""
+    """The per-partition function of ``mapInArrow`` (pickled to the workers). ``spec`` is the
+    spec of the stream the rows go to: the keyed stream itself (streaming) or the template of
+    the task's scratch stream (batch)."""
 
     def __init__(
         self,
@@ -112,87 +152,78 @@ class Sliding:
         self.mapping = check_columns(
             self.schema, self.spec, self.opts.timestamp_column, option="ts_col"
         )
-        self.keyed = KeyedStreams(self.opts)
-        # batch: fresh streams of this task attempt, deleted at the end
-        self.scratch = (
-            None
-            if self.streaming
-            else scratch_suffix(self.run_id, task.stage, task.partition, task.attempt)
-        )
-        self.created: dict[str, WindowClient] = {}  # scratch streams by name, and their server
+        self.client = client_for(self.opts)
+        self.newest: _Newest | None = None
+        if self.streaming:
+            self.stream = self.opts.stream
+            self.scratch = False
+            if self.spec.late_policy == "DROP":
+                with explained(self.opts, f"reading the keys of stream {self.stream!r}"):
+                    self.newest = _Newest(self.client, self.spec)
+        else:  # a fresh stream of this task attempt: the result is a function of the input
+            self.stream = scratch_name(
+                self.opts.stream, self.run_id, task.stage, task.partition, task.attempt
+            )
+            self.scratch = True
+        self.created = False
         try:
-            yield from self._run(batches)
+            for chunk in self._chunks(batches):
+                yield from self._one(chunk).to_batches()
         finally:
-            self._drop_scratch(list(self.created))
+            if self.created:
+                with contextlib.suppress(NotFoundError):
+                    self.client.delete_stream(self.stream)
 
     def _chunks(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:
         if self.streaming:  # one micro-batch's partition: Spark cannot sort it, we do
             batches = iter(sorted_batches(batches, self.order))
         return rechunk(batches, self.opts.batch_rows)
 
-    def _run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
+    def _create_scratch(self) -> None:
+        # the cluster places the scratch stream by its name: the tasks of a job spread over
+        # every member
+        name = self.stream
+        with explained(self.opts, f"creating scratch stream {name!r}"):
+            self.client.create_stream(replace(self.spec, name=name))
+            self.created = True
+            for w in self.scratch_windows:
+                self.client.create_window(replace(w, stream=name))
 
-        for chunk in self._chunks(batches):
-            parts = (
-                list(split_by_key(chunk, self.opts.key_column))
-                if self.opts.key_column
-                else [(None, chunk)]
-            )
-            outs = [self._one(key, part) for key, part in parts]
-            if self.scratch is not None and len(self.created) > 1:
-                # rows come sorted by key: every key before the last one is done
-                self._drop_scratch(list(self.created)[:-1])
-            table = pa.concat_tables(outs) if len(outs) > 1 else outs[0]
-            yield from table.to_batches()
-
-    def _drop_scratch(self, names: list[str]) -> None:
-        for name in names:
-            with contextlib.suppress(NotFoundError):
-                self.created[name].delete_stream(name)
-            del self.created[name]
-
-    def _stream_for(self, key: object) -> tuple[WindowClient, str]:
-        """The stream for ``key``'s rows and the client of its server."""
-        base = (
-            keyed_stream_name(self.opts.stream, key) if self.opts.key_column else self.opts.stream
-        )
-        if self.scratch is None:
-            if not self.opts.key_column:
-                return client_for(self.opts), base
-            with explained(self.opts, f"creating stream {base!r} for key {key!r}"):
-                return self.keyed.ensure(base), base
-        name = f"{base}{self.scratch}"
-        client = self.created.get(name)
-        if client is None:
-            # the cluster places each scratch stream by its name: the keys of a job spread
-            # over every member
-            client = client_of(self.opts, name)
-            with explained(self.opts, f"creating scratch stream {name!r}"):
-                client.create_stream(replace(self.spec, name=name))
-                self.created[name] = client
-                for w in self.scratch_windows:
-                    client.create_window(replace(w, stream=name))
-        return client, name
-
-    def _one(self, key: object, part: pa.Table) -> pa.Table:
-        """Send one key's rows of a chunk; the rows with their results."""
-        client, stream = self._stream_for(key)
+    def _one(self, part: pa.Table) -> pa.Table:
+        """Send one chunk (rows of many keys) in one Append; the rows with their results."""
+        if self.scratch and not self.created:
+            self._create_scratch()
         rows = to_stream_table(part, self.mapping, self.spec)
         producer: str | None = None
         seq: int | None = None
-        if self.scratch is None:
-            producer, seq = self.task.producer, self.task.next_sequence(stream)
-        with explained(self.opts, f"appending {rows.num_rows} rows to stream {stream!r}"):
-            res = client.append(
-                stream,
-                rows,
+        if not self.scratch:
+            producer, seq = self.task.producer, self.task.next_sequence(self.stream)
+        applied = None if self.newest is None else self.newest.on_time(rows)
+        send = rows if applied is None or all(applied) else rows.filter(applied)
+        if not send.num_rows:  # every row late: nothing to send
+            return with_results(part, AppendResult(), self.results, applied)
+        what = f"appending {send.num_rows} rows to stream {self.stream!r}"
+        with explained(self.opts, what):
+            res = self.client.append(
+                self.stream,
+                send,
                 producer_id=producer,
                 sequence=seq,
                 results="per_row",
                 windows=self.windows,
             )
-        return with_results(part, res, self.results)
+        if res.duplicate:  # a replayed chunk: applied before, its results are not known
+            return with_results(part, res, self.results, [False] * part.num_rows)
+        if res.rows_applied != send.num_rows:
+            msg = (
+                f"{what}: the server applied {res.rows_applied} of them ({res.rows_late} late), "
+                "so the per-row results cannot be matched to the rows; another writer may be "
+                f"sending rows of the same keys to {self.stream!r} meanwhile"
+            )
+            raise ConnectorError(msg)
+        if applied is not None and all(applied):
+            applied = None
+        return with_results(part, res, self.results, applied)
 
 
 __all__ = ["APPLIED", "ResultColumn", "Sliding", "with_results"]

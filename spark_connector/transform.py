@@ -1,18 +1,21 @@
-"""``sliding_aggregate``: every input row with its window's result right after that row.
+"""``sliding_aggregate``: every input row with its key's window result right after that row.
 
     out = sliding_aggregate(df, "localhost:50051", "telemetry",
                             key_col="host", ts_col="ts", window="last_10m")
 
-The DataFrame is repartitioned by the key and each partition sorted by (key, timestamp); every
-key's rows go, in order, to the key's own stream (``<stream>:<key>``, made from ``stream``: same
-schema and windows) through ``mapInArrow`` as Arrow IPC, asking for per-row results; the answer
-comes back as Arrow columns beside the input rows (the executors' part: :mod:`.sliding`).
+The DataFrame is repartitioned by the key and each partition sorted by (key, timestamp); each
+task sends its partition's rows, of all its keys, in Appends of up to ``batch_rows`` rows to a
+keyed stream (one window instance per key) through ``mapInArrow`` as Arrow IPC, asking for
+per-row results; the answer comes back as Arrow columns beside the input rows (the executors'
+part: :mod:`.sliding`). Never a call per key.
 
-Batch DataFrames: each task works on fresh per-key streams of its own (deleted when it ends), so
-the result is a pure function of the input: a retried task or a second action recomputes it
-exactly. Streaming DataFrames: the per-key streams persist across micro-batches (the windows
-carry on); chunks carry idempotency keys (query id, batch id, partition, chunk), so a replayed
-batch never counts twice, and its rows come back with ``mtaw_applied`` false and null results.
+Batch DataFrames: each task works on a scratch keyed stream of its own, made from ``stream``
+(same fields plus the key, same windows) and deleted when the task ends, so the result is a
+pure function of the input: a retried task or a second action recomputes it exactly. Streaming
+DataFrames: the rows go to ``stream`` itself, which must be keyed by ``key_col``, so the windows
+carry on across micro-batches; chunks carry idempotency keys (query id, batch id, partition,
+chunk), so a replayed batch never counts twice, and its rows come back with ``mtaw_applied``
+false and null results.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from .connector_errors import ConnectorError, explained
 from .options import ConnectorOptions, split_endpoints
 from .schemas import check_columns, output_struct_type
 from .sliding import APPLIED, ResultColumn, Sliding
+from .streams import check_key, keyed_spec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -46,7 +50,7 @@ def sliding_aggregate(
     window: WindowChoice = None,
     token: str | None = None,
     tls: bool | str | None = None,
-    batch_rows: int = 10_000,
+    batch_rows: int = 50_000,
     num_partitions: int | None = None,
     scratch_storage: str = "memory",
     timeout: float = 60.0,
@@ -54,46 +58,72 @@ def sliding_aggregate(
     """Each row of ``df`` plus the result of ``window`` (of stream ``stream``) after that row.
 
     ``endpoint`` is ``host:port``, or several comma-separated: seeds of a cluster (servers
-    sharing a Redis). The cluster places every key's stream on one of its members, so the
-    keys spread over all of them and one server's core is no longer the limit.
-    ``stream`` is the template: it must exist on the server with its windows (a
-    :class:`WindowSpec` as ``window`` is created on it when missing). ``key_col``: one window
-    state per key value (None: one for all rows, in one partition); ``ts_col``: the time column
-    (default the stream's timestamp field). Result columns are the window's output names
-    (``<window>_<output>`` when several windows are asked for), struct outputs as Spark structs,
-    plus ``mtaw_applied`` (false for a row dropped as late or replayed).
+    sharing a Redis); the cluster places each task's scratch stream, so the tasks spread over
+    its members. ``stream`` must exist on the server with its windows (a :class:`WindowSpec`
+    as ``window`` is created on it when missing). ``key_col``: one window state per key value
+    (a string or integer column; default the stream's key field, if it is keyed; None on an
+    unkeyed stream: one for all rows, in one partition); ``ts_col``: the time column (default
+    the stream's timestamp field). Result columns are the window's output names
+    (``<window>_<output>`` when several windows are asked for), struct outputs as Spark
+    structs, plus ``mtaw_applied`` (false for a row dropped as late or replayed).
 
-    Batch DataFrames are computed in scratch windows of the server, one key at a time per task
-    (each deleted once its key is done); ``scratch_storage`` is where they live: "memory"
-    (default: nothing to survive, a retried task recomputes) or "redis" (for a single key's
-    window too large for the server's memory). Streaming DataFrames use the per-key streams,
-    with the template windows' storage."""
+    Each task sends its rows, of all its keys, in Appends of up to ``batch_rows`` rows.
+    Batch DataFrames are computed in a scratch keyed stream per task, made from ``stream``
+    (keyed by ``key_col``) and deleted when the task ends; its windows are "redis" ones, as
+    every keyed stream's: the server keeps the hot keys in memory, the others in Redis.
+    Without a key, ``scratch_storage`` is where the scratch windows live: "memory" (default:
+    nothing to survive, a retried task recomputes) or "redis" (for a window too large for
+    the server's memory). Streaming DataFrames append to
+    ``stream`` itself, which must then be keyed by ``key_col`` (windows carry on across
+    micro-batches)."""
     _check_arguments(endpoint, batch_rows, scratch_storage)
     opts = ConnectorOptions(
         endpoint=endpoint,
         stream=stream,
         timestamp_column=ts_col or "",
-        key_column=key_col or "",
         token=token,
         tls=tls,
         batch_rows=batch_rows,
         timeout=timeout,
     )
     spec, names, infos = _template(opts, window)
-    check_columns(df.schema, spec, opts.timestamp_column, option="ts_col")
+    key_col = key_col or spec.key or None
     columns = df.schema.fieldNames()
     if key_col is not None and key_col not in columns:
         msg = f"key_col: the DataFrame has no column {key_col!r}; its columns are {columns}"
         raise ConnectorError(msg)
+    target = _target(spec, key_col, df)
+    check_columns(df.schema, target, opts.timestamp_column, option="ts_col")
     results = _result_columns(infos, columns)
     ts = opts.timestamp_column or spec.timestamp_field
     order = [ts] if key_col is None else [key_col, ts]
-    scratch = tuple(_scratch_window(infos[n].spec, scratch_storage) for n in names)
+    # a keyed stream's windows are "redis" (hot keys in memory, cold ones in Redis)
+    storage = scratch_storage if key_col is None else "redis"
+    scratch = tuple(_scratch_window(infos[n].spec, storage) for n in names)
     fn = Sliding(
-        opts, spec, df.schema, tuple(names), tuple(results), order, df.isStreaming, scratch
+        opts, target, df.schema, tuple(names), tuple(results), order, df.isStreaming, scratch
     )
     planned = _plan(df, key_col, order, num_partitions)
     return planned.mapInArrow(fn, _output_schema(df.schema, results, infos))
+
+
+def _target(spec: StreamSpec, key_col: str | None, df: DataFrame) -> StreamSpec:
+    """The spec of the stream the rows go to: ``stream`` itself (streaming; keyed by
+    ``key_col``) or the template of the tasks' scratch streams (batch; keyed by ``key_col``)."""
+    if spec.key:
+        check_key(spec, key_col or "", option="key_col")
+    if key_col is None:
+        return spec
+    if df.isStreaming:
+        if not spec.key:
+            msg = (
+                f"key_col: stream {spec.name!r} is not keyed; a streaming sliding_aggregate "
+                f"keeps each key's windows in it, so it must be keyed by {key_col!r}: create it "
+                f"with StreamSpec(..., key={key_col!r}) and a field {key_col!r}"
+            )
+            raise ConnectorError(msg)
+        return spec
+    return keyed_spec(spec, key_col, df.schema)
 
 
 def _check_arguments(endpoint: str, batch_rows: int, scratch_storage: str) -> None:
@@ -108,8 +138,9 @@ def _check_arguments(endpoint: str, batch_rows: int, scratch_storage: str) -> No
 
 
 def _scratch_window(spec: WindowSpec, storage: str) -> WindowSpec:
-    """A template window as a task's scratch window: the same, kept in ``storage``."""
-    return replace(spec, storage=replace(spec.storage, kind=storage))
+    """A template window as a task's scratch window: the same, kept in ``storage`` (never
+    durable: nothing of it outlives the task)."""
+    return replace(spec, storage=replace(spec.storage, kind=storage, durable=False))
 
 
 def _template(

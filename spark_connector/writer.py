@@ -2,10 +2,15 @@
 (:class:`StreamWriter`) push each partition's rows as Arrow IPC, in idempotent chunks of
 ``batch_rows`` (:class:`Pusher`), and report what every task did (:class:`MtaCommitMessage`).
 
+With ``key_column`` the stream is a keyed stream (keyed by that column): a chunk holds rows of
+any number of keys, each key's rows in timestamp order, and the server keeps one window
+instance per key.
+
 Each chunk carries an idempotency key: producer ``spark:<query id>:<partition>`` and sequence
 ``batch id * 2**20 + chunk number`` (:class:`~.tasks.TaskChunks`), so a retried task or a
-replayed micro-batch is acknowledged as a duplicate, not applied twice. Rows of one stream must
-come in timestamp order (see the README's ordering contract).
+replayed micro-batch is acknowledged as a duplicate, not applied twice (a keyed stream tells
+duplicates per key group). Rows of one stream (of one key) must come in timestamp order (see the
+README's ordering contract).
 """
 
 from __future__ import annotations
@@ -22,14 +27,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from mtawindows.client import StreamSpec, WindowClient, keyed_stream_name
+from mtawindows.client import StreamSpec, WindowClient
 
-from .arrow import rechunk, sorted_batches, split_by_key, to_stream_table
+from .arrow import rechunk, sorted_batches, to_stream_table
 from .clients import client_for
 from .connector_errors import explained
 from .options import ConnectorOptions
 from .schemas import check_columns
-from .streams import KeyedStreams
 from .tasks import TaskChunks
 
 if TYPE_CHECKING:
@@ -65,18 +69,11 @@ class Pusher:
         self.spec = spec
         self.mapping = check_columns(schema, spec, opts.timestamp_column)
         self.ts_column = next(iter(self.mapping))
-        self.keyed = KeyedStreams(opts) if opts.key_column else None
         self.msg = MtaCommitMessage(self.task.partition, self.task.attempt)
 
     def send(self, chunk: pa.Table) -> None:
-        if self.keyed is None:
-            self._append(client_for(self.opts), self.opts.stream, chunk)
-            return
-        for key, part in split_by_key(chunk, self.opts.key_column):
-            name = keyed_stream_name(self.opts.stream, key)
-            with explained(self.opts, f"creating stream {name!r} for key {key!r}"):
-                client = self.keyed.ensure(name)
-            self._append(client, name, part)
+        """One Append of ``chunk`` to the stream (of a keyed stream: rows of any keys)."""
+        self._append(client_for(self.opts), self.opts.stream, chunk)
 
     def _append(self, client: WindowClient, stream: str, chunk: pa.Table) -> None:
         seq = self.task.next_sequence(stream)
@@ -97,10 +94,10 @@ class Pusher:
 
 def push(pusher: Pusher, batches: Iterator[pa.RecordBatch]) -> MtaCommitMessage:
     """Send a partition's Arrow batches in chunks of ``batch_rows`` (sorted first by (key,
-    timestamp) with option ``sort``)."""
+    timestamp) with option ``sort``; a keyed stream's key is its key field)."""
     opts = pusher.opts
     if opts.sort:
-        order = [opts.key_column] if opts.key_column else []
+        order = [pusher.spec.key] if pusher.spec.key else []
         batches = iter(sorted_batches(batches, [*order, pusher.ts_column]))
     for chunk in rechunk(batches, opts.batch_rows):
         pusher.send(chunk)

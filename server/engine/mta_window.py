@@ -539,6 +539,21 @@ class MTAWindow(LevelForest):
         self._settle()
         return k
 
+    def load_lifted(self, lifted: list[Any]) -> None:
+        """Append items already lifted and already enforced (a keyed stream's compact window
+        growing into a tree): no policy runs. All or nothing."""
+        self._check_usable()
+        nxt = self._next
+        try:
+            self._insert_many(lifted)
+        except BaseException:
+            self._undo_inserts(nxt)
+            raise
+        self._settle()
+        self._total = UNSET
+        if self.debug:
+            self.check_invariants()
+
     def insert(self, x: Any) -> None:
         """Lift ``x`` and append it to the window; no eviction."""
         self._check_usable()

@@ -9,6 +9,7 @@ Modules, by idea:
   in), ``columns`` (a batch's columns against the schema), ``reorder`` (the lateness rule and
   reorder buffer), ``state`` (a stream's state and its JSON), ``hosted_window`` (one window of
   a stream: its engine, results and stats), ``fanout`` (results to subscribers);
+* keyed streams: ``keyed`` (a window instance per key, keys by key group, the key cache);
 * definitions into engines: ``window_builder`` (``build_window``), ``monoid_catalog``,
   ``plugins``, ``policy_catalog``, ``cel`` (expression policies), ``columnar_lift``,
   ``compiled`` (what a definition compiles to), ``specs`` (creation checks);
@@ -20,6 +21,7 @@ Modules, by idea:
 
 from .batch import FINAL, NONE, PER_ROW, Batch, Deferred
 from .hosted_window import HostedWindow
+from .keyed import KeyCache, KeyedStream
 from .limits import Limits
 from .refusals import (
     ServiceError,
@@ -43,6 +45,8 @@ __all__ = [
     "Batch",
     "Deferred",
     "HostedWindow",
+    "KeyCache",
+    "KeyedStream",
     "Limits",
     "Registry",
     "ServiceError",

@@ -100,11 +100,12 @@ def _mib(n: int) -> str:
 class Subscription:
     """One subscriber's queue of serialized events, oldest first."""
 
-    __slots__ = ("ended", "feed", "queue", "queued", "waiter", "waking", "window")
+    __slots__ = ("ended", "feed", "keys", "queue", "queued", "waiter", "waking", "window")
 
-    def __init__(self, feed: Feed, window: str) -> None:
+    def __init__(self, feed: Feed, window: str, keys: frozenset[str] | None = None) -> None:
         self.feed = feed
         self.window = window
+        self.keys = keys  # a keyed stream's keys it follows (None: every key)
         self.queue: deque[bytes] = deque()
         self.queued = 0  # bytes in queue
         self.ended: Ending | None = None
@@ -156,13 +157,16 @@ class Feed:
         under the stream's lock. Serializes once per window with subscribers; never raises into
         the append."""
         fanout = self.fanout
-        events: dict[str, bytes | None] | None = None
+        events: dict[str, Any] | None = None
         if batch >= 0:
             events = {}
             try:  # (a snapshot: the loop may add or drop subscribers meanwhile)
                 for wname, encode in list(self.encoders.items()):
                     result = results.get(wname)
-                    events[wname] = None if result is None else encode(batch, result)
+                    if isinstance(result, list):  # a keyed stream's: one per key changed
+                        events[wname] = [(r.key, encode(batch, r)) for r in result]
+                    else:
+                        events[wname] = None if result is None else encode(batch, result)
             except Exception:  # pragma: no cover - a bug in encoding must not fail the append
                 log.exception("could not encode results for subscribers", extra={"batch": batch})
                 return
@@ -206,7 +210,9 @@ class Fanout:
         self._trimming = False
 
     # -- on the event loop
-    def subscribe(self, stream: Any, window: str, encode: Encode) -> Subscription:
+    def subscribe(
+        self, stream: Any, window: str, encode: Encode, keys: frozenset[str] | None = None
+    ) -> Subscription:
         """Add a subscriber of ``window``; call under the stream's lock so that it sees every
         batch applied after this returns and none before."""
         if self.loop is None:
@@ -220,7 +226,7 @@ class Fanout:
         if feed is None:
             feed = self.feeds[name] = Feed(self, name, stream)
             stream.listeners.append(feed)
-        sub = Subscription(feed, window)
+        sub = Subscription(feed, window, keys)
         feed.windows.setdefault(window, {})[sub] = None
         feed.encoders.setdefault(window, encode)
         self.count += 1
@@ -259,7 +265,7 @@ class Fanout:
                 for sub in list(subs):
                     self._end(sub, ending)
 
-    def deliver(self, feed: Feed, batch: int, events: Mapping[str, bytes | None] | None) -> None:
+    def deliver(self, feed: Feed, batch: int, events: Mapping[str, Any] | None) -> None:
         """Queue one batch's events (None: the stream was deleted). O(subscribers of the
         batch's stream), never awaits; cuts whoever goes over a limit."""
         if events is None:
@@ -277,14 +283,23 @@ class Fanout:
                 for sub in list(subs):
                     self._end(sub, _gone(feed.name, wname))
                 continue
-            size = len(data)
+            keyed = isinstance(data, list)  # a keyed stream's: (key, event) per key changed
+            size = 0 if keyed else len(data)
             top = 0
             for sub in subs:
                 queued = sub.queued
+                if keyed:
+                    mine = [b for k, b in data if sub.keys is None or k in sub.keys]
+                    if not mine:
+                        continue
+                    size = sum(map(len, mine))
                 if queued and queued + size > limit:
                     over.append(sub)
                     continue
-                sub.queue.append(data)
+                if keyed:
+                    sub.queue.extend(mine)
+                else:
+                    sub.queue.append(data)
                 sub.queued = queued = queued + size
                 added += size
                 if queued > top:

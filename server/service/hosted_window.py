@@ -113,7 +113,7 @@ class HostedWindow:
 
     @property
     def window_id(self) -> str | None:
-        return self.engine.window_id  # type: ignore[no-any-return]
+        return None if self.engine is None else self.engine.window_id
 
     def values(self, lowered: Mapping[str, Any], size: int) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -174,6 +174,8 @@ class HostedWindow:
         return self.columns(totals, sizes) | {"__size": (FieldType.INT64.value, sizes)}
 
     def stats(self, late_rows: int) -> dict[str, int]:
+        if self.engine is None:  # a keyed stream's: its instances are per key (GetKey)
+            return {"late_rows": late_rows}
         s = self.engine.stats()
         store = s.get("store", {})
         policy = self.built.policy

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mtawindows.v1.keys import MAX_KEY_BYTES
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import show
 
@@ -36,6 +37,7 @@ MAX_AGGREGATIONS = 256
 MAX_PARAMS = 16
 MAX_COLUMNS = MAX_FIELDS + 1  # the timestamp column and every field
 MAX_WINDOWS_NAMED = 256
+MAX_SUBSCRIBED_KEYS = 10_000
 __all__ = ["check_request", "too_long"]
 
 _P = "mtawindows.v1."
@@ -70,6 +72,16 @@ STRING_LIMITS: dict[tuple[str, str], int | None] = {
     (_P + "ReadResultsRequest", "stream"): MAX_STREAM_NAME,
     (_P + "ReadResultsRequest", "window"): MAX_NAME,
     (_P + "GetClusterMapRequest", "streams"): MAX_STREAM_NAME,
+    (_P + "StreamSpec", "key"): MAX_NAME,
+    (_P + "QueryRequest", "key"): MAX_KEY_BYTES,
+    (_P + "SubscribeRequest", "keys"): MAX_KEY_BYTES,
+    (_P + "ListKeysRequest", "stream"): MAX_STREAM_NAME,
+    (_P + "ListKeysRequest", "prefix"): MAX_KEY_BYTES,
+    (_P + "ListKeysRequest", "page_token"): MAX_KEY_BYTES,
+    (_P + "GetKeyRequest", "stream"): MAX_STREAM_NAME,
+    (_P + "GetKeyRequest", "key"): MAX_KEY_BYTES,
+    (_P + "DeleteKeyRequest", "stream"): MAX_STREAM_NAME,
+    (_P + "DeleteKeyRequest", "key"): MAX_KEY_BYTES,
 }
 # (message, repeated field) -> most entries
 COUNT_LIMITS: dict[tuple[str, str], int] = {
@@ -79,6 +91,7 @@ COUNT_LIMITS: dict[tuple[str, str], int] = {
     (_P + "Aggregation", "params"): MAX_PARAMS,
     (_P + "AppendRequest", "columns"): MAX_COLUMNS,
     (_P + "AppendRequest", "windows"): MAX_WINDOWS_NAMED,
+    (_P + "SubscribeRequest", "keys"): MAX_SUBSCRIBED_KEYS,
 }
 # fields holding data, not definitions: never walked (a batch's values)
 _DATA = {

@@ -22,3 +22,9 @@ class Limits:
     # checked before it is parsed (INVALID_ARGUMENT, CEL_TOO_LARGE / CEL_TOO_DEEP)
     max_cel_bytes: int = 4096
     max_cel_depth: int = 64
+    # keyed streams: keys held by the server (every keyed stream together), the memory the
+    # key cache may hold (key states in memory; the others wait in Redis), and the items a
+    # key's window holds in its compact form before it becomes a full MTA
+    max_keys: int = 10_000_000
+    key_cache_bytes: int = 512 * 1024 * 1024
+    key_compact_items: int = 64

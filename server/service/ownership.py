@@ -19,17 +19,28 @@ and **owned** under a lease whose fencing token guards every write of its data.
 - **Rebalancing** (each tick): a stream owned here but now placed on another live member is
   released (a last flush, then the lease); a stream placed here that nobody holds is adopted.
   Moving a stream costs its local state only (tails, heads, caches): the rest is in Redis.
+- **Key groups.** Every key group of a keyed stream is a unit of its own, ``"<stream>#<g>"``
+  (:func:`mtawindows.v1.keys.group_unit`): placed, leased, fenced, adopted, released and
+  rebalanced exactly as a stream is, its lease renewed with the member's other groups of the
+  stream in one script (storage/leases.py). The stream's own unit (its name) holds its
+  definitions' calls. A call that touches groups asks :meth:`serve_groups` first (from the
+  stream, under its calls' lock): fresh groups pass, stale ones renew, free ones placed here
+  are adopted on the spot, the others answer ``NOT_OWNER`` naming the group's holder. A
+  holder follows the stream's definitions version (read by its renewals) between calls.
 """
 
 from __future__ import annotations
 
+import functools
+import gc
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from mtawindows.v1.keys import group_unit, split_unit
 from mtawindows.v1.placement import place
 from mtawindows.v1.reasons import Reason
 
@@ -38,9 +49,9 @@ from ..storage.leases import Lease, Leases
 from ..storage.membership import Membership
 from ..storage.protocol import StoreError
 from ..storage.replication import Waiter
-from .refusals import ServiceError, not_found
+from .keyed import KeyedStream
+from .refusals import ServiceError, group_refusal, not_found
 from .registry import Registry
-from .stream import Stream
 
 __all__ = ["Ownership", "not_owner"]
 
@@ -82,6 +93,28 @@ def moving(stream: str, retry_after_ms: int, why: str) -> ServiceError:
     )
 
 
+class _CollectorClock:
+    """Seconds this process spent in the garbage collector's long collections (the
+    interpreter stands still then: no heartbeat, no call runs), counted by one callback."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self._started = 0.0
+        gc.callbacks.append(self._on)
+
+    def _on(self, phase: str, info: dict[str, int]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._started = time.monotonic()
+        elif self._started:
+            self.total += time.monotonic() - self._started
+            self._started = 0.0
+
+
+_COLLECTOR = _CollectorClock()
+
+
 class Ownership:
     """This server's streams in the cluster (see the module docstring).
 
@@ -106,6 +139,7 @@ class Ownership:
             msg = f"lease_ms must be at least 200, got {lease_ms}"
             raise ValueError(msg)
         self.registry = registry
+        registry.clustered = True  # a keyed stream's groups come one by one (adopt)
         self.member = member
         self.address = address
         self.lease_ms = int(lease_ms)
@@ -142,6 +176,9 @@ class Ownership:
         # view of the cluster; past isolation_ms it counts itself cut off (see isolated())
         self.beat_ok = time.monotonic()
         self.isolation_ms = int(self.lease_ms * ISOLATION_SHARE)
+        self._beating = threading.Lock()  # a heartbeat under way
+        self.gc_at_beat = _COLLECTOR.total  # the collector's clock when beat_ok was sent
+        self.beat_failed = False  # the last heartbeat was not answered
 
     # -- life cycle
     def start(self) -> None:
@@ -186,14 +223,53 @@ class Ownership:
 
     def _beat(self) -> None:
         """One heartbeat; its answer refreshes the view (and ends an isolation)."""
+        with self._beating:
+            self._beat_held()
+
+    def _beat_held(self) -> None:
         sent = time.monotonic()
-        self.membership.beat(len(self.fences))
+        collected = _COLLECTOR.total
+        try:
+            self.membership.beat(sum(1 for n in self.fences if split_unit(n)[1] is None))
+        except StoreError:
+            self.beat_failed = True
+            raise
+        self.beat_failed = False
         if sent > self.beat_ok:
             self.beat_ok = sent  # the view is as old as the request that read it
+            self.gc_at_beat = collected
+
+    def paused(self) -> bool:
+        """Whether a stale view may come of a pause of this process rather than of the store
+        (a long garbage collection, a stall): the last heartbeat was answered and none is
+        under way. A heartbeat right now (:meth:`beat_now`) then tells."""
+        return not self.beat_failed and not self._beating.locked()
+
+    def beat_now(self) -> bool:
+        """After a pause (:meth:`paused`): one heartbeat now, on the caller's thread (never
+        the event loop's), unless one is under way. Whether this server is connected again.
+        A store that does not answer is found by the heartbeat already under way (the gate
+        is closed) or that failed (it stays closed until one is answered)."""
+        if not self.paused() or self._stop.is_set():
+            return False
+        if not self._beating.acquire(blocking=False):
+            return False
+        try:
+            self._beat_held()
+        except StoreError:
+            return False
+        finally:
+            self._beating.release()
+        return not self.isolated()
 
     def view_age_ms(self) -> int:
-        """Milliseconds, by this server's clock, since its last answered heartbeat was sent."""
-        return int((time.monotonic() - self.beat_ok) * 1000)
+        """Milliseconds, by this server's clock, since its last answered heartbeat was sent,
+        but the time the process stood still in full garbage collections since then (a
+        million keys' states take a second or more: no heartbeat could be sent, and the
+        store did not go away). What the process serves meanwhile is still bounded by its
+        leases (:meth:`fresh`, by the plain clock) and their fences."""
+        stood = _COLLECTOR.total - self.gc_at_beat
+        return int((time.monotonic() - self.beat_ok - stood) * 1000)
 
     def isolated(self) -> bool:
         """Whether this server is cut off: no heartbeat answered for more than half a lease.
@@ -235,15 +311,17 @@ class Ownership:
                 t.join(timeout=10)
         if not release or self.usurped:  # a usurped member leaves its id to the newer one
             return
+        # out of the members first: the others place its streams and key groups on themselves
+        # at once and take each as soon as it is released here (not after all of them)
+        try:
+            self.membership.beat(0, leave=True)
+        except StoreError:  # pragma: no cover - the member times out instead
+            log.warning("could not leave the cluster: it forgets this member after its TTL")
         for name in list(self.fences):
             try:
                 self.release(name)
             except Exception:  # pragma: no cover - logged; the lease runs out instead
                 log.exception("releasing stream %s at shutdown", name)
-        try:
-            self.membership.beat(0, leave=True)
-        except StoreError:  # pragma: no cover - the member times out instead
-            log.warning("could not leave the cluster: it forgets this member after its TTL")
 
     def _loop(self, step: Callable[[], None]) -> None:
         while not self._stop.wait(self.interval):
@@ -262,20 +340,23 @@ class Ownership:
 
     # -- leases
     def renew(self, names: list[str] | None = None) -> None:
-        """Renew the leases held (or those of ``names``); drop the streams whose lease is lost."""
-        with self.lock:
-            fences = {n: self.fences[n] for n in (names or list(self.fences)) if n in self.fences}
+        """Renew the leases held (or those of ``names``); drop the streams whose lease is lost.
+        Never waits for :attr:`lock` but to drop one (a call may hold it while it adopts a key
+        group over Redis round trips: the heartbeat must not wait behind it)."""
+        snapshot = dict(self.fences)  # one step under the GIL: no lock needed to read it
+        fences = {n: snapshot[n] for n in (names or list(snapshot)) if n in snapshot}
         if not fences:
             return
         sent = time.monotonic()
         held = self.leases.renew(fences)
         for name, ok in held.items():
-            with self.lock:
-                if self.fences.get(name) is not fences[name]:
-                    continue  # moved meanwhile (released, or adopted again with a new token)
-                if ok:
-                    self.deadlines[name] = self._serve_until(sent)
-                    continue
+            if self.fences.get(name) is not fences[name]:
+                continue  # moved meanwhile (released, or adopted again with a new token)
+            if ok:
+                # serving also needs the name held (fresh()): a deadline left behind by a
+                # release that raced this renewal serves nothing
+                self.deadlines[name] = self._serve_until(sent)
+                continue
             log.warning("lost the lease of stream %s: another server owns it", name)
             self.lost(name, fences[name])
 
@@ -303,11 +384,11 @@ class Ownership:
         return place(name, self.live()) or self.member
 
     # -- moves
-    def adopt(self, name: str, why: str = "placed here") -> Stream | None:
+    def adopt(self, name: str, why: str = "placed here") -> Any:
         """Take ``name``'s lease and open it here: the Stream, or None when another member
         holds the lease or there is no such stream (the lease is then let go)."""
         with self.lock:
-            s = self.registry.streams.get(name)
+            s = self.registry.held(name)
             if s is not None and name in self.fences:
                 return s
             sent = time.monotonic()
@@ -337,15 +418,17 @@ class Ownership:
         """The lease of a stream about to be created here (CreateStream): NOT_OWNER when
         another member holds it or it is placed on another live member. A stream that exists
         is opened (the caller then finds it there)."""
-        s = self.registry.streams.get(name)
+        s = self.registry.held(name)
         if s is not None and s.fence is not None:
-            return s.fence
+            held: Fence = s.fence
+            return held
         self._redirect_unless_here(name)
         with self.lock:
-            if self.registry.exists(name):
+            if self.registry.unit_exists(name):
                 s = self.adopt(name, "created here")
                 if s is not None and s.fence is not None:
-                    return s.fence
+                    fence: Fence = s.fence
+                    return fence
                 self._redirect_unless_here(name)
             sent = time.monotonic()
             ours, other = self.leases.acquire(name)
@@ -369,6 +452,13 @@ class Ownership:
             fence = self.fences.get(name)
             if fence is not None:
                 self._let_go(name, fence)
+            # a keyed stream's groups held here went with it (their fences moved on): forget
+            # them quietly, no "lost" to find at the next renewal
+            prefix = group_unit(name, 0)[:-1]
+            for unit in [u for u in self.fences if u.startswith(prefix)]:
+                if split_unit(unit)[0] == name:
+                    self.fences.pop(unit, None)
+                    self.deadlines.pop(unit, None)
 
     def release(self, name: str) -> None:
         """Hand ``name`` over: a last flush, the lease let go, callers sent to the new owner."""
@@ -390,15 +480,23 @@ class Ownership:
         """``name``'s lease was lost (a refused write, a failed renewal of ``fence``): forget
         the stream without writing; returns the answer its callers get. A stream this server
         holds under another, unrefused token by now (it moved back here meanwhile) stays."""
+        # a keyed stream's unit is dropped outside this lock: a call holding the stream's lock
+        # may be waiting for it (it adopts the groups it meets, Ownership.serve_groups)
+        keyed = split_unit(name)[1] is not None or isinstance(
+            self.registry.streams.get(name), KeyedStream
+        )
         with self.lock:
             current = self.fences.get(name)
             if current is not None and (current is not fence if fence else not current.lost):
                 return moving(name, 50, "it moved back to this server meanwhile")
             had = self.fences.pop(name, None)
             self.deadlines.pop(name, None)
-            self.registry.drop(name)
+            if not keyed:
+                self.registry.drop(name)
             if had is not None:
                 self.moves += 1
+        if keyed:
+            self.registry.drop(name, had)  # only what it held under that fence
         answer = self._where(name)
         if had is not None:
             self.on_moved(name, answer)
@@ -420,30 +518,46 @@ class Ownership:
             if target is not None and target != self.member:
                 self.release(name)
         try:
-            names = self.registry.names()
+            names = self.registry.units()
         except Exception as ex:
             log.warning("could not list the streams: %s", ex)
             return
         self._last_names = names
+        self._sync_definitions()
         mine = [n for n in names if n not in self.fences and place(n, live) == self.member]
-        if not mine:
-            return
-        for name, holder in zip(mine, self.leases.holders(mine), strict=True):
-            if holder is not None and holder.member != self.member and not self._forcing:
-                continue  # the holder lets it go (or its lease runs out)
-            try:
-                self.adopt(name)
-            except (StoreError, ServiceError) as ex:
-                log.warning("could not adopt stream %s: %s", name, ex)
+        if mine:
+            for name, holder in zip(mine, self.leases.holders(mine), strict=True):
+                if holder is not None and holder.member != self.member and not self._forcing:
+                    continue  # the holder lets it go (or its lease runs out)
+                try:
+                    if split_unit(name)[1] is None:
+                        self.adopt(name)
+                    else:  # a key group: between the calls of its stream (they may adopt it)
+                        self.serialize(name, functools.partial(self.adopt, name))
+                except (StoreError, ServiceError) as ex:
+                    log.warning("could not adopt stream %s: %s", name, ex)
+        # its subscribers go where its keys are
+        for name in self.registry.prune(self.fences, self.serialize):
+            self.on_moved(name, self._where(name))
+
+    def _sync_definitions(self) -> None:
+        """A keyed stream's windows changed on its owner (its definitions version, as the
+        renewal of its groups read it, moved on): every holder of its groups follows, between
+        the stream's calls."""
+        for name, version in list(self.leases.versions.items()):
+            s = self.registry.streams.get(name)
+            if not isinstance(s, KeyedStream) or s.defs_version >= version:
+                continue
+            self.serialize(name, functools.partial(self.registry.sync_definitions, {name: version}))
 
     # -- routing
-    def route(self, name: str) -> Stream:
+    def route(self, name: str) -> Any:
         """The stream ``name`` if this server may serve it now (renewing or adopting it when
         needed), else raise where it is (NOT_OWNER, STREAM_MOVING) or that it does not exist.
         A cut-off server (:meth:`isolated`) serves nothing: MEMBER_ISOLATED."""
-        if self.isolated():
+        if self.isolated() and not self.beat_now():
             raise self.isolation()
-        s = self.registry.streams.get(name)
+        s = self.registry.held(name)
         if s is not None and name in self.fences:
             if self.fresh(name):
                 return s
@@ -451,12 +565,12 @@ class Ownership:
             if self.fresh(name):
                 return s
         self._redirect_unless_here(name)
-        if not self.registry.exists(name):
+        if not self.registry.unit_exists(name):
             raise not_found(Reason.STREAM_NOT_FOUND, f"no stream named {name!r}", stream=name)
         s = self.adopt(name, "a call came")
         if s is None:
             holder = self.leases.holder(name)
-            if holder is None and not self.registry.exists(name):
+            if holder is None and not self.registry.unit_exists(name):
                 raise not_found(Reason.STREAM_NOT_FOUND, f"no stream named {name!r}", stream=name)
             raise self._answer(name, holder)
         return s
@@ -470,13 +584,27 @@ class Ownership:
         # free, or still ours while this server lets it go: where placement puts it (a call
         # must not take back a stream this server is handing over)
         elsewhere = self._placed_elsewhere(name)
-        if elsewhere is not None:
-            raise elsewhere
+        if elsewhere is None:
+            return
+        if holder is not None:
+            # the lease still names this server (its last flush is under way, or a release
+            # failed and the lease runs out): the new member would send the call straight
+            # back here, so the caller waits for the hand-over instead of going round
+            raise moving(
+                name,
+                max(50, min(holder.ttl_ms or self.lease_ms, self.lease_ms // 4)),
+                f"it is being handed over to {elsewhere.metadata.get('owner', '?')}",
+            )
+        raise elsewhere
 
     def _answer(self, name: str, holder: Lease | None) -> ServiceError:
         """Where ``name`` is, for a caller: its live holder (NOT_OWNER), or STREAM_MOVING."""
         if holder is None:
             return moving(name, 100, "its lease was just let go")
+        if holder.member == self.member:
+            # ours by its lease but not open here (being opened, or let go, at this moment):
+            # never send a caller back to this very server
+            return moving(name, 100, "it is being opened or let go here")
         if holder.member in self.membership.members:
             return not_owner(name, holder.member, holder.address, holder.token)
         wait = max(50, min(holder.ttl_ms or self.lease_ms, self.lease_ms))
@@ -499,6 +627,35 @@ class Ownership:
             return None
         member = self.membership.members.get(target)
         return not_owner(name, target, member.address if member is not None else target)
+
+    # -- key groups
+    def serve_groups(self, stream: str, groups: Iterable[int]) -> None:
+        """Whether this server may serve key groups ``groups`` of keyed stream ``stream`` now
+        (called by the stream, under its calls' lock, with every group a call touches):
+        renewed when their lease's serving time ran out, adopted when placed here and free;
+        else NOT_OWNER naming the group's holder, or STREAM_MOVING (nothing was done)."""
+        if self.isolated() and not self.beat_now():
+            raise self.isolation()
+        for g in groups:
+            unit = group_unit(stream, g)
+            if self.fresh(unit):
+                continue
+            try:
+                self.route(unit)
+            except ServiceError as ex:
+                raise group_refusal(ex, stream, g) from None
+
+    def group_members(self, stream: str) -> list[str]:
+        """The member holding each key group of ``stream`` ("" for none live); [] for a stream
+        without a key."""
+        n = self.registry.definitions.key_groups().get(stream, 0)
+        if not n:
+            return []
+        live = set(self.membership.members) | {self.member}
+        return [
+            lease.member if lease is not None and lease.member in live else ""
+            for lease in self.leases.group_holders(stream, n)
+        ]
 
     def owner_of(self, name: str) -> tuple[str, str, int]:
         """(member, address, token) of ``name``'s live owner; ("", "", 0) when none."""

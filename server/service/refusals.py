@@ -166,3 +166,13 @@ def invalid(
     echoes ``given``, already shortened, when set); the violation is (field, what was wrong)."""
     text = f"{field_path}: {message}" if given is None else f"{field_path}: {message}: {given}"
     return ServiceError("INVALID_ARGUMENT", reason, text, [(field_path, message)], metadata)
+
+
+def group_refusal(ex: ServiceError, stream: str, group: int) -> ServiceError:
+    """A refusal about key group ``group``'s unit said about the stream: metadata ``stream``
+    (the stream's name), ``group`` and ``unit``, and a message naming the group."""
+    unit = f"{stream}#{group}"
+    meta = dict(ex.metadata)
+    meta.update(stream=stream, group=str(group), unit=unit)
+    message = ex.message.replace(f"stream {unit!r}", f"key group {group} of stream {stream!r}")
+    return ServiceError(ex.code, ex.reason, message, ex.violations, meta)

@@ -11,14 +11,17 @@ and runs them on worker threads); different streams run in parallel.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
 
+from mtawindows.v1.keys import DEFAULT_KEY_GROUPS, split_unit
 from mtawindows.v1.reasons import Reason
-from mtawindows.v1.types import StreamInfo, StreamSpec, WindowInfo, WindowResult, WindowSpec
+from mtawindows.v1.types import StreamSpec, WindowInfo, WindowResult, WindowSpec
 
 from ..engine.amta import AmortizedMTA
 from ..engine.lmta import LogMTA
@@ -30,6 +33,7 @@ from . import durability
 from .compiled import Built, DefinitionError
 from .definitions import Definitions
 from .hosted_window import HostedWindow
+from .keyed import KeyCache, KeyedStream, not_keyed
 from .limits import Limits
 from .refusals import ServiceError, not_found, store_unavailable
 from .specs import check_policy_numbers, check_stream_spec
@@ -60,18 +64,30 @@ class Registry:
         self.redis: Any = connect(self.url, timeout=5.0)
         self.wait = wait  # journal writes wait for replicas through it (storage.replication)
         self.definitions = Definitions(self.redis, prefix)
-        self.streams: dict[str, Stream] = {}
+        self.streams: dict[str, Stream | KeyedStream] = {}
+        # keyed streams' keys in memory, within --key-cache-mb (all keyed streams together)
+        self.key_cache = KeyCache(self.limits.key_cache_bytes, self.limits.max_keys)
         self.guard = threading.RLock()  # create/delete/adopt/release of streams and windows
+        # a member of a cluster: a keyed stream's key groups are owned one by one (units
+        # "<stream>#<g>", adopted, released and dropped on their own); else every group of a
+        # keyed stream opens with it
+        self.clustered = False
+        # (stream, groups) -> None, or raises where they are: set by the cluster (a keyed
+        # stream asks it before it serves any key group)
+        self.serve_groups: Callable[[str, Any], None] | None = None
 
     # -- lookup
-    def stream(self, name: str) -> Stream:
+    def stream(self, name: str) -> Any:
         s = self.streams.get(name)
         if s is None:
             raise not_found(Reason.STREAM_NOT_FOUND, f"no stream named {name!r}", stream=name)
         return s
 
-    def window(self, stream: str, name: str) -> HostedWindow:
-        s = self.stream(stream)
+    def window(self, stream: str, name: str) -> Any:
+        return self.window_of(self.stream(stream), name)
+
+    def window_of(self, s: Any, name: str) -> Any:
+        stream = s.spec.name
         w = s.windows.get(name)
         if w is None:
             raise not_found(
@@ -86,19 +102,24 @@ class Registry:
         """A window's current result (under the stream's lock)."""
         w = self.window(stream, name)
         s = self.stream(stream)
+        if isinstance(s, KeyedStream):
+            raise not_keyed(stream, "is keyed: name the key whose window to query")
         with s.lock:
             s.ensure_current()
             try:
-                return w.result()
+                result: WindowResult = w.result()
+                return result
             except StoreError as ex:
                 if s.journal is not None:
                     s.stale = True
                 raise store_unavailable(stream, ex, window=name) from None
 
     # -- streams
-    def create_stream(self, spec: StreamSpec, fence: Fence | None = None) -> StreamInfo:
+    def create_stream(self, spec: StreamSpec, fence: Fence | None = None) -> Any:
         """Create a stream (under ``fence``, the lease the caller took for its name)."""
         check_stream_spec(spec)
+        if spec.key and not spec.key_groups:  # stored (and read back) as the number it has
+            spec = dataclasses.replace(spec, key_groups=DEFAULT_KEY_GROUPS)
         with self.guard:
             if spec.name in self.streams:
                 raise ServiceError(
@@ -122,22 +143,57 @@ class Registry:
             self.streams[spec.name] = s
             return s.info()
 
-    def _new_stream(self, spec: StreamSpec, fence: Fence | None = None) -> Stream:
+    def _new_stream(self, spec: StreamSpec, fence: Fence | None = None) -> Any:
+        if spec.key:
+            return self._new_keyed(spec, fence)
         s = Stream(spec)
         s.fence = fence
         s.state_store = StreamJournal(self.redis, self.prefix, spec.name, fence, wait=self.wait)
         s.recover = lambda: durability.recover(s)
         return s
 
+    def _new_keyed(self, spec: StreamSpec, fence: Fence | None) -> KeyedStream:
+        def engine(w: HostedWindow, wid: str, group_fence: Fence | None) -> Any:
+            return self._engine(ks, w.spec, w.built, f"s:{wid}", group_fence)
+
+        def serve(groups: Any) -> None:
+            if self.serve_groups is not None:
+                self.serve_groups(spec.name, groups)
+
+        def resync() -> None:  # a cluster: the windows as the stream's owner last defined them
+            version = self.definitions.version(spec.name)
+            if version > ks.defs_version:
+                stored = self.definitions.load(spec.name)
+                if stored is not None:
+                    self._define_keyed(ks, stored)
+                ks.defs_version = version
+
+        ks = KeyedStream(
+            spec,
+            client=self.redis,
+            prefix=self.prefix,
+            fence=fence,
+            wait=self.wait,
+            cache=self.key_cache,
+            compact_items=self.limits.key_compact_items,
+            make_engine=engine,
+            all_groups=not self.clustered,
+            serve=serve,
+        )
+        if self.clustered:
+            ks.resync = resync
+        return ks
+
     def delete_stream(self, name: str) -> None:
         with self.guard:
             s = self.stream(name)
-            for wname in list(s.windows):
-                self._drop_window(s, wname)
-            try:
-                s.state_store.delete()
-            except StoreError as ex:
-                raise store_unavailable(name, ex) from None
+            with s.lock:
+                for wname in list(s.windows):
+                    self._drop_window(s, wname)
+                try:
+                    s.state_store.delete()
+                except StoreError as ex:
+                    raise store_unavailable(name, ex) from None
             self.definitions.delete_stream(name, s.fence)
             s.gone = True
             del self.streams[name]
@@ -170,6 +226,8 @@ class Registry:
                     [(ex.field, ex.description)],
                     ex.metadata,
                 ) from None
+            if isinstance(s, KeyedStream):
+                return self._create_keyed_window(s, spec, built)
             s.ensure_current()  # the new window joins at the stream's state: the current one
             # "s:<hex>": the window's keys share its stream's hash tag (and fence)
             window_id = f"s:{uuid.uuid4().hex}" if spec.storage.kind == "redis" else ""
@@ -192,15 +250,49 @@ class Registry:
             durability.journal_if_durable(s)
             return w.info(s.state.rows_late)
 
+    def _create_keyed_window(self, s: KeyedStream, spec: WindowSpec, built: Built) -> WindowInfo:
+        """A window of a keyed stream: defined once, an instance per key from its next row.
+        Its keys' states are in Redis (a memory window has nowhere to put cold keys)."""
+        if spec.storage.kind != "redis":
+            raise ServiceError(
+                "INVALID_ARGUMENT",
+                Reason.INVALID_DEFINITION,
+                f"stream {s.spec.name!r} is keyed: its windows keep cold keys in Redis, so "
+                f"storage {spec.storage.kind!r} is not possible; use storage 'redis'",
+                [("spec.storage.kind", "a keyed stream's windows are stored in Redis")],
+            )
+        w = HostedWindow(s.spec, spec, built, None, history=1)
+        if w.checks_results:
+            raise ServiceError(
+                "INVALID_ARGUMENT",
+                Reason.INVALID_DEFINITION,
+                f"stream {s.spec.name!r} is keyed: a plugin output with a lower of its own is "
+                "not supported on keyed streams yet",
+                [("spec.aggregations", "a plugin monoid that lowers")],
+            )
+        with s.lock:
+            s.ensure_current()
+            # the definition's own id: a holder of other groups tells a window deleted and
+            # created again under its name from the one it has
+            w.def_id = f"kw:{uuid.uuid4().hex}"  # type: ignore[attr-defined]
+            self.definitions.save_window(spec, w.def_id, s.fence)  # type: ignore[attr-defined]
+            s.define(w)
+        return w.info(0) if w.engine is not None else s.window_info(spec.name)
+
     def delete_window(self, stream: str, name: str) -> None:
         with self.guard:
             s = self.stream(stream)
             self.window(stream, name)
             self._drop_window(s, name)
-            durability.journal_if_durable(s)
+            if not isinstance(s, KeyedStream):
+                durability.journal_if_durable(s)
 
-    def _drop_window(self, s: Stream, name: str) -> None:
+    def _drop_window(self, s: Any, name: str) -> None:
         self.definitions.delete_window(s.spec.name, name, s.fence)
+        if isinstance(s, KeyedStream):
+            with s.lock:
+                s.drop_window(name)
+            return
         w = s.windows.pop(name)
         store = w.engine.store
         if store is not None and hasattr(store, "delete_window"):
@@ -210,7 +302,11 @@ class Registry:
             except StoreError:  # pragma: no cover - logged, keys expire with the data
                 log.warning("could not delete the data of window %s/%s", s.spec.name, name)
 
-    def _engine(self, s: Stream, spec: WindowSpec, built: Built, window_id: str) -> Any:
+    def _engine(
+        self, s: Any, spec: WindowSpec, built: Built, window_id: str, fence: Fence | None = None
+    ) -> Any:
+        """A window's engine; its Redis store writes through ``fence`` (default: the stream's;
+        a keyed stream's key window: its group's)."""
         cls = AmortizedMTA if spec.algorithm == "AMTA" else LogMTA
         if spec.storage.kind == "memory":
             return cls(built.monoid, built.policy)
@@ -222,7 +318,7 @@ class Registry:
             "durable": False,
             "checkpoint_every": 1 << 62,
             "prefix": self.prefix,
-            "fence": s.fence,
+            "fence": fence if fence is not None else s.fence,
             "client": self.redis,  # one connection pool for every window of the server
         }
         if window_id.startswith("s:"):  # keys under the stream's hash tag
@@ -236,9 +332,25 @@ class Registry:
         store = RedisStore(self.url, window_id=window_id, **opts)
         return cls(built.monoid, built.policy, store=store)
 
-    def flush(self, stream: Stream, *, wait: bool = True, final: bool = False) -> None:
-        """Checkpoint ``stream``'s Redis windows and save its state (:func:`.durability.flush`)."""
+    def flush(self, stream: Any, *, wait: bool = True, final: bool = False) -> None:
+        """Checkpoint ``stream``'s Redis windows and save its state (:func:`.durability.flush`);
+        a keyed stream drops its expired keys, then writes the groups that changed."""
+        if isinstance(stream, KeyedStream):
+            stream.expire()
+            stream.flush(wait=wait, final=final)
+            return
         durability.flush(stream, wait=wait, final=final)
+
+    def flush_begin(self, stream: Any) -> Any:
+        """The periodic flush of ``stream``: a keyed stream drops its expired keys and
+        prepares its writes, returned to run outside its lock
+        (:class:`~.keyed.stream.GroupWrites`, None when nothing changed); any other is
+        flushed here (None)."""
+        if isinstance(stream, KeyedStream):
+            stream.expire()
+            return stream.flush_begin()
+        durability.flush(stream, wait=False)
+        return None
 
     def restore(self) -> int:
         """Open every stream of the Redis (a server that owns them all: no cluster); returns
@@ -256,18 +368,101 @@ class Registry:
     def exists(self, name: str) -> bool:
         return self.definitions.exists(name)
 
-    def adopt(self, name: str, fence: Fence | None = None) -> Stream | None:
-        """Open stream ``name`` from Redis (its definitions, its windows from their checkpoints,
-        its state, then its journal's entries after that state), under ``fence``; None when
-        there is no such stream. A stream already open is returned as is."""
+    def units(self) -> list[str]:
+        """Every unit of ownership in the Redis: streams, and keyed streams' key groups."""
+        return self.definitions.units()
+
+    def unit_exists(self, unit: str) -> bool:
+        return self.definitions.unit_exists(unit)
+
+    def held(self, unit: str) -> Any:
+        """The stream of ``unit`` when it is open here: a stream's name (a keyed stream's part
+        here, whatever groups it holds), or a key group this server holds open."""
+        name, group = split_unit(unit)
+        s = self.streams.get(name)
+        if group is None or s is None:
+            return s
+        return s if isinstance(s, KeyedStream) and s.holds(group) else None
+
+    def open_part(self, name: str) -> KeyedStream | None:
+        """This server's part of keyed stream ``name`` (opened holding no group yet: the groups
+        its calls need are adopted as they come); None when ``name`` is not a keyed stream."""
         with self.guard:
             s = self.streams.get(name)
             if s is not None:
+                return s if isinstance(s, KeyedStream) else None
+            try:
+                if name not in self.definitions.key_groups():
+                    return None
+            except Exception as ex:
+                raise store_unavailable(name, ex) from None
+            part = self.adopt(name, None)
+            return part if isinstance(part, KeyedStream) else None
+
+    def prune(self, held: Any, serialize: Callable[[str, Callable[[], Any]], Any]) -> list[str]:
+        """Close the keyed streams' parts that held no group and not the stream (``held``:
+        the units this server holds) at two calls running, each between its stream's calls
+        (``serialize``); their names."""
+        empty = []
+        with self.guard:
+            for name, s in list(self.streams.items()):
+                if not isinstance(s, KeyedStream):
+                    continue
+                now = name not in held and not s.holds_any()
+                if now and s.empty_seen:
+                    empty.append(name)
+                s.empty_seen = now
+        return [n for n in empty if serialize(n, functools.partial(self._prune, n, held))]
+
+    def _prune(self, name: str, held: Any) -> bool:
+        with self.guard:
+            s = self.streams.get(name)
+            if not isinstance(s, KeyedStream) or name in held or s.holds_any():
+                return False
+            del self.streams[name]
+        s.close(flush=False)  # outside the guard (see _let_go_keyed)
+        return True
+
+    def sync_definitions(self, versions: dict[str, int]) -> None:
+        """Reload the windows of the keyed streams whose definitions changed (``versions``:
+        stream -> its definitions version in Redis), on this server's parts of them."""
+        for name, version in versions.items():
+            s = self.streams.get(name)
+            if not isinstance(s, KeyedStream) or s.defs_version >= version or s.gone:
+                continue
+            try:
+                stored = self.definitions.load(name)
+                if stored is None:
+                    continue
+                with s.lock:
+                    self._define_keyed(s, stored)
+                    s.defs_version = version
+            except (StoreError, ServiceError) as ex:
+                log.warning("could not reload the windows of keyed stream %s: %s", name, ex)
+
+    def adopt(self, name: str, fence: Fence | None = None) -> Any:
+        """Open stream ``name`` from Redis (its definitions, its windows from their checkpoints,
+        its state, then its journal's entries after that state), under ``fence``; None when
+        there is no such stream. A stream already open is returned as is."""
+        name, group = split_unit(name)
+        with self.guard:
+            s = self.streams.get(name)
+            if isinstance(s, KeyedStream) and self.clustered:
+                if group is not None:  # one more group of a stream open here
+                    s.open_group(group, fence)
+                elif s.fence is not fence and fence is not None:
+                    s.fence = fence  # the stream's own calls come here now
                 return s
+            if s is not None:
+                return s if group is None else None
+            version = self.definitions.version(name)
             stored = self.definitions.load(name)
-            if stored is None:
+            if stored is None or (group is not None and not stored.spec.key):
                 return None
-            s = self._new_stream(stored.spec, fence)
+            s = self._new_stream(stored.spec, None if group is not None else fence)
+            if isinstance(s, KeyedStream):
+                s.defs_version = version
+                return self._adopt_keyed(s, stored, group, fence)
             try:
                 for sw in stored.windows:
                     built = build_window(s.spec, sw.spec)
@@ -287,12 +482,41 @@ class Registry:
             self.streams[name] = s
             return s
 
+    def _adopt_keyed(
+        self, s: KeyedStream, stored: Any, group: int | None, fence: Fence | None
+    ) -> KeyedStream:
+        """Open a keyed stream: on a cluster the one group ``group`` (or none: the stream's own
+        calls only), else every group."""
+        self._define_keyed(s, stored)
+        if not self.clustered:
+            s.load()
+        elif group is not None:
+            s.open_group(group, fence)
+        self.streams[s.spec.name] = s
+        return s
+
+    def _define_keyed(self, s: KeyedStream, stored: Any) -> None:
+        """``s``'s windows as ``stored`` defines them (new ones added, deleted ones dropped)."""
+        ids = {sw.name: sw.window_id for sw in stored.windows}
+        # deleted, or deleted and created again under the same name (another definition id:
+        # its keys start afresh)
+        for gone in [n for n, w in s.windows.items() if ids.get(n) != _def_id(w)]:
+            s.drop_window(gone)
+        for sw in stored.windows:
+            if sw.name not in s.windows:
+                built = build_window(s.spec, sw.spec)
+                w = HostedWindow(s.spec, sw.spec, built, None, history=1)
+                w.def_id = sw.window_id  # type: ignore[attr-defined]
+                s.define(w)
+
     def release(self, name: str) -> None:
         """Let stream ``name`` go with a last flush (its windows' checkpoints and its state, so
         the next owner opens it without replaying much), then close its windows' stores."""
+        if self._let_go_keyed(name, flush=True):
+            return
         with self.guard:
             s = self.streams.pop(name, None)
-        if s is None:
+        if not isinstance(s, Stream):
             return
         with s.lock:
             try:
@@ -303,14 +527,43 @@ class Registry:
             s.gone = True
             self._abandon(s, closing=True)
 
-    def drop(self, name: str) -> None:
-        """Forget stream ``name`` without writing anything (another server owns it now)."""
+    def drop(self, name: str, fence: Fence | None = None) -> None:
+        """Forget stream ``name`` without writing anything (another server owns it now); a
+        keyed stream's unit only if held under ``fence`` (when given)."""
+        if self._let_go_keyed(name, flush=False, fence=fence):
+            return
         with self.guard:
             s = self.streams.pop(name, None)
-        if s is not None:
+        if isinstance(s, Stream):
             with s.lock:
                 s.gone = True
                 self._abandon(s)
+
+    def _let_go_keyed(self, unit: str, *, flush: bool, fence: Fence | None = None) -> bool:
+        """Release (``flush``) or drop a keyed stream's unit: one group of it, or its own
+        calls (on a cluster), or the whole stream; the part closes once it holds neither.
+        False when ``unit`` is not a keyed stream's."""
+        name, group = split_unit(unit)
+        # the registry's guard is never held while waiting for a stream's lock (a call holds
+        # that lock and may adopt a group, which takes the guard)
+        with self.guard:
+            s = self.streams.get(name)
+            if not isinstance(s, KeyedStream):
+                return group is not None
+            whole = not self.clustered
+            if whole:
+                del self.streams[name]
+        if whole:
+            s.close(flush=flush)
+            return True
+        with s.lock:
+            if group is not None:
+                s.close_group(group, flush=flush, fence=fence)
+            elif fence is None or s.fence is fence:
+                s.fence = None
+        # a part left holding nothing stays open (a call may hold it): prune() closes it,
+        # between its stream's calls, once it stayed empty for a rebalance
+        return True
 
     def _abandon(self, s: Stream, *, closing: bool = False) -> None:
         """Close the stores of ``s``'s windows: after their queued writes (``closing``), or
@@ -329,6 +582,9 @@ class Registry:
 
     def close(self) -> None:
         for s in self.streams.values():
+            if isinstance(s, KeyedStream):
+                s.close(flush=True)
+                continue
             with s.lock:
                 try:
                     durability.flush(s, final=True)
@@ -341,3 +597,8 @@ class Registry:
                         except Exception:  # pragma: no cover
                             log.exception("close of window %s failed", w.spec.name)
         self.redis.close()
+
+
+def _def_id(w: HostedWindow) -> str:
+    """A keyed stream's window's definition id ("" for one defined before ids)."""
+    return str(getattr(w, "def_id", ""))

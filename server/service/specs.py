@@ -7,6 +7,7 @@ import math
 import re
 from datetime import timedelta
 
+from mtawindows.v1.keys import DEFAULT_KEY_GROUPS, MAX_KEY_GROUPS
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import MAX_DURATION, Field, FieldType, StreamSpec, WindowSpec, show
 
@@ -48,6 +49,43 @@ def check_stream_spec(spec: StreamSpec) -> None:
         )
     if lateness > 0 and spec.late_policy != "DROP":
         raise invalid("spec.allowed_lateness", "a reorder buffer needs late_policy DROP")
+    _check_key(spec)
+
+
+def _check_key(spec: StreamSpec) -> None:
+    """A keyed stream's key field, key groups and key TTL (an unkeyed one sets none)."""
+    if not spec.key:
+        if spec.key_groups or spec.key_ttl:
+            field = "spec.key_groups" if spec.key_groups else "spec.key_ttl"
+            raise invalid(field, "key_groups and key_ttl need a key field (spec.key)")
+        return
+    types = {f.name: str(f.type) for f in spec.fields}
+    kinds = (FieldType.STRING.value, FieldType.INT64.value)
+    if types.get(spec.key) not in kinds:
+        got = f"a {types[spec.key]} field" if spec.key in types else "no such field"
+        raise invalid(
+            "spec.key",
+            f"expected the name of a STRING or INT64 field of the stream, got {show(spec.key)} "
+            f"({got}; fields: {sorted(types)})",
+            Reason.UNKNOWN_FIELD if spec.key not in types else Reason.INVALID_DEFINITION,
+        )
+    if not 0 <= spec.key_groups <= MAX_KEY_GROUPS:
+        raise invalid(
+            "spec.key_groups",
+            f"expected 0 (the default, {DEFAULT_KEY_GROUPS}) to {MAX_KEY_GROUPS}, got "
+            f"{spec.key_groups}",
+        )
+    if spec.allowed_lateness.total_seconds() > 0:
+        raise invalid(
+            "spec.allowed_lateness",
+            "a keyed stream has no reorder buffer: ordering and the late policy apply per key; "
+            "set allowed_lateness 0",
+        )
+    if spec.key_ttl > MAX_DURATION:
+        raise invalid(
+            "spec.key_ttl",
+            f"expected a duration >= 0 and <= {MAX_DURATION.days} days, got {spec.key_ttl}",
+        )
 
 
 def _check_field(where: str, f: Field, seen: set[str]) -> None:

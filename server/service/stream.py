@@ -106,6 +106,12 @@ class Stream:
         # the checkpoints queued by the last flush: (lsn, state JSON, futures)
         self.pending_state: tuple[int, str, list[Any]] | None = None
 
+    keyed = False
+
+    @property
+    def rows_late(self) -> int:
+        return self.state.rows_late
+
     def info(self) -> StreamInfo:
         st = self.state
         return StreamInfo(

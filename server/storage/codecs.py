@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime as _dt
 import decimal
 import struct
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -120,14 +121,25 @@ def _ext_hook(code: int, data: bytes) -> Any:
 
 
 _packer_opts: dict[str, Any] = {"default": _default, "use_bin_type": True}
+# one Packer per thread, reused (msgpack.packb makes a new one per call: a microsecond each,
+# as much as packing a key's small state)
+_packers = threading.local()
 
 
 def packb(obj: Any) -> bytes:
     """msgpack with the engine's extension types (tuples stay tuples on the way back)."""
     try:
-        return msgpack.packb(obj, **_packer_opts)  # type: ignore[no-any-return]
+        packer = _packers.packer
+    except AttributeError:
+        packer = _packers.packer = msgpack.Packer(**_packer_opts)
+    try:
+        return packer.pack(obj)  # type: ignore[no-any-return]
     except OverflowError:  # an int beyond 64 bits inside a container: retry through `default`
-        return msgpack.packb(_widen(obj), **_packer_opts)  # type: ignore[no-any-return]
+        packer.reset()
+        return packer.pack(_widen(obj))  # type: ignore[no-any-return]
+    except BaseException:
+        packer.reset()  # a half-written buffer must not lead the next record
+        raise
 
 
 def _widen(obj: Any) -> Any:

@@ -10,6 +10,7 @@ with the lsn it reflects. Keys, under the stream's own hash tag (one Redis Clust
 state write and the journal trim are one ``MULTI``)::
 
     mtaw:svc:{<stream>}:journal   list    msgpack (lsn, producer, sequence, mode, windows, columns)
+                                          (a key group's entries: and ``extra``, a map)
     mtaw:svc:{<stream>}:state     string  JSON of the stream's state, with its "lsn"
 
 Order of writes (the invariants recovery relies on):
@@ -31,7 +32,7 @@ duplicate.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -52,6 +53,10 @@ class JournalEntry:
     mode: str
     which: tuple[str, ...]
     columns: dict[str, tuple[str, list[Any]]]
+    # an optional seventh element, plain data: what a key group's entry says besides its rows
+    # (keyed/stream.py: the batch counts there, or a deletion of keys); a stream's own entries
+    # have none
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class StreamJournal:
@@ -65,11 +70,14 @@ class StreamJournal:
         fence: Fence | None = None,
         *,
         wait: Any = None,
+        keys: tuple[str, str] | None = None,
     ) -> None:
         self._client = client
         self.stream = stream
-        keys = StreamKeys.of(prefix, stream)
-        self.journal_key, self.state_key = keys.journal, keys.state
+        if keys is None:  # a stream's own; a key group's are given (keys.GroupKeys)
+            sk = StreamKeys.of(prefix, stream)
+            keys = sk.journal, sk.state
+        self.journal_key, self.state_key = keys
         self.first = 1  # lsn of the journal's first entry (entries are contiguous)
         self.fence = fence  # the owner's: every write is refused once a newer owner exists
         # cluster.replicas_waiter: replicas must hold an entry before it is acknowledged
@@ -120,7 +128,7 @@ class StreamJournal:
         out: list[JournalEntry] = []
         for n, blob in enumerate(raw):
             try:
-                lsn, pid, seq, mode, which, cols = unpackb(blob)
+                lsn, pid, seq, mode, which, cols, *rest = unpackb(blob)
                 entry = JournalEntry(
                     int(lsn),
                     str(pid),
@@ -128,6 +136,7 @@ class StreamJournal:
                     str(mode),
                     tuple(which),
                     {str(k): (str(v[0]), list(v[1])) for k, v in cols.items()},
+                    {str(k): v for k, v in rest[0].items()} if rest else {},
                 )
             except (ValueError, TypeError, AttributeError, IndexError, CorruptDataError) as ex:
                 msg = f"stream {self.stream!r}: journal entry {n} of {self.journal_key!r} is not valid ({ex!r})"
@@ -148,10 +157,11 @@ class StreamJournal:
             raise self._fail(ex, "read the stream's state") from ex
         return blob
 
-    def commit_state(self, blob: str | bytes, lsn: int) -> None:
-        """Save the state at ``lsn`` and drop the entries it covers, atomically."""
+    def commit_state(self, blob: str | bytes, lsn: int, extra: Sequence[Op] = ()) -> None:
+        """Save the state at ``lsn`` and drop the entries it covers, atomically (with the
+        writes ``extra``: a key group's keys)."""
         drop = lsn - self.first + 1
-        ops: list[Op] = [("SET", self.state_key, (blob,))]
+        ops: list[Op] = [*extra, ("SET", self.state_key, (blob,))]
         if drop > 0:
             ops.append(("LTRIM", self.journal_key, (drop, -1)))
         try:
@@ -161,10 +171,10 @@ class StreamJournal:
         if drop > 0:
             self.first = lsn + 1
 
-    def save_state(self, blob: str | bytes) -> None:
-        """Save the state of a stream that keeps no journal."""
+    def save_state(self, blob: str | bytes, extra: Sequence[Op] = ()) -> None:
+        """Save the state of a stream that keeps no journal (with the writes ``extra``)."""
         try:
-            fenced(self._client, self.fence, [("SET", self.state_key, (blob,))])
+            fenced(self._client, self.fence, [*extra, ("SET", self.state_key, (blob,))])
         except (redis.RedisError, StoreError) as ex:
             raise self._fail(ex, "save the stream's state") from ex
 

@@ -11,6 +11,11 @@ restarted server takes its streams back at once) and increments the fence: the n
 token. Renewing extends the lease only while the fence still holds the renewer's token, so an
 owner that was paused past its lease and lost the stream cannot renew it back.
 
+**Key groups.** A keyed stream's key groups are units of their own (``"<stream>#<g>"``), each
+with its own fence, under one lease per member and stream: :mod:`.group_leases`, which this
+class hands them to (a member's Redis work for ownership grows with its streams, never with
+their keys or groups).
+
 Keys (:mod:`.keys`): the stream's ``lease`` and ``fence``.
 """
 
@@ -22,7 +27,10 @@ from typing import Any
 
 import redis
 
+from mtawindows.v1.keys import split_unit
+
 from .fencing import Fence
+from .group_leases import GroupLeases
 from .keys import StreamKeys
 from .lua import registered, text
 from .protocol import StoreError, StoreUnavailableError
@@ -123,6 +131,12 @@ class Leases:
         self.incarnation = incarnation
         self.address = address
         self.ttl_ms = int(ttl_ms)
+        self.groups = GroupLeases(client, prefix, member, incarnation, address, ttl_ms, Lease)
+
+    @property
+    def versions(self) -> dict[str, int]:
+        """Keyed stream -> its definitions version, as the last renewal of its groups saw it."""
+        return self.groups.versions
 
     def keys(self, stream: str) -> tuple[str, str]:
         """(lease key, fence key) of ``stream``."""
@@ -130,7 +144,10 @@ class Leases:
         return k.lease, k.fence
 
     def fence(self, stream: str, token: int) -> Fence:
-        """The fence a writer holding ``stream``'s lease under ``token`` writes through."""
+        """The fence a writer holding ``stream``'s lease (or key group unit's) under ``token``
+        writes through."""
+        if split_unit(stream)[1] is not None:
+            return self.groups.fence(stream, token)
         return Fence(self.keys(stream)[1], token)
 
     def _fail(self, ex: Exception, doing: str) -> StoreError:
@@ -140,6 +157,11 @@ class Leases:
         """Take ``stream``'s lease: ``(ours, None)``, or ``(None, the holder's)`` when another
         member holds it. ``force`` takes it from any holder (one known to be dead: the store
         was just started by this server); the fence still shuts the holder out."""
+        if split_unit(stream)[1] is not None:
+            try:
+                return self.groups.acquire(stream, force=force)
+            except redis.RedisError as ex:
+                raise self._fail(ex, f"take key group {stream!r}") from ex
         script = registered(self.client, _ACQUIRE)
         keys = list(self.keys(stream))
         args = [self.member, self.incarnation, self.ttl_ms, self.address, int(force)]
@@ -165,7 +187,21 @@ class Leases:
         script = registered(self.client, _RENEW)
         out: dict[str, bool] = {}
         failed: Exception | None = None
-        for names, pipe in _node_pipelines(self.client, list(fences), lambda n: self.keys(n)[0]):
+        units = {n: f for n, f in fences.items() if split_unit(n)[1] is not None}
+        if units:  # key groups: one script per stream (group_leases.py)
+            try:
+                out.update(
+                    self.groups.renew(
+                        units,
+                        lambda streams: _node_pipelines(
+                            self.client, streams, lambda n: self.keys(n)[0]
+                        ),
+                    )
+                )
+            except redis.RedisError as ex:
+                failed = ex
+        plain = [n for n in fences if n not in units]
+        for names, pipe in _node_pipelines(self.client, plain, lambda n: self.keys(n)[0]):
             for name in names:
                 lease_key, fence_key = self.keys(name)
                 args = [self.member, self.incarnation, fences[name].token, self.ttl_ms]
@@ -185,6 +221,11 @@ class Leases:
         return out
 
     def release(self, stream: str, token: int) -> bool:
+        if split_unit(stream)[1] is not None:
+            try:
+                return self.groups.release(stream, token)
+            except redis.RedisError as ex:
+                raise self._fail(ex, f"release key group {stream!r}") from ex
         try:
             r = registered(self.client, _RELEASE)(keys=list(self.keys(stream)), args=[token])
         except redis.RedisError as ex:
@@ -193,6 +234,8 @@ class Leases:
 
     def holder(self, stream: str) -> Lease | None:
         """Who holds ``stream``'s lease now (None: nobody)."""
+        if split_unit(stream)[1] is not None:
+            return self.holders([stream])[0]
         lease_key, _ = self.keys(stream)
         try:
             pipe = self.client.pipeline(transaction=False)
@@ -203,7 +246,23 @@ class Leases:
             raise self._fail(ex, f"read the lease of stream {stream!r}") from ex
         return Lease.parse(stream, raw, max(0, int(ttl)))
 
+    def group_holders(self, stream: str, groups: int) -> list[Lease | None]:
+        """The recorded holders of ``stream``'s key groups ``0 .. groups-1`` (None: none)."""
+        try:
+            return self.groups.of_stream(stream, groups)
+        except redis.RedisError as ex:
+            raise self._fail(ex, f"read the group leases of stream {stream!r}") from ex
+
     def holders(self, streams: Sequence[str]) -> list[Lease | None]:
+        units = [s for s in streams if split_unit(s)[1] is not None]
+        if units:  # key groups: their records, and whether their holders' leases live
+            try:
+                got = dict(zip(units, self.groups.holders(units), strict=True))
+            except redis.RedisError as ex:
+                raise self._fail(ex, f"read the leases of {len(units)} key groups") from ex
+            rest = [s for s in streams if s not in got]
+            more = dict(zip(rest, self.holders(rest), strict=True)) if rest else {}
+            return [got[s] if s in got else more[s] for s in streams]
         pipe = self.client.pipeline(transaction=False)
         for s in streams:
             pipe.get(self.keys(s)[0])

@@ -200,7 +200,9 @@ class Server:
         wait = replicas_waiter(cfg.wait_replicas, cfg.wait_ms)
         registry = self.registry = Registry(url, limits=cfg.limits, wait=wait)
         servicer = self.servicer = WindowServicer(
-            registry, Metrics(lambda: servicer.window_stats()), workers=cfg.workers
+            registry,
+            Metrics(lambda: servicer.window_stats(), lambda: servicer.key_stats()),
+            workers=cfg.workers,
         )
         member = self.advertise = check_advertise(cfg.advertise or advertised(cfg.host, self.port))
         cluster = self.cluster = Ownership(
@@ -556,6 +558,7 @@ class Server:
             await asyncio.to_thread(self.registry.close)
         if self.servicer is not None:
             self.servicer.pool.shutdown(wait=True)
+            self.servicer.flush_pool.shutdown(wait=True)
         await self._release()
         log.info("stopped")
 
@@ -594,6 +597,7 @@ class Server:
                     self.registry.redis.close()
         if self.servicer is not None:
             self.servicer.pool.shutdown(wait=False)
+            self.servicer.flush_pool.shutdown(wait=False)
         await self._release()
 
     async def serve_forever(self) -> None:

@@ -35,7 +35,11 @@ LATENCY_BUCKETS = (
 class Metrics:
     """The server's metrics, in their own registry (tests start several servers per process)."""
 
-    def __init__(self, windows: Callable[[], Iterator[tuple[str, str, dict[str, int]]]]) -> None:
+    def __init__(
+        self,
+        windows: Callable[[], Iterator[tuple[str, str, dict[str, int]]]],
+        keys: Callable[[], tuple[list[tuple[str, dict[str, int]]], dict[str, int]]] | None = None,
+    ) -> None:
         self.registry = CollectorRegistry()
         self.rows = Counter(
             "mtawindows_append_rows",
@@ -79,6 +83,53 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(_WindowCollector(windows))
+        if keys is not None:
+            self.registry.register(_KeyCollector(keys))
+
+
+class _KeyCollector(Collector):
+    """Keyed streams, read at scrape time: keys, hot keys, dirty keys, groups held per
+    stream; the key cache's bytes, evictions and loads."""
+
+    def __init__(
+        self, keys: Callable[[], tuple[list[tuple[str, dict[str, int]]], dict[str, int]]]
+    ) -> None:
+        self.keys = keys
+
+    def collect(self) -> Iterator[Any]:
+        per_stream: dict[str, Any] = {
+            "keys": GaugeMetricFamily("mtawindows_keys", "Keys held", labels=["stream"]),
+            "hot_keys": GaugeMetricFamily(
+                "mtawindows_hot_keys", "Keys whose state is in memory", labels=["stream"]
+            ),
+            "dirty_keys": GaugeMetricFamily(
+                "mtawindows_dirty_keys", "Keys changed since the last flush", labels=["stream"]
+            ),
+            "groups": GaugeMetricFamily(
+                "mtawindows_key_groups_owned", "Key groups this server holds", labels=["stream"]
+            ),
+            "expired": CounterMetricFamily(
+                "mtawindows_keys_expired", "Keys dropped by key_ttl", labels=["stream"]
+            ),
+        }
+        streams, cache = self.keys()
+        for stream, stats in streams:
+            for name, fam in per_stream.items():
+                fam.add_metric([stream], stats.get(name, 0))
+        yield from per_stream.values()
+        yield GaugeMetricFamily(
+            "mtawindows_key_cache_bytes",
+            "Estimated memory of the keys in memory (--key-cache-mb bounds it)",
+            value=cache.get("used", 0),
+        )
+        yield CounterMetricFamily(
+            "mtawindows_key_cache_evictions",
+            "Keys written back to Redis and dropped from memory",
+            value=cache.get("evictions", 0),
+        )
+        yield CounterMetricFamily(
+            "mtawindows_key_cache_loads", "Cold keys loaded from Redis", value=cache.get("loads", 0)
+        )
 
 
 class _WindowCollector(Collector):

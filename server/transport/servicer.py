@@ -28,6 +28,7 @@ import redis
 from mtawindows.v1 import convert
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1 import windows_pb2_grpc as pb_grpc
+from mtawindows.v1.keys import split_unit
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.relay import FORWARDABLE
 from mtawindows.v1.types import AppendResult
@@ -36,8 +37,9 @@ from ..service.batch import Batch, Deferred
 from ..service.cel import CelError, CelLimits, check_limits
 from ..service.fanout import Ending, Fanout, Subscription
 from ..service.inputs import check_request
+from ..service.keyed import KeyedStream, not_keyed
 from ..service.ownership import Ownership
-from ..service.refusals import ServiceError, invalid, not_found
+from ..service.refusals import ServiceError, group_refusal, invalid, not_found
 from ..service.registry import Registry
 from ..service.stream import Stream
 from ..storage.protocol import StoreError
@@ -62,6 +64,9 @@ NEEDS_STORE = frozenset(
         "Query",
         "ReadResults",
         "GetClusterMap",
+        "ListKeys",
+        "GetKey",
+        "DeleteKey",
     }
 )
 # the calls about one stream: a cut-off member (Ownership.isolated) refuses them at once
@@ -89,6 +94,9 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         self.registry = registry
         self.metrics = metrics
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mtaw-stream")
+        # the periodic flush's writes of keyed streams, outside the streams' locks (one at a
+        # time: a thread of its own, never waiting behind the calls that may wait for it)
+        self.flush_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtaw-flush")
         self.locks: dict[str, asyncio.Lock] = {}
         limits = registry.limits
         self.fanout = Fanout(
@@ -110,9 +118,12 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         self.loop = asyncio.get_running_loop()
         cluster.serialize = self._serialized
         cluster.on_moved = self._moved
+        self.registry.serve_groups = cluster.serve_groups
 
     def _serialized(self, stream: str, fn: Callable[[], T]) -> T:
-        """``fn()`` under the stream's call lock (from a thread that is not the loop's)."""
+        """``fn()`` under the stream's call lock (from a thread that is not the loop's); a key
+        group's unit (``"<stream>#<g>"``) under its stream's."""
+        stream = split_unit(stream)[0]
         loop = self.loop
         if loop is None or loop.is_closed():
             return fn()
@@ -127,10 +138,13 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         loop = self.loop
         if loop is None or loop.is_closed():
             return
+        stream, group = split_unit(stream)
+        if group is not None:  # a key group left: its keys' subscribers follow it
+            answer = group_refusal(answer, stream, group)
         ending = Ending(answer.code, answer.reason, answer.message, dict(answer.metadata))
         loop.call_soon_threadsafe(self.fanout.stream_moved, stream, ending)
 
-    async def owned(self, name: str) -> Stream:
+    async def owned(self, name: str) -> Any:
         """Stream ``name`` if this server serves it now; else NOT_OWNER (where it is),
         STREAM_MOVING or STREAM_NOT_FOUND."""
         cluster = self.cluster
@@ -144,9 +158,32 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             raise status.store_unavailable_refusal(f"stream {name!r}", self.store_down)
         return await self.run(cluster.route, name)
 
-    async def window_of(self, stream: str, window: str) -> tuple[Stream, Any]:
+    async def data_stream(self, name: str) -> Any:
+        """The stream whose rows, keys or results a call is about: a keyed stream's part on this
+        server (whatever groups it holds: the call's keys' groups are checked, and adopted when
+        placed here, by :meth:`Ownership.serve_groups` as the stream meets them); else the
+        stream as :meth:`owned` routes it."""
+        cluster = self.cluster
+        s = self.registry.streams.get(name)
+        if cluster is None or (s is not None and not s.keyed):
+            return await self.owned(name)
+        self.connected(f"stream {name!r}")
+        if s is not None:
+            return s
+        if self.store_down is not None:
+            raise status.store_unavailable_refusal(f"stream {name!r}", self.store_down)
+        part = await self.run(self.registry.open_part, name)
+        return part if part is not None else await self.owned(name)
+
+    async def window_of(self, stream: str, window: str) -> tuple[Any, Any]:
         s = await self.owned(stream)
         return s, self.registry.window(stream, window)
+
+    async def data_window(self, stream: str, window: str) -> tuple[Any, Any]:
+        s = await self.data_stream(stream)
+        if window not in s.windows and getattr(s, "resync", None) is not None:
+            await self.run(_resync, s)  # a part opened before the window was created
+        return s, self.registry.window_of(s, window)
 
     def lock(self, stream: str) -> asyncio.Lock:
         lk = self.locks.get(stream)
@@ -189,6 +226,12 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         cluster = self.cluster
         if cluster is None or not cluster.isolated():
             return
+        if cluster.paused():
+            # stale for no failure of the store (this process paused: a long garbage
+            # collection): the call goes on, served under a lease still fresh, else routed
+            # on its worker thread, which beats once and refuses it there when the store
+            # does not answer (never a round trip on the event loop)
+            return
         refusal = cluster.isolation()
         if refusal.metadata.get("members"):
             raise refusal
@@ -218,10 +261,14 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             raise ex
         if isinstance(ex, ServiceError) and self.cluster is not None:
             stream = ex.metadata.get("stream", "")
+            unit = ex.metadata.get("unit", stream)  # a key group's: "<stream>#<g>"
             if ex.reason == Reason.FENCED:  # nothing was done: where the stream is now
-                ex = await self.run(self.cluster.lost, stream)
+                ex = await self.run(self.cluster.lost, unit)
+                name, group = split_unit(unit)
+                if group is not None and isinstance(ex, ServiceError):
+                    ex = group_refusal(ex, name, group)
             elif ex.metadata.get("fenced"):  # done elsewhere (journaled): the error stands
-                await self.run(self.cluster.lost, stream)
+                await self.run(self.cluster.lost, unit)
         end = status.failure(method, ex)
         self.metrics.errors.labels(method, end.code, end.reason).inc()
         await context.abort_with_status(end.status)
@@ -311,7 +358,13 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             member, address, token = cluster.owner_of(name)
             if not member and not self.registry.exists(name):  # no owner: moving, or none
                 raise not_found(Reason.STREAM_NOT_FOUND, f"no stream named {name!r}", stream=name)
-            out.owners.add(stream=name, member=member, address=address, token=token)
+            out.owners.add(
+                stream=name,
+                member=member,
+                address=address,
+                token=token,
+                group_members=cluster.group_members(name),
+            )
         return out
 
     # -- windows
@@ -343,20 +396,20 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
 
     async def GetWindow(self, request: pb.GetWindowRequest, context: Any) -> pb.WindowInfo:
         s, w = await self.window_of(request.stream, request.name)
-        return convert.window_info_to_proto(w.info(s.state.rows_late))
+        return convert.window_info_to_proto(w.info(s.rows_late))
 
     async def ListWindows(self, request: pb.ListWindowsRequest, context: Any) -> Any:
         s = await self.owned(request.stream)
-        infos = [w.info(s.state.rows_late) for w in list(s.windows.values())]
+        infos = [w.info(s.rows_late) for w in list(s.windows.values())]
         return pb.ListWindowsResponse(windows=[convert.window_info_to_proto(i) for i in infos])
 
     # -- data
     async def Append(self, request: pb.AppendRequest, context: Any) -> pb.AppendResponse:
-        await self.owned(request.stream)
+        await self.data_stream(request.stream)
         mode = decode.result_mode(request)
         async with self.lock(request.stream):
             self.store_ready("Append")
-            stream = await self.owned(request.stream)  # it may have moved meanwhile
+            stream = await self.data_stream(request.stream)  # it may have moved meanwhile
             if not request.arrow_ipc and stream.inline_ok(decode.rows_hint(request), mode):
                 # small batch: on the loop unless a window would wait for Redis
                 try:
@@ -371,6 +424,8 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
     ) -> pb.AppendResponse:
         limit = self.registry.limits.max_batch_rows
         columns = decode.columns_of(request, limit)
+        # a keyed batch's part other than its first (the SDK's split) does not count it again
+        extra = {"counted": False} if request.continuation and stream.keyed else {}
         return self._respond(
             stream,
             lambda: stream.append(
@@ -381,6 +436,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
                 which=list(request.windows),
                 max_rows=limit,
                 nonblocking=nonblocking,
+                **extra,
             ),
         )
 
@@ -409,6 +465,9 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         )
         for wname, r in res.results.items():
             out.results.append(convert.result_to_proto(r, stream.windows[wname].type_tags))
+        for r in res.key_results:  # a keyed stream's: one per (window, key) changed
+            out.results.append(convert.result_to_proto(r, stream.windows[r.window].type_tags))
+        rows = pb.Int64List(values=res.row_positions) if res.row_positions is not None else None
         for wname, cols in res.row_results.items():
             sizes = cols.pop("__size")[1]
             out.row_results.append(
@@ -416,17 +475,65 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
                     window=wname,
                     columns=[convert.column_to_proto(c, t, vs) for c, (t, vs) in cols.items()],
                     sizes=pb.Int64List(values=sizes),
+                    rows=rows,
                 )
             )
         return out
 
     async def Query(self, request: pb.QueryRequest, context: Any) -> pb.WindowResult:
-        _, w = await self.window_of(request.stream, request.window)
+        fetch = self.data_window if request.key else self.window_of
+        _, w = await fetch(request.stream, request.window)
         async with self.lock(request.stream):
             self.store_ready("Query")
-            _, w = await self.window_of(request.stream, request.window)
-            r = await self.run(self.registry.result, request.stream, request.window)
+            s, w = await fetch(request.stream, request.window)
+            if isinstance(s, KeyedStream) and request.key:
+                r = await self.run(s.query, request.window, request.key)
+            elif request.key:
+                raise not_keyed(request.stream, "is not keyed: query it without a key")
+            else:
+                r = await self.run(self.registry.result, request.stream, request.window)
         return convert.result_to_proto(r, w.type_tags)
+
+    # -- keys
+    async def _keyed(self, name: str) -> Any:
+        s = await self.data_stream(name)
+        if not s.keyed:
+            raise not_keyed(name, "is not keyed (it has no key field): it has no keys")
+        return s
+
+    async def ListKeys(self, request: pb.ListKeysRequest, context: Any) -> pb.ListKeysResponse:
+        if request.limit < 0:
+            raise invalid("limit", f"expected a number >= 0, got {request.limit}")
+        await self._keyed(request.stream)
+        async with self.lock(request.stream):
+            self.store_ready("ListKeys")
+            s = await self._keyed(request.stream)
+            keys, token = await self.run(
+                s.list_keys, request.prefix, request.limit, request.page_token
+            )
+            groups = s.held_groups() if self.cluster is not None else []
+        return pb.ListKeysResponse(
+            keys=[convert.key_info_to_proto(k, {}) for k in keys],
+            next_page_token=token,
+            groups=groups,
+        )
+
+    async def GetKey(self, request: pb.GetKeyRequest, context: Any) -> pb.KeyInfo:
+        await self._keyed(request.stream)
+        async with self.lock(request.stream):
+            self.store_ready("GetKey")
+            s = await self._keyed(request.stream)
+            info = await self.run(s.get_key, request.key)
+            types = {n: w.type_tags for n, w in s.windows.items()}
+        return convert.key_info_to_proto(info, types)
+
+    async def DeleteKey(self, request: pb.DeleteKeyRequest, context: Any) -> Any:
+        await self._keyed(request.stream)
+        async with self.lock(request.stream):
+            self.store_ready("DeleteKey")
+            s = await self._keyed(request.stream)
+            await self.run(s.delete_key, request.key)
+        return pb.DeleteKeyResponse()
 
     async def ReadResults(self, request: pb.ReadResultsRequest, context: Any) -> Any:
         if request.after_sequence < 0 or request.limit < 0:
@@ -435,7 +542,13 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
                 f"expected a number >= 0, got after_sequence={request.after_sequence}, "
                 f"limit={request.limit}",
             )
-        await self.window_of(request.stream, request.window)
+        s, _ = await self.window_of(request.stream, request.window)
+        if s.keyed:
+            raise not_keyed(
+                request.stream,
+                "is keyed: it keeps no result history; read a key's result with Query(key=) "
+                "or follow keys with Subscribe(keys=)",
+            )
         limit = min(request.limit or 1000, 10_000)
         async with self.lock(request.stream):
             self.store_ready("ReadResults")
@@ -473,10 +586,10 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             self.fanout.unsubscribe(sub)
 
     async def _subscribe(self, request: pb.SubscribeRequest) -> Subscription:
-        await self.window_of(request.stream, request.window)
+        await self.data_window(request.stream, request.window)
         async with self.lock(request.stream):
             # again under the lock: the stream or window may have gone meanwhile
-            stream, window = await self.window_of(request.stream, request.window)
+            stream, window = await self.data_window(request.stream, request.window)
             limit = self.registry.limits.max_subscribers
             if self.fanout.count >= limit:
                 raise ServiceError(
@@ -486,7 +599,12 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
                     metadata={"limit": str(limit)},
                 )
             encode = functools.partial(_event_bytes, window.type_tags)
-            return self.fanout.subscribe(stream, request.window, encode)
+            keys: frozenset[str] | None = None
+            if request.keys:
+                if not stream.keyed:
+                    raise not_keyed(request.stream, "is not keyed: subscribe without keys")
+                keys = frozenset(request.keys)
+            return self.fanout.subscribe(stream, request.window, encode, keys)
 
     async def _unsubscribed(self, ended: Ending, context: Any) -> None:
         """End a Subscribe call whose subscription ended (the subscriber leaving ends it
@@ -499,29 +617,69 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
 
     # -- durability
     async def flush_all(self) -> None:
+        """The periodic flush of every stream, under its lock; a keyed stream's writes are
+        prepared under it and written outside it (its appends go on meanwhile)."""
         for name, stream in list(self.registry.streams.items()):
-            async with self.lock(name):
-                if stream.gone:
-                    continue
-                try:
-                    await self.run(functools.partial(self.registry.flush, stream, wait=False))
-                except ServiceError as ex:
-                    if ex.reason == Reason.FENCED and self.cluster is not None:
-                        await self.run(self.cluster.lost, name)
-                    else:
-                        log.warning("periodic flush failed: %s", ex, extra={"stream": name})
-                except (StoreError, redis.RedisError) as ex:  # retried by the next flush
+            try:
+                async with self.lock(name):
+                    if stream.gone:
+                        continue
+                    writes = await self.run(functools.partial(self.registry.flush_begin, stream))
+                if writes is not None:
+                    await self._write_outside(writes)
+            except ServiceError as ex:
+                if ex.reason == Reason.FENCED and self.cluster is not None:
+                    async with self.lock(name):
+                        await self.run(self.cluster.lost, ex.metadata.get("unit", name))
+                else:
                     log.warning("periodic flush failed: %s", ex, extra={"stream": name})
-                except Exception:
-                    log.exception("periodic flush failed", extra={"stream": name})
+            except (StoreError, redis.RedisError) as ex:  # retried by the next flush
+                log.warning("periodic flush failed: %s", ex, extra={"stream": name})
+            except Exception:
+                log.exception("periodic flush failed", extra={"stream": name})
+
+    async def _write_outside(self, writes: Any) -> None:
+        """Run a flush's prepared writes on the flush thread (a cancelled caller leaves them
+        to finish there; writes that cannot start are marked back unwritten)."""
+        loop = asyncio.get_running_loop()
+        try:
+            fut = loop.run_in_executor(self.flush_pool, writes.run)
+        except BaseException:
+            writes.abandon()
+            raise
+        await asyncio.shield(fut)
+
+    def key_stats(self) -> tuple[list[tuple[str, dict[str, int]]], dict[str, int]]:
+        return _key_stats(self.registry)
 
     def window_stats(self) -> Iterator[tuple[str, str, dict[str, int]]]:
         for sname, s in list(self.registry.streams.items()):
             for wname, w in list(s.windows.items()):
                 try:
-                    yield sname, wname, w.stats(s.state.rows_late)
+                    yield sname, wname, w.stats(s.rows_late)
                 except Exception:  # pragma: no cover - a window mid-change: skip this scrape
                     continue
+
+
+def _resync(s: KeyedStream) -> None:
+    """A keyed stream's part follows the stream's definitions now (on a worker thread)."""
+    with s.lock:
+        if s.resync is not None:
+            s.resync()
+
+
+def _key_stats(registry: Registry) -> tuple[list[tuple[str, dict[str, int]]], dict[str, int]]:
+    """Keyed streams' figures per stream, and the key cache's (metrics)."""
+    streams = []
+    for name, s in list(registry.streams.items()):
+        if isinstance(s, KeyedStream):
+            try:
+                st = s.stats()
+            except Exception:  # pragma: no cover - a stream mid-change: skip this scrape
+                continue
+            streams.append((name, st))
+    c = registry.key_cache
+    return streams, {"used": c.used, "evictions": c.evictions, "loads": c.loads}
 
 
 def _event_bytes(tags: Any, batch: int, result: Any) -> bytes:

@@ -38,8 +38,6 @@ from mtawindows.client import (
     UnavailableError,
     WindowClient,
     calls,
-    key_of_stream,
-    keyed_stream_name,
 )
 from mtawindows.client.cluster_map import Topology, seeds_of
 from mtawindows.client.errors import MtaWindowsError, from_rpc_error
@@ -751,11 +749,10 @@ def test_targets_are_split_and_checked() -> None:
 def test_router_owners_are_stable_and_spread() -> None:
     router = Router("a:1,b:2,c:3", pinned=["tele"])
     assert router.primary == "a:1"
-    assert router.owner("tele") == "a:1"  # pinned: the template stays on the first
-    names = [keyed_stream_name("tele", f"h{i}") for i in range(60)]
+    assert router.owner("tele") == "a:1"  # pinned: stays on the first
+    names = [f"tele-{i}" for i in range(60)]
     owners = {n: router.owner(n) for n in names}
     assert set(owners.values()) == {"a:1", "b:2", "c:3"}
-    assert all(router.owner_of_key("tele", f"h{i}") == owners[n] for i, n in enumerate(names))
     assert Router("solo:1").owner("anything") == "solo:1"
     # the same in another process (no salted hash)
     code = "from mtawindows.client import Router; print(Router('a:1,b:2,c:3').owner('tele:h7'))"
@@ -764,31 +761,19 @@ def test_router_owners_are_stable_and_spread() -> None:
     assert stable_hash("x") == stable_hash("x") != stable_hash("y")
 
 
-def test_router_keyed_streams_of_a_target() -> None:
-    router = Router("a:1,b:2", pinned=["t"])
-    names = [keyed_stream_name("t", k) for k in ("x", "y", "z", "w", "v")]
-    listed = [*names, "t", "other:x"]
-    mine = router.keyed_streams("t", "a:1", listed)
-    theirs = router.keyed_streams("t", "b:2", listed)
-    assert sorted(mine + theirs) == sorted(names)
-    assert all(router.owner(n) == "a:1" for n in mine)
-    assert key_of_stream("t", "t:x") == "x" and key_of_stream("t", "other:x") is None
-
-
 def test_the_connector_uses_one_cluster_aware_client(cluster: FakeCluster) -> None:
     """``endpoint`` holds seeds: one client per process for every stream, which the cluster
     places (no fixed hash over the list)."""
-    from mtawindows.spark_connector.clients import client_for, client_of, owner
+    from mtawindows.spark_connector.clients import client_for
 
     seeds = ",".join(m.address for m in cluster.members[:2])
     opts = ConnectorOptions.parse({"endpoint": seeds, "stream": "t", "key_column": "k"})
     assert opts.endpoints == tuple(seeds.split(","))
     c = client_for(opts)
-    assert all(client_of(opts, keyed_stream_name("t", k)) is c for k in range(5))
+    assert client_for(opts) is c
     assert c.seeds == opts.endpoints
-    for k in range(5):
-        name = keyed_stream_name("t", k)
-        assert owner(opts, name) == cluster.owner_of(name)
+    for name in ("t", "u", "v"):
+        assert c.owner(name) == cluster.owner_of(name)
     with pytest.raises(ConnectorError, match="option 'endpoint': a server is listed twice"):
         ConnectorOptions.parse({"endpoint": "a:1,a:1", "stream": "t"})
 

@@ -575,3 +575,77 @@ def test_a_paused_member_whose_id_a_newer_server_took_steps_down(redis_url: str)
         a.stop()
         ra.close()
         rb.close()
+
+
+def test_a_view_stale_from_a_pause_is_refreshed_by_the_call_not_refused(
+    redis_url: str,
+) -> None:
+    """A member whose view went stale while its process was paused (a long garbage
+    collection: no heartbeat failed, none under way) beats once when a call routes, and
+    serves it; one whose last heartbeat was not answered refuses at once (MEMBER_ISOLATED)
+    without trying the store again, until a heartbeat is answered."""
+    from mtawindows.server.service.refusals import ServiceError
+    from mtawindows.server.storage.protocol import StoreUnavailableError
+    from mtawindows.v1.reasons import Reason
+
+    prefix = _prefix()
+    reg = _registry(redis_url, prefix)
+    a = Ownership(reg, member="a:1", address="a:1", lease_ms=1000)
+    a._beat()
+    _make(reg, a, "s")
+    a.beat_ok -= 5.0  # as after a five-second pause of the process
+    assert a.isolated() and a.paused()
+    assert a.route("s") is reg.streams["s"]  # beat once, then served
+    assert not a.isolated()
+
+    calls = 0
+    real = a.membership.beat
+
+    def unanswered(*args: Any, **kw: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        raise StoreUnavailableError("heartbeat: Redis is unavailable (test)")
+
+    a.membership.beat = unanswered  # type: ignore[method-assign]
+    with pytest.raises(StoreUnavailableError):
+        a._beat()  # the heartbeat thread's beat fails
+    a.beat_ok -= 5.0
+    assert a.isolated() and not a.paused()
+    with pytest.raises(ServiceError) as info:
+        a.route("s")
+    assert info.value.reason == Reason.MEMBER_ISOLATED
+    assert calls == 1  # refused without a round trip to the store
+    a.membership.beat = real  # type: ignore[method-assign]
+    a._beat()  # answered again: serving
+    assert not a.isolated() and a.route("s") is reg.streams["s"]
+    a.stop(release=True)
+    reg.close()
+
+
+def test_time_stood_still_in_a_full_collection_does_not_age_the_view(redis_url: str) -> None:
+    """Half a second in a full garbage collection (a callback of the collector sleeps in it,
+    as a million keys' states make it last) does not cut the member off: its view's age
+    leaves that time out. A stall of the same length outside the collector does."""
+    import gc
+
+    prefix = _prefix()
+    reg = _registry(redis_url, prefix)
+    a = Ownership(reg, member="a:1", address="a:1", lease_ms=400)  # isolated past 200 ms
+    a._beat()
+
+    def slow(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info.get("generation") == 2:
+            time.sleep(0.5)
+
+    gc.callbacks.append(slow)
+    try:
+        t0 = time.monotonic()
+        gc.collect()
+    finally:
+        gc.callbacks.remove(slow)
+    assert time.monotonic() - t0 >= 0.5
+    assert a.view_age_ms() < 200 and not a.isolated()
+    time.sleep(0.3)  # not the collector: the view ages
+    assert a.isolated()
+    a.stop(release=False)
+    reg.close()

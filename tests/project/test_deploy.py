@@ -24,6 +24,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import redis
 import yaml
@@ -33,6 +34,8 @@ from mtawindows.server.serve_command import build_parser as server_parser
 from mtawindows.server.storage.embedded import server_binary
 from mtawindows.server.storage.processes import dying_with_parent, spawn
 from mtawindows.testing import RedisCluster, free_ports
+from mtawindows.v1 import windows_pb2 as pb
+from mtawindows.v1 import windows_pb2_grpc as pb_grpc
 
 pytestmark = [pytest.mark.server, pytest.mark.redis]
 
@@ -498,9 +501,13 @@ def test_compose_servers_as_local_processes(services: dict[str, Any], tmp_path: 
             assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
             assert "equal pandas" in r.stdout, r.stdout[-3000:]
             assert list((tmp_path / "out").glob("*.png"))
-            with WindowClient(seeds) as c:  # the demo's streams spread over the servers
-                owners = {c.owner(s.spec.name) for s in c.list_streams()}
-            assert len(owners) >= 2, owners
+            # the demo's keyed stream: its key groups spread over the servers
+            with grpc.insecure_channel(seeds.split(",")[0]) as ch:
+                m = pb_grpc.WindowServiceStub(ch).GetClusterMap(
+                    pb.GetClusterMapRequest(streams=["telemetry"]), timeout=10
+                )
+            holders = set(m.owners[0].group_members)
+            assert len(holders - {""}) >= 2, holders
         finally:
             for proc in procs:
                 proc.terminate()

@@ -76,6 +76,7 @@ GROUPS = {
     "## Usage": "engine",
     "### Redis-backed windows": "engine",
     "### The gRPC service, SDK and CLI": "service",
+    "### Keyed streams: a window per key": "service",
     "### From Spark (`mtawindows.spark_connector`)": "spark",
     "## The cluster": "cluster",
     "### Testing your code against real servers (`mtawindows.testing`)": "kit",

@@ -2,7 +2,9 @@
 
 Per-row results are checked against a pandas oracle (rolling windows per key), the streaming
 sink against the oracle after a task failure and a replayed micro-batch, the source against the
-server's own answers, and every error case for the message Spark shows.
+server's own answers, and every error case for the message Spark shows. ``key_column`` /
+``key_col`` work on one keyed stream: no per-key streams (ListStreams shows the one stream),
+the keys seen with ListKeys.
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ from mtawindows.client import (
     WindowClient,
     WindowSpec,
 )
-from mtawindows.spark_connector import ConnectorError, keyed_stream_name
+from mtawindows.spark_connector import ConnectorError
+from mtawindows.spark_connector.options import ConnectorOptions
+from mtawindows.spark_connector.readers import ResultsStreamReader, read_schema
+from mtawindows.spark_connector.sliding import ResultColumn, Sliding
 from mtawindows.spark_connector.transform import sliding_aggregate
 from mtawindows.testing import LocalServer, free_port
 from tests.support.spark import spark_session
@@ -67,11 +72,28 @@ def client(server: LocalServer) -> Iterator[WindowClient]:
 _names = iter(range(10_000))
 
 
-def new_stream(c: WindowClient, policy: Policy, *, storage: str = "redis", **kw: Any) -> str:
+def new_stream(
+    c: WindowClient, policy: Policy, *, storage: str = "redis", keyed: bool = False, **kw: Any
+) -> str:
+    """Stream ``tele<n>`` (field mem; with ``keyed``, keyed by field host) with window "w"."""
     name = f"tele{next(_names)}"
-    c.create_stream(StreamSpec(name, (Field("mem", "DOUBLE"),), timestamp_field="ts", **kw))
+    fields: tuple[Field, ...] = (Field("mem", "DOUBLE"),)
+    if keyed:
+        fields = (Field("host", "STRING"), *fields)
+        kw["key"] = "host"
+    c.create_stream(StreamSpec(name, fields, timestamp_field="ts", **kw))
     c.create_window(WindowSpec(name, "w", AGGS, policy, storage=Storage(storage)))
     return name
+
+
+def streams_of(c: WindowClient, name: str) -> list[str]:
+    """The streams named ``name`` or starting with it (per-key or scratch streams would)."""
+    return [s.spec.name for s in c.list_streams() if s.spec.name.startswith(name)]
+
+
+def keys_of(c: WindowClient, name: str) -> dict[str, int]:
+    """A keyed stream's keys and the rows each took (ListKeys pages)."""
+    return {k.key: k.rows_appended for k in c.iter_keys(name, page_size=500)}
 
 
 def telemetry(seed: int, hosts: int, per_host: int, start: int = 0) -> pd.DataFrame:
@@ -88,28 +110,25 @@ def telemetry(seed: int, hosts: int, per_host: int, start: int = 0) -> pd.DataFr
 
 
 def oracle(pdf: pd.DataFrame, policy: Policy) -> pd.DataFrame:
-    """Each row's window over its host's rows: pandas rolling (time or count)."""
-    out = []
-    for _, g in pdf.sort_values(["host", "ts"]).groupby("host", sort=True):
-        s = g.set_index("ts")["mem"]
-        roll = (
-            s.rolling(pd.Timedelta(policy.range))
-            if policy.kind == "time_range"
-            else s.rolling(policy.size, min_periods=1)
-        )
-        got = pd.DataFrame(
-            {
-                "host": g["host"].to_numpy(),
-                "ts": g["ts"].to_numpy(),
-                "mx": roll.max().to_numpy(),
-                "total": roll.sum().to_numpy(),
-                "sd": roll.std(ddof=0).to_numpy(),
-                "head": roll.apply(lambda a: a[0], raw=True).to_numpy(),
-                "tail": roll.apply(lambda a: a[-1], raw=True).to_numpy(),
-            }
-        )
-        out.append(got)
-    return pd.concat(out, ignore_index=True)
+    """Each row's window over its host's rows: pandas rolling (time or count), per host."""
+    rows = pdf.sort_values(["host", "ts"]).reset_index(drop=True)
+    series = rows.set_index("ts")["mem"].groupby(rows["host"].to_numpy(), sort=True)
+    roll = (
+        series.rolling(pd.Timedelta(policy.range))
+        if policy.kind == "time_range"
+        else series.rolling(policy.size, min_periods=1)
+    )
+    return pd.DataFrame(
+        {
+            "host": rows["host"].to_numpy(),
+            "ts": rows["ts"].to_numpy(),
+            "mx": roll.max().to_numpy(),
+            "total": roll.sum().to_numpy(),
+            "sd": roll.std(ddof=0).to_numpy(),
+            "head": roll.apply(lambda a: a[0], raw=True).to_numpy(),
+            "tail": roll.apply(lambda a: a[-1], raw=True).to_numpy(),
+        }
+    )
 
 
 def assert_matches(got: pd.DataFrame, want: pd.DataFrame) -> None:
@@ -149,10 +168,28 @@ def test_sliding_aggregate_equals_pandas(
     assert got["mtaw_applied"].all()
     assert_matches(got, oracle(pdf, policy))
     # batch results are a pure function of the input: a second action gives the same answer,
-    # and the task's scratch streams are gone
+    # and the tasks' scratch streams are gone (the template is untouched)
     again = out.toPandas()
     assert_matches(again, oracle(pdf, policy))
-    assert [s.spec.name for s in client.list_streams() if s.spec.name.startswith(name + ":")] == []
+    assert streams_of(client, name) == [name]
+    assert client.get_stream(name).rows_appended == 0
+
+
+def test_sliding_aggregate_many_keys_in_large_batches(
+    spark: Any, client: WindowClient, server: LocalServer
+) -> None:
+    """2,000 keys x 5 rows: each task sends its keys' rows in one Append to its scratch keyed
+    stream (the rows of every key in one batch), equal to pandas' rolling window per key; the
+    template stream is keyed, so key_col defaults to its key field."""
+    policy = Policy.time_range(timedelta(seconds=8))
+    name = new_stream(client, policy, keyed=True)
+    pdf = telemetry(seed=17, hosts=2000, per_host=5)
+    df = spark.createDataFrame(pdf, "host string, ts timestamp, mem double")
+    got = sliding_aggregate(df, server.target, name, ts_col="ts", window="w").toPandas()
+    assert got["mtaw_applied"].all()
+    assert_matches(got, oracle(pdf, policy))
+    assert streams_of(client, name) == [name]  # no per-key streams, scratch streams gone
+    assert client.get_stream(name).keys == 0  # the computation left the stream alone
 
 
 def test_sliding_aggregate_struct_outputs_and_no_key(
@@ -185,7 +222,7 @@ def test_sliding_aggregate_streaming_carries_state(
     spark: Any, client: WindowClient, server: LocalServer, tmp_path: Path
 ) -> None:
     policy = Policy.time_range(timedelta(seconds=30))
-    name = new_stream(client, policy)
+    name = new_stream(client, policy, keyed=True)
     pdf = telemetry(seed=3, hosts=3, per_host=90)
     src = file_stream(spark, pdf, tmp_path / "in", slices=3)
     out = sliding_aggregate(src, server.target, name, key_col="host", ts_col="ts", window="w")
@@ -200,8 +237,11 @@ def test_sliding_aggregate_streaming_carries_state(
     result = pd.concat(got, ignore_index=True)
     assert len(got) >= 3 and result["mtaw_applied"].all()
     assert_matches(result, oracle(pdf, policy))
-    # the per-key streams persist: the windows carried on across the micro-batches
-    assert client.get_stream(keyed_stream_name(name, "host-0")).rows_appended == 90
+    # the keyed stream itself holds the keys: the windows carried on across the micro-batches
+    assert streams_of(client, name) == [name]
+    assert keys_of(client, name) == {f"host-{h}": 90 for h in range(3)}
+    with pytest.raises(ConnectorError, match=r"key_col: stream 'tele\d+' is not keyed"):
+        sliding_aggregate(src, server.target, new_stream(client, policy), key_col="host")
 
 
 def file_stream(spark: Any, pdf: pd.DataFrame, folder: Path, slices: int) -> Any:
@@ -232,7 +272,7 @@ def test_streaming_sink_exactly_once_after_failure_and_replay(
     spark: Any, client: WindowClient, server: LocalServer, tmp_path: Path
 ) -> None:
     policy = Policy.time_range(timedelta(seconds=45))
-    name = new_stream(client, policy)
+    name = new_stream(client, policy, keyed=True)
     pdf = telemetry(seed=11, hosts=4, per_host=150)
     src = file_stream(spark, pdf, tmp_path / "in", slices=3)
     ck = tmp_path / "ck"
@@ -257,12 +297,14 @@ def test_streaming_sink_exactly_once_after_failure_and_replay(
     # batch 1's task fails after sending chunks; its retry sends them again
     run()
     hosts = sorted(pdf["host"].unique())
-    streams = {h: client.get_stream(keyed_stream_name(name, h)) for h in hosts}
-    assert sum(s.rows_appended for s in streams.values()) == len(pdf)
-    assert sum(s.batches_duplicate for s in streams.values()) > 0  # the retry met its chunks
+    info = client.get_stream(name)
+    assert streams_of(client, name) == [name]  # one keyed stream, no per-key streams
+    assert info.rows_appended == len(pdf)
+    assert keys_of(client, name) == {h: 150 for h in hosts}
+    assert info.batches_duplicate > 0  # the retry met its chunks
     want = _final_per_host(pdf, policy)
     for h in hosts:
-        r = client.query(keyed_stream_name(name, h), "w")
+        r = client.query(name, "w", key=h)
         assert math.isclose(r["mx"], want[h]["mx"]) and math.isclose(r["total"], want[h]["total"])
         assert r["head"] == want[h]["head"]
     # replay the last micro-batch: forget that it committed, run the query again
@@ -273,13 +315,13 @@ def test_streaming_sink_exactly_once_after_failure_and_replay(
     last.unlink()
     for crc in (ck / "commits").glob(f".{last.name}.crc"):
         crc.unlink()
-    dup_before = sum(client.get_stream(keyed_stream_name(name, h)).batches_duplicate for h in hosts)
+    dup_before = client.get_stream(name).batches_duplicate
     run()
-    after = {h: client.get_stream(keyed_stream_name(name, h)) for h in hosts}
-    assert sum(s.rows_appended for s in after.values()) == len(pdf)  # nothing counted twice
-    assert sum(s.batches_duplicate for s in after.values()) > dup_before
+    after = client.get_stream(name)
+    assert after.rows_appended == len(pdf)  # nothing counted twice
+    assert after.batches_duplicate > dup_before
     for h in hosts:
-        r = client.query(keyed_stream_name(name, h), "w")
+        r = client.query(name, "w", key=h)
         assert math.isclose(r["total"], want[h]["total"])
 
 
@@ -310,13 +352,42 @@ def test_batch_write_then_rerun_with_same_write_id(
     assert math.isclose(client.query(name, "w")["total"], pdf["mem"].sum())
 
 
+def test_batch_write_with_key_column_goes_to_one_keyed_stream(
+    spark: Any, client: WindowClient, server: LocalServer
+) -> None:
+    policy = Policy.count(1000)
+    name = new_stream(client, policy, keyed=True)
+    pdf = telemetry(seed=23, hosts=40, per_host=25)
+    df = spark.createDataFrame(pdf, "host string, ts timestamp, mem double").repartition(2, "host")
+
+    def write(stream: str, key_column: str) -> None:
+        df.write.format("mtawindows").options(
+            endpoint=server.target, stream=stream, key_column=key_column
+        ).option("sort", "true").option("batch_rows", "300").mode("append").save()
+
+    write(name, "host")  # chunks of 300 rows, each of many keys
+    assert streams_of(client, name) == [name]
+    assert keys_of(client, name) == {f"host-{h}": 25 for h in range(40)}
+    want = _final_per_host(pdf, policy)
+    for h in ("host-0", "host-17", "host-39"):
+        r = client.get_key(name, h).results["w"]
+        assert (r.key, r.size) == (h, 25) and math.isclose(r["total"], want[h]["total"])
+    # a stream not keyed by key_column is refused, naming the stream and both fields
+    unkeyed = new_stream(client, policy)
+    with pytest.raises(Exception, match=rf"option 'key_column': stream '{unkeyed}' is not keyed"):
+        write(unkeyed, "host")
+    with pytest.raises(
+        Exception, match=rf"stream '{name}' is keyed by field 'host', not by key_column 'mem'"
+    ):
+        write(name, "mem")
+    assert client.get_stream(unkeyed).rows_appended == 0
+
+
 # --------------------------------------------------------------------------- several servers
 # (a cluster of servers, its seeds in ``endpoint``: tests/cluster/test_cluster_routing.py)
 
 
 def test_endpoint_lists_are_checked() -> None:
-    from mtawindows.spark_connector.options import ConnectorOptions
-
     for bad in ("a:1,,b:2", "a:1,a:1", " , "):
         with pytest.raises(ConnectorError, match="option 'endpoint'"):
             ConnectorOptions.parse({"endpoint": bad, "stream": "s"})
@@ -355,6 +426,135 @@ def test_batch_read_returns_each_windows_result(
         assert (r["sequence"], r["size"], r["mx"]) == (want.sequence, want.size, want["mx"])
         assert r["timestamp"].replace(tzinfo=UTC) == datetime.fromtimestamp(T0 + 2, tz=UTC)
     assert rows[0]["n"] == 3 and rows[1]["total"] == 3.0
+
+
+def test_batch_read_of_a_keyed_stream_per_key_and_window_with_key_filters(
+    spark: Any, client: WindowClient, server: LocalServer
+) -> None:
+    name = new_stream(client, Policy.count(10), keyed=True)
+    client.create_window(
+        WindowSpec(name, "all", (Aggregation("n", "count"),), Policy.count(10_000))
+    )
+    keys = [f"k{i:04d}" for i in range(1200)]  # over one read partition (1,000 keys)
+    rows = [(k, T0 + i * 10 + j, float(i % 50 + j)) for i, k in enumerate(keys) for j in range(3)]
+    client.append(
+        name,
+        {
+            "ts": [t * 10**9 for _, t, _ in rows],
+            "host": [k for k, _, _ in rows],
+            "mem": [m for _, _, m in rows],
+        },
+    )
+
+    def read(**options: str) -> Any:
+        return (
+            spark.read.format("mtawindows")
+            .option("endpoint", server.target)
+            .option("stream", name)
+            .options(**options)
+            .load()
+        )
+
+    everything = read().collect()
+    assert len(everything) == 2 * len(keys)  # one row per (key, window)
+    assert sorted({r["key"] for r in everything}) == keys
+    for r in everything:
+        if r["key"] in ("k0000", "k0777", "k1199"):
+            want = client.query(name, r["window"], key=r["key"])
+            assert (r["stream"], r["sequence"], r["size"]) == (name, want.sequence, want.size)
+            assert r["mx"] == want["mx"] if r["window"] == "w" else r["n"] == 3
+
+    def keys_read(df: Any) -> list[tuple[str, str]]:
+        return sorted((r["key"], r["window"]) for r in df.collect())
+
+    both = ["all", "w"]
+    assert keys_read(read(keys="k0001, k0002,nope")) == [
+        (k, w) for k in ("k0001", "k0002") for w in both
+    ]
+    assert keys_read(read(key_prefix="k001", window="w")) == [(f"k001{i}", "w") for i in range(10)]
+    # Spark's filters on column key reach the reader: only those keys are asked for
+    from pyspark.sql import functions as F
+
+    one = read().where(F.col("key") == "k0005")
+    assert keys_read(one) == [("k0005", w) for w in both]
+    assert one.rdd.getNumPartitions() == 1
+    assert keys_read(read().where(F.col("key").isin("k0100", "k1100", "x"))) == [
+        (k, w) for k in ("k0100", "k1100") for w in both
+    ]
+    prefix = read().where(F.col("key").startswith("k011") & (F.col("window") == "all"))
+    assert keys_read(prefix) == [(f"k011{i}", "all") for i in range(10)]
+    assert read(key_prefix="k02").where(F.col("key").startswith("k03")).count() == 0
+    # a keyed stream cannot be followed by sequence: spark.readStream's reader refuses it
+    opts = ConnectorOptions.parse({"endpoint": server.target, "stream": name})
+    with pytest.raises(ConnectorError, match=rf"stream '{name}' is keyed, and spark.readStream"):
+        ResultsStreamReader(opts, read_schema(opts))
+
+
+def test_a_micro_batch_partition_of_a_keyed_stream_late_rows_and_replays(
+    client: WindowClient, server: LocalServer
+) -> None:
+    """sliding_aggregate's task function on a micro-batch's partition (called here without a
+    Spark job): one Append for all its keys, each row with its own key's result; the same
+    partition again (a replayed micro-batch) applies nothing, on REJECT and on DROP; on DROP, a
+    row older than its key's newest comes back with mtaw_applied false and null results."""
+    import pyarrow as pa
+    from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
+
+    schema = StructType(
+        [
+            StructField("host", StringType()),
+            StructField("ts", TimestampType()),
+            StructField("mem", DoubleType()),
+        ]
+    )
+    results = (ResultColumn("w", "total", "total", "DOUBLE"), ResultColumn("w", "n", "n", "INT64"))
+
+    def batch(rows: list[tuple[str, int, float]]) -> pa.RecordBatch:
+        return pa.record_batch(
+            {
+                "host": [h for h, _, _ in rows],
+                "ts": pa.array(
+                    [(T0 + t) * 10**6 for _, t, _ in rows], pa.timestamp("us", tz="UTC")
+                ),
+                "mem": [m for _, _, m in rows],
+            }
+        )
+
+    def run(
+        name: str, rows: list[tuple[str, int, float]], query: str = "q1"
+    ) -> list[tuple[Any, ...]]:
+        opts = ConnectorOptions(endpoint=server.target, stream=name, timestamp_column="ts")
+        spec = client.get_stream(name).spec
+        fn = Sliding(opts, spec, schema, ("w",), results, ["host", "ts"], streaming=True)
+        fn.run_id = query  # stands in for the streaming query's id: the chunks' producer
+        out = pa.Table.from_batches(list(fn(iter([batch(rows)])))).to_pylist()
+        return [(r["host"], r["mem"], r["total"], r["n"], r["mtaw_applied"]) for r in out]
+
+    rows = [("b", 2, 5.0), ("a", 5, 1.0), ("a", 13, 3.0), ("b", 1, 4.0), ("a", 12, 2.0)]
+    for late_policy in ("REJECT", "DROP"):
+        name = f"late{next(_names)}"
+        fields = (Field("host", "STRING"), Field("mem", "DOUBLE"))
+        client.create_stream(StreamSpec(name, fields, late_policy=late_policy, key="host"))
+        aggs = (Aggregation("total", "sum", "mem"), Aggregation("n", "count"))
+        client.create_window(WindowSpec(name, "w", aggs, Policy.count(3)))
+        client.append(name, {"ts": [(T0 + 4) * 10**9], "host": ["a"], "mem": [100.0]})
+        assert run(name, rows) == [  # sorted by (key, time), one Append
+            ("a", 1.0, 101.0, 2, True),
+            ("a", 2.0, 103.0, 3, True),
+            ("a", 3.0, 6.0, 3, True),
+            ("b", 4.0, 4.0, 1, True),
+            ("b", 5.0, 9.0, 2, True),
+        ]
+        assert [r[2:] for r in run(name, rows)] == [(None, None, False)] * 5  # replayed
+        assert client.get_stream(name).rows_appended == 6
+    # DROP: a's row older than its newest (T0+13) is skipped; the others count
+    got = run(name, [("a", 7, 50.0), ("b", 3, 6.0), ("a", 14, 4.0)], query="q2")
+    assert got == [
+        ("a", 50.0, None, None, False),
+        ("a", 4.0, 9.0, 3, True),
+        ("b", 6.0, 15.0, 3, True),
+    ]
+    assert client.get_key(name, "a").rows_late == 0  # told before sending: none was sent
 
 
 def test_stream_read_follows_new_results(
@@ -411,8 +611,8 @@ def test_a_dead_seed_among_the_endpoints_is_skipped(
     spark: Any, client: WindowClient, server: LocalServer
 ) -> None:
     """endpoint "dead,live": the seeds of a cluster, any one of which is enough; the rows
-    (each key's stream included) reach the live server."""
-    name = new_stream(client, Policy.count(5))
+    reach the live server."""
+    name = new_stream(client, Policy.count(5), keyed=True)
     dead = f"127.0.0.1:{free_port()}"
     seeds = f"{dead},{server.target}"
     df = spark.createDataFrame(
@@ -421,7 +621,7 @@ def test_a_dead_seed_among_the_endpoints_is_skipped(
     df.write.format("mtawindows").options(endpoint=seeds, stream=name).option(
         "key_column", "host"
     ).option("timeout", "3").mode("append").save()
-    assert client.get_stream(keyed_stream_name(name, "h1")).rows_appended == 1
+    assert keys_of(client, name) == {"h1": 1}
 
 
 def test_unknown_stream_names_the_option(spark: Any, server: LocalServer) -> None:

@@ -1,14 +1,18 @@
-"""The connector's option parsing, per-key stream names and key splitting (no Spark needed)."""
+"""The connector's option parsing, key checks and key filters (no Spark session needed)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pyarrow as pa
 import pytest
+from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
-from mtawindows.client.routing import key_of_stream
-from mtawindows.spark_connector import ConnectorError, ConnectorOptions, keyed_stream_name
-from mtawindows.spark_connector.datasource import split_by_key
-from mtawindows.spark_connector.streams import is_scratch
+from mtawindows.client import Field, StreamSpec
+from mtawindows.spark_connector import ConnectorError, ConnectorOptions
+from mtawindows.spark_connector.arrow import nanos
+from mtawindows.spark_connector.readers import KeyFilter
+from mtawindows.spark_connector.streams import check_key, keyed_spec
 
 
 def test_options_take_spark_spellings_and_defaults() -> None:
@@ -19,6 +23,7 @@ def test_options_take_spark_spellings_and_defaults() -> None:
             "timestampColumn": "at",
             "BATCH_ROWS": "64",
             "key-col": "host",
+            "keyPrefix": "web-",
             "sort": "TRUE",
             "tls": "/ca.pem",
             "checkpointLocation": "/ck",
@@ -26,6 +31,9 @@ def test_options_take_spark_spellings_and_defaults() -> None:
     )
     assert (o.endpoint, o.stream, o.timestamp_column, o.key_column) == ("h:1", "s", "at", "host")
     assert (o.batch_rows, o.sort, o.tls, o.token) == (64, True, "/ca.pem", None)
+    assert (o.keys, o.key_prefix) == (None, "web-")
+    k = ConnectorOptions.parse({"endpoint": "h:1", "stream": "s", "keys": " a, b,,a "})
+    assert k.keys == ("a", "b")
     d = ConnectorOptions.parse({"endpoint": "h:1", "path": "s2", "tls": "true"})
     assert (d.stream, d.tls, d.batch_rows, d.starting_offsets, d.timeout) == (
         "s2",
@@ -53,6 +61,7 @@ def test_options_take_spark_spellings_and_defaults() -> None:
             {"endpoint": "h:1", "stream": "s", "max_results_per_trigger": "-1"},
             "option 'max_results_per_trigger'",
         ),
+        ({"endpoint": "h:1", "stream": "s", "keys": " , "}, "option 'keys': expected"),
     ],
 )
 def test_bad_options_name_the_option(options: dict[str, str], message: str) -> None:
@@ -60,19 +69,49 @@ def test_bad_options_name_the_option(options: dict[str, str], message: str) -> N
         ConnectorOptions.parse(options)
 
 
-def test_keyed_stream_names() -> None:
-    assert keyed_stream_name("tele", "host-07") == "tele:host-07"
-    assert keyed_stream_name("tele", 42) == "tele:42"
-    odd = keyed_stream_name("tele", "a b/c")
-    assert odd.startswith("tele:~") and odd == keyed_stream_name("tele", "a b/c")
-    assert keyed_stream_name("tele", None) != keyed_stream_name("tele", "None")
-    assert key_of_stream("tele", "tele:host-07") == "host-07"
-    assert key_of_stream("tele", "other:x") is None
-    assert is_scratch("tele:host-07~scratch.ab12.3.0.1") and not is_scratch("tele:~ab12")
+def test_key_column_must_be_the_streams_key() -> None:
+    fields = (Field("host", "STRING"), Field("mem", "DOUBLE"))
+    check_key(StreamSpec("t", fields, key="host"), "host")
+    check_key(StreamSpec("t", fields, key="host"), "")  # no key_column: the stream's own
+    with pytest.raises(ConnectorError, match=r"option 'key_column': stream 't' is not keyed"):
+        check_key(StreamSpec("t", fields), "host")
+    with pytest.raises(
+        ConnectorError, match=r"stream 't' is keyed by field 'host', not by key_col 'mem'"
+    ):
+        check_key(StreamSpec("t", fields, key="host"), "mem", option="key_col")
 
 
-def test_split_by_key_keeps_each_keys_order() -> None:
-    t = pa.table({"k": ["b", "a", "b", "c", "a"], "v": [1, 2, 3, 4, 5]})
-    got = [(k, part.column("v").to_pylist()) for k, part in split_by_key(t, "k")]
-    assert got == [("a", [2, 5]), ("b", [1, 3]), ("c", [4])]
-    assert list(split_by_key(t.slice(0, 0), "k")) == []
+def test_scratch_spec_is_keyed_by_the_key_column() -> None:
+    template = StreamSpec("t", (Field("mem", "DOUBLE"),), timestamp_field="ts")
+    df = StructType(
+        [
+            StructField("host", StringType()),
+            StructField("rack", LongType()),
+            StructField("mem", DoubleType()),
+        ]
+    )
+    by_host = keyed_spec(template, "host", df)
+    assert (by_host.key, by_host.fields[-1]) == ("host", Field("host", "STRING"))
+    assert keyed_spec(template, "rack", df).fields[-1] == Field("rack", "INT64")
+    assert keyed_spec(by_host, "host", df) is by_host
+    with pytest.raises(ConnectorError, match="key_col: column 'mem' is double"):
+        keyed_spec(template, "mem", df)
+
+
+def test_key_filters_narrow() -> None:
+    opts = ConnectorOptions.parse({"endpoint": "h:1", "stream": "s", "keys": "a1,a2,b1"})
+    f = KeyFilter.of(opts)
+    assert f.narrowed and f.listed() == ["a1", "a2", "b1"]
+    assert f.starting("a").listed() == ["a1", "a2"]
+    assert f.only(["a2", "c"]).listed() == ["a2"]
+    p = KeyFilter().starting("ab")
+    assert (p.starting("abc").prefix, p.starting("a").prefix) == ("abc", "ab")
+    assert p.starting("x").nothing and not KeyFilter().narrowed
+
+
+def test_nanos_reads_any_timestamp_unit() -> None:
+    t = datetime(2024, 5, 1, tzinfo=UTC)
+    ns = int(t.timestamp()) * 10**9
+    assert nanos(pa.array([t], pa.timestamp("us", tz="UTC"))) == [ns]
+    assert nanos(pa.array([ns + 1], pa.timestamp("ns"))) == [ns + 1]
+    assert nanos(pa.chunked_array([pa.array([ns], pa.int64())])) == [ns]

@@ -18,6 +18,7 @@ from .types import (
     AppendResult,
     Field,
     FieldType,
+    KeyInfo,
     OutputSpec,
     Policy,
     SpecError,
@@ -143,6 +144,9 @@ def stream_spec_to_proto(s: StreamSpec) -> pb.StreamSpec:
         ],
         late_policy=_to_wire("late_policy", s.late_policy.upper(), _LATE),
         allowed_lateness=duration_to_proto(s.allowed_lateness),
+        key=s.key,
+        key_groups=s.key_groups,
+        key_ttl=duration_to_proto(s.key_ttl),
     )
 
 
@@ -161,12 +165,16 @@ def stream_spec_from_proto(m: pb.StreamSpec) -> StreamSpec:
             fields.append(Field(f.name, type_name, f.allow_nan))
     late = _enum_from_proto("late_policy", m.late_policy, _LATE_NAMES, "LatePolicy")
     lateness = duration_from_proto(m.allowed_lateness, "allowed_lateness")
+    ttl = duration_from_proto(m.key_ttl, "key_ttl")
     return StreamSpec(
         name=m.name,
         fields=tuple(fields),
         timestamp_field=m.timestamp_field,
         late_policy=late,
         allowed_lateness=lateness,
+        key=m.key,
+        key_groups=m.key_groups,
+        key_ttl=ttl,
     )
 
 
@@ -258,6 +266,8 @@ _STREAM_COUNTERS = (
     "batches_duplicate",
     "newest_timestamp",
     "rows_buffered",
+    "keys",
+    "keys_expired",
 )
 
 
@@ -386,6 +396,7 @@ def result_to_proto(r: WindowResult, types: Mapping[str, str]) -> pb.WindowResul
         evicted=r.evicted,
         sequence=r.sequence,
         timestamp=r.timestamp,
+        key=r.key,
     )
 
 
@@ -398,6 +409,32 @@ def result_from_proto(m: pb.WindowResult) -> WindowResult:
         evicted=m.evicted,
         sequence=m.sequence,
         timestamp=m.timestamp,
+        key=m.key,
+    )
+
+
+def key_info_to_proto(k: KeyInfo, types: Mapping[str, Mapping[str, str]]) -> pb.KeyInfo:
+    """``types``: each window's output types (for its result's values)."""
+    return pb.KeyInfo(
+        key=k.key,
+        group=k.group,
+        rows_appended=k.rows_appended,
+        rows_late=k.rows_late,
+        newest_timestamp=k.newest_timestamp,
+        last_append_ms=k.last_append_ms,
+        results=[result_to_proto(r, types.get(w, {})) for w, r in k.results.items()],
+    )
+
+
+def key_info_from_proto(m: pb.KeyInfo) -> KeyInfo:
+    return KeyInfo(
+        key=m.key,
+        group=m.group,
+        rows_appended=m.rows_appended,
+        rows_late=m.rows_late,
+        newest_timestamp=m.newest_timestamp,
+        last_append_ms=m.last_append_ms,
+        results={r.window: result_from_proto(r) for r in m.results},
     )
 
 
@@ -527,12 +564,16 @@ def append_result_from_proto(m: pb.AppendResponse) -> AppendResult:
         rows_late=m.rows_late,
         rows_buffered=m.rows_buffered,
         duplicate=m.duplicate,
-        results={r.window: result_from_proto(r) for r in m.results},
+        results={r.window: result_from_proto(r) for r in m.results if not r.key},
+        # a keyed stream's FINAL results: one per (window, key) the batch changed
+        key_results=[result_from_proto(r) for r in m.results if r.key],
     )
     for rr in m.row_results:
         cols = {c.name: column_from_proto(c)[1] for c in rr.columns}
         cols["__size"] = list(rr.sizes.values)
         out.row_results[rr.window] = cols
+        if rr.HasField("rows"):  # not every row applied: the request's row of each entry
+            out.row_positions = list(rr.rows.values)
     return out
 
 

@@ -125,6 +125,12 @@ class Reason(StrEnum):
         "(FAILED_PRECONDITION; metadata window, aggregation, monoid, error): nothing was "
         "applied, and the same batch fails the same way",
     )
+    KEY_NOT_FOUND = "KEY_NOT_FOUND", "a keyed stream has no such key"
+    NOT_KEYED = (
+        "NOT_KEYED",
+        "a call for keyed streams about an unkeyed one, or an unkeyed call on a keyed one",
+    )
+    TOO_MANY_KEYS = "TOO_MANY_KEYS", "the server holds its limit of keys (--max-keys)"
     BAD_RESULT_MODE = "BAD_RESULT_MODE", "an Append asks for a result mode the server does not know"
     OUT_OF_ORDER = (
         "OUT_OF_ORDER",

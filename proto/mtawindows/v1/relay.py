@@ -24,5 +24,8 @@ FORWARDABLE = frozenset(
         "Append",
         "Query",
         "ReadResults",
+        "ListKeys",
+        "GetKey",
+        "DeleteKey",
     }
 )

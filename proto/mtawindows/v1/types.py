@@ -147,6 +147,11 @@ class Field:
 class StreamSpec:
     """A stream: a timestamp column plus typed value fields.
 
+    ``key``: the field (STRING or INT64) that makes it a keyed stream: every window then holds
+    one instance per key; ``key_groups`` (fixed at creation; 0 means 256) is how many groups
+    the keys hash into, the unit of ownership and journaling; ``key_ttl`` drops a key that took
+    no row for that long.
+
     ``late_policy``: ``"REJECT"`` (a batch with a row older than the newest fails, nothing
     applied) or ``"DROP"`` (late rows are skipped and counted); with ``DROP``,
     ``allowed_lateness`` reorders rows up to that much late instead of dropping them."""
@@ -156,9 +161,17 @@ class StreamSpec:
     timestamp_field: str = "ts"
     late_policy: str = "REJECT"
     allowed_lateness: timedelta = timedelta(0)
+    # keyed streams (see windows.proto): the key field, its key groups (0: DEFAULT_KEY_GROUPS
+    # with a key) and how long a key without rows is kept (0: forever)
+    key: str = ""
+    key_groups: int = 0
+    key_ttl: timedelta = timedelta(0)
 
     def __post_init__(self) -> None:
         _check_type("StreamSpec", "name", self.name, str)
+        _check_type("StreamSpec", "key", self.key, str)
+        _check_type("StreamSpec", "key_groups", self.key_groups, int)
+        _check_duration("StreamSpec", "key_ttl", self.key_ttl, upper=False)
         _check_items(self, "fields", Field)
         _check_type("StreamSpec", "timestamp_field", self.timestamp_field, str)
         late = _enum("StreamSpec", "late_policy", self.late_policy, LATE_POLICIES, upper=True)
@@ -328,6 +341,21 @@ class StreamInfo:
     batches_duplicate: int = 0
     newest_timestamp: int = 0
     rows_buffered: int = 0
+    keys: int = 0
+    keys_expired: int = 0
+
+
+@dataclass
+class KeyInfo:
+    """One key of a keyed stream: its text, group, counters and (GetKey) each window's result."""
+
+    key: str
+    group: int = 0
+    rows_appended: int = 0
+    rows_late: int = 0
+    newest_timestamp: int = 0
+    last_append_ms: int = 0
+    results: dict[str, WindowResult] = dc_field(default_factory=dict)
 
 
 @dataclass
@@ -350,6 +378,7 @@ class WindowResult:
     evicted: int = 0
     sequence: int = 0
     timestamp: int = 0
+    key: str = ""  # a keyed stream's: the key whose window this is
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -364,3 +393,7 @@ class AppendResult:
     results: dict[str, WindowResult] = dc_field(default_factory=dict)
     # per-row mode: window -> column name -> values (structs flattened as "peak.value")
     row_results: dict[str, dict[str, list[Any]]] = dc_field(default_factory=dict)
+    # a keyed stream's FINAL results: one per (window, key) the batch changed
+    key_results: list[WindowResult] = dc_field(default_factory=list)
+    # per-row mode, when not every row was applied: the request's row of each entry
+    row_positions: list[int] | None = None

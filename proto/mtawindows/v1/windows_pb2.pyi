@@ -85,6 +85,9 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     UNSUBSCRIBED: _ClassVar[ErrorReason]
     MESSAGE_TOO_LARGE: _ClassVar[ErrorReason]
     LOWER_FAILED: _ClassVar[ErrorReason]
+    KEY_NOT_FOUND: _ClassVar[ErrorReason]
+    NOT_KEYED: _ClassVar[ErrorReason]
+    TOO_MANY_KEYS: _ClassVar[ErrorReason]
 FIELD_TYPE_UNSPECIFIED: FieldType
 DOUBLE: FieldType
 INT64: FieldType
@@ -143,6 +146,9 @@ SUBSCRIBER_TOO_SLOW: ErrorReason
 UNSUBSCRIBED: ErrorReason
 MESSAGE_TOO_LARGE: ErrorReason
 LOWER_FAILED: ErrorReason
+KEY_NOT_FOUND: ErrorReason
+NOT_KEYED: ErrorReason
+TOO_MANY_KEYS: ErrorReason
 
 class FieldSpec(_message.Message):
     __slots__ = ("name", "type", "allow_nan")
@@ -155,21 +161,27 @@ class FieldSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[FieldType, str]] = ..., allow_nan: _Optional[bool] = ...) -> None: ...
 
 class StreamSpec(_message.Message):
-    __slots__ = ("name", "timestamp_field", "fields", "late_policy", "allowed_lateness")
+    __slots__ = ("name", "timestamp_field", "fields", "late_policy", "allowed_lateness", "key", "key_groups", "key_ttl")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_FIELD_NUMBER: _ClassVar[int]
     FIELDS_FIELD_NUMBER: _ClassVar[int]
     LATE_POLICY_FIELD_NUMBER: _ClassVar[int]
     ALLOWED_LATENESS_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    KEY_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    KEY_TTL_FIELD_NUMBER: _ClassVar[int]
     name: str
     timestamp_field: str
     fields: _containers.RepeatedCompositeFieldContainer[FieldSpec]
     late_policy: LatePolicy
     allowed_lateness: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., timestamp_field: _Optional[str] = ..., fields: _Optional[_Iterable[_Union[FieldSpec, _Mapping]]] = ..., late_policy: _Optional[_Union[LatePolicy, str]] = ..., allowed_lateness: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    key: str
+    key_groups: int
+    key_ttl: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., timestamp_field: _Optional[str] = ..., fields: _Optional[_Iterable[_Union[FieldSpec, _Mapping]]] = ..., late_policy: _Optional[_Union[LatePolicy, str]] = ..., allowed_lateness: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., key: _Optional[str] = ..., key_groups: _Optional[int] = ..., key_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class StreamInfo(_message.Message):
-    __slots__ = ("spec", "windows", "rows_appended", "rows_late", "batches_appended", "batches_duplicate", "newest_timestamp", "rows_buffered")
+    __slots__ = ("spec", "windows", "rows_appended", "rows_late", "batches_appended", "batches_duplicate", "newest_timestamp", "rows_buffered", "keys", "keys_expired")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     WINDOWS_FIELD_NUMBER: _ClassVar[int]
     ROWS_APPENDED_FIELD_NUMBER: _ClassVar[int]
@@ -178,6 +190,8 @@ class StreamInfo(_message.Message):
     BATCHES_DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     NEWEST_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     ROWS_BUFFERED_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_EXPIRED_FIELD_NUMBER: _ClassVar[int]
     spec: StreamSpec
     windows: _containers.RepeatedScalarFieldContainer[str]
     rows_appended: int
@@ -186,7 +200,27 @@ class StreamInfo(_message.Message):
     batches_duplicate: int
     newest_timestamp: int
     rows_buffered: int
-    def __init__(self, spec: _Optional[_Union[StreamSpec, _Mapping]] = ..., windows: _Optional[_Iterable[str]] = ..., rows_appended: _Optional[int] = ..., rows_late: _Optional[int] = ..., batches_appended: _Optional[int] = ..., batches_duplicate: _Optional[int] = ..., newest_timestamp: _Optional[int] = ..., rows_buffered: _Optional[int] = ...) -> None: ...
+    keys: int
+    keys_expired: int
+    def __init__(self, spec: _Optional[_Union[StreamSpec, _Mapping]] = ..., windows: _Optional[_Iterable[str]] = ..., rows_appended: _Optional[int] = ..., rows_late: _Optional[int] = ..., batches_appended: _Optional[int] = ..., batches_duplicate: _Optional[int] = ..., newest_timestamp: _Optional[int] = ..., rows_buffered: _Optional[int] = ..., keys: _Optional[int] = ..., keys_expired: _Optional[int] = ...) -> None: ...
+
+class KeyInfo(_message.Message):
+    __slots__ = ("key", "group", "rows_appended", "rows_late", "newest_timestamp", "last_append_ms", "results")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    ROWS_APPENDED_FIELD_NUMBER: _ClassVar[int]
+    ROWS_LATE_FIELD_NUMBER: _ClassVar[int]
+    NEWEST_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    LAST_APPEND_MS_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    group: int
+    rows_appended: int
+    rows_late: int
+    newest_timestamp: int
+    last_append_ms: int
+    results: _containers.RepeatedCompositeFieldContainer[WindowResult]
+    def __init__(self, key: _Optional[str] = ..., group: _Optional[int] = ..., rows_appended: _Optional[int] = ..., rows_late: _Optional[int] = ..., newest_timestamp: _Optional[int] = ..., last_append_ms: _Optional[int] = ..., results: _Optional[_Iterable[_Union[WindowResult, _Mapping]]] = ...) -> None: ...
 
 class Aggregation(_message.Message):
     __slots__ = ("name", "monoid", "field", "params")
@@ -413,7 +447,7 @@ class Value(_message.Message):
     def __init__(self, null: _Optional[bool] = ..., double_value: _Optional[float] = ..., int_value: _Optional[int] = ..., string_value: _Optional[str] = ..., bool_value: _Optional[bool] = ..., timestamp_value: _Optional[int] = ..., struct_value: _Optional[_Union[Struct, _Mapping]] = ..., list_value: _Optional[_Union[ValueList, _Mapping]] = ...) -> None: ...
 
 class WindowResult(_message.Message):
-    __slots__ = ("window", "values", "size", "evicted", "sequence", "timestamp")
+    __slots__ = ("window", "values", "size", "evicted", "sequence", "timestamp", "key")
     class ValuesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -427,23 +461,27 @@ class WindowResult(_message.Message):
     EVICTED_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
     window: str
     values: _containers.MessageMap[str, Value]
     size: int
     evicted: int
     sequence: int
     timestamp: int
-    def __init__(self, window: _Optional[str] = ..., values: _Optional[_Mapping[str, Value]] = ..., size: _Optional[int] = ..., evicted: _Optional[int] = ..., sequence: _Optional[int] = ..., timestamp: _Optional[int] = ...) -> None: ...
+    key: str
+    def __init__(self, window: _Optional[str] = ..., values: _Optional[_Mapping[str, Value]] = ..., size: _Optional[int] = ..., evicted: _Optional[int] = ..., sequence: _Optional[int] = ..., timestamp: _Optional[int] = ..., key: _Optional[str] = ...) -> None: ...
 
 class WindowRowResults(_message.Message):
-    __slots__ = ("window", "columns", "sizes")
+    __slots__ = ("window", "columns", "sizes", "rows")
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     COLUMNS_FIELD_NUMBER: _ClassVar[int]
     SIZES_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
     window: str
     columns: _containers.RepeatedCompositeFieldContainer[Column]
     sizes: Int64List
-    def __init__(self, window: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., sizes: _Optional[_Union[Int64List, _Mapping]] = ...) -> None: ...
+    rows: Int64List
+    def __init__(self, window: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., sizes: _Optional[_Union[Int64List, _Mapping]] = ..., rows: _Optional[_Union[Int64List, _Mapping]] = ...) -> None: ...
 
 class CreateStreamRequest(_message.Message):
     __slots__ = ("spec",)
@@ -516,7 +554,7 @@ class ListWindowsResponse(_message.Message):
     def __init__(self, windows: _Optional[_Iterable[_Union[WindowInfo, _Mapping]]] = ...) -> None: ...
 
 class AppendRequest(_message.Message):
-    __slots__ = ("stream", "columns", "arrow_ipc", "producer_id", "sequence", "results", "windows")
+    __slots__ = ("stream", "columns", "arrow_ipc", "producer_id", "sequence", "results", "windows", "continuation")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     COLUMNS_FIELD_NUMBER: _ClassVar[int]
     ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
@@ -524,6 +562,7 @@ class AppendRequest(_message.Message):
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    CONTINUATION_FIELD_NUMBER: _ClassVar[int]
     stream: str
     columns: _containers.RepeatedCompositeFieldContainer[Column]
     arrow_ipc: bytes
@@ -531,7 +570,8 @@ class AppendRequest(_message.Message):
     sequence: int
     results: ResultMode
     windows: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, stream: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., arrow_ipc: _Optional[bytes] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., results: _Optional[_Union[ResultMode, str]] = ..., windows: _Optional[_Iterable[str]] = ...) -> None: ...
+    continuation: bool
+    def __init__(self, stream: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., arrow_ipc: _Optional[bytes] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., results: _Optional[_Union[ResultMode, str]] = ..., windows: _Optional[_Iterable[str]] = ..., continuation: _Optional[bool] = ...) -> None: ...
 
 class AppendResponse(_message.Message):
     __slots__ = ("rows_applied", "rows_late", "rows_buffered", "duplicate", "results", "row_results")
@@ -550,20 +590,66 @@ class AppendResponse(_message.Message):
     def __init__(self, rows_applied: _Optional[int] = ..., rows_late: _Optional[int] = ..., rows_buffered: _Optional[int] = ..., duplicate: _Optional[bool] = ..., results: _Optional[_Iterable[_Union[WindowResult, _Mapping]]] = ..., row_results: _Optional[_Iterable[_Union[WindowRowResults, _Mapping]]] = ...) -> None: ...
 
 class QueryRequest(_message.Message):
-    __slots__ = ("stream", "window")
+    __slots__ = ("stream", "window", "key")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
     stream: str
     window: str
-    def __init__(self, stream: _Optional[str] = ..., window: _Optional[str] = ...) -> None: ...
+    key: str
+    def __init__(self, stream: _Optional[str] = ..., window: _Optional[str] = ..., key: _Optional[str] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("stream", "window")
+    __slots__ = ("stream", "window", "keys")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
     stream: str
     window: str
-    def __init__(self, stream: _Optional[str] = ..., window: _Optional[str] = ...) -> None: ...
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, stream: _Optional[str] = ..., window: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListKeysRequest(_message.Message):
+    __slots__ = ("stream", "prefix", "limit", "page_token")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    prefix: str
+    limit: int
+    page_token: str
+    def __init__(self, stream: _Optional[str] = ..., prefix: _Optional[str] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListKeysResponse(_message.Message):
+    __slots__ = ("keys", "next_page_token", "groups")
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedCompositeFieldContainer[KeyInfo]
+    next_page_token: str
+    groups: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, keys: _Optional[_Iterable[_Union[KeyInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., groups: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class GetKeyRequest(_message.Message):
+    __slots__ = ("stream", "key")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    key: str
+    def __init__(self, stream: _Optional[str] = ..., key: _Optional[str] = ...) -> None: ...
+
+class DeleteKeyRequest(_message.Message):
+    __slots__ = ("stream", "key")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    key: str
+    def __init__(self, stream: _Optional[str] = ..., key: _Optional[str] = ...) -> None: ...
+
+class DeleteKeyResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class ReadResultsRequest(_message.Message):
     __slots__ = ("stream", "window", "after_sequence", "limit")
@@ -608,16 +694,18 @@ class ClusterMember(_message.Message):
     def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., incarnation: _Optional[str] = ..., heartbeat_age_ms: _Optional[int] = ..., streams: _Optional[int] = ...) -> None: ...
 
 class StreamOwner(_message.Message):
-    __slots__ = ("stream", "member", "address", "token")
+    __slots__ = ("stream", "member", "address", "token", "group_members")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     MEMBER_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
+    GROUP_MEMBERS_FIELD_NUMBER: _ClassVar[int]
     stream: str
     member: str
     address: str
     token: int
-    def __init__(self, stream: _Optional[str] = ..., member: _Optional[str] = ..., address: _Optional[str] = ..., token: _Optional[int] = ...) -> None: ...
+    group_members: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, stream: _Optional[str] = ..., member: _Optional[str] = ..., address: _Optional[str] = ..., token: _Optional[int] = ..., group_members: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetClusterMapRequest(_message.Message):
     __slots__ = ("streams",)

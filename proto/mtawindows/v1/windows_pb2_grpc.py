@@ -123,6 +123,21 @@ class WindowServiceStub:
                 request_serializer=mtawindows_dot_v1_dot_windows__pb2.ReadResultsRequest.SerializeToString,
                 response_deserializer=mtawindows_dot_v1_dot_windows__pb2.ReadResultsResponse.FromString,
                 _registered_method=True)
+        self.ListKeys = channel.unary_unary(
+                '/mtawindows.v1.WindowService/ListKeys',
+                request_serializer=mtawindows_dot_v1_dot_windows__pb2.ListKeysRequest.SerializeToString,
+                response_deserializer=mtawindows_dot_v1_dot_windows__pb2.ListKeysResponse.FromString,
+                _registered_method=True)
+        self.GetKey = channel.unary_unary(
+                '/mtawindows.v1.WindowService/GetKey',
+                request_serializer=mtawindows_dot_v1_dot_windows__pb2.GetKeyRequest.SerializeToString,
+                response_deserializer=mtawindows_dot_v1_dot_windows__pb2.KeyInfo.FromString,
+                _registered_method=True)
+        self.DeleteKey = channel.unary_unary(
+                '/mtawindows.v1.WindowService/DeleteKey',
+                request_serializer=mtawindows_dot_v1_dot_windows__pb2.DeleteKeyRequest.SerializeToString,
+                response_deserializer=mtawindows_dot_v1_dot_windows__pb2.DeleteKeyResponse.FromString,
+                _registered_method=True)
         self.GetClusterMap = channel.unary_unary(
                 '/mtawindows.v1.WindowService/GetClusterMap',
                 request_serializer=mtawindows_dot_v1_dot_windows__pb2.GetClusterMapRequest.SerializeToString,
@@ -281,6 +296,32 @@ class WindowServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListKeys(self, request, context):
+        """Returns a keyed stream's keys in key order, paged (see ListKeysRequest), without results.
+        Errors: INVALID_ARGUMENT INVALID_ARGUMENT (a negative limit); NOT_FOUND STREAM_NOT_FOUND;
+        FAILED_PRECONDITION NOT_KEYED. Read-only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetKey(self, request, context):
+        """Returns one key of a keyed stream: its counters and each window's result for it.
+        Errors: NOT_FOUND STREAM_NOT_FOUND, KEY_NOT_FOUND; FAILED_PRECONDITION NOT_KEYED. Read-only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteKey(self, request, context):
+        """Deletes a key of a keyed stream and its state in every window (a later row creates it
+        again). Returns an empty message. Errors: NOT_FOUND STREAM_NOT_FOUND, KEY_NOT_FOUND;
+        FAILED_PRECONDITION NOT_KEYED. Not idempotent (KEY_NOT_FOUND the second time).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetClusterMap(self, request, context):
         """Returns the live members of the cluster and, for each stream asked about, its owner now
         (member "" while it moves between owners: retry after a moment). A stream no member knows
@@ -355,6 +396,21 @@ def add_WindowServiceServicer_to_server(servicer, server):
                     servicer.ReadResults,
                     request_deserializer=mtawindows_dot_v1_dot_windows__pb2.ReadResultsRequest.FromString,
                     response_serializer=mtawindows_dot_v1_dot_windows__pb2.ReadResultsResponse.SerializeToString,
+            ),
+            'ListKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListKeys,
+                    request_deserializer=mtawindows_dot_v1_dot_windows__pb2.ListKeysRequest.FromString,
+                    response_serializer=mtawindows_dot_v1_dot_windows__pb2.ListKeysResponse.SerializeToString,
+            ),
+            'GetKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetKey,
+                    request_deserializer=mtawindows_dot_v1_dot_windows__pb2.GetKeyRequest.FromString,
+                    response_serializer=mtawindows_dot_v1_dot_windows__pb2.KeyInfo.SerializeToString,
+            ),
+            'DeleteKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteKey,
+                    request_deserializer=mtawindows_dot_v1_dot_windows__pb2.DeleteKeyRequest.FromString,
+                    response_serializer=mtawindows_dot_v1_dot_windows__pb2.DeleteKeyResponse.SerializeToString,
             ),
             'GetClusterMap': grpc.unary_unary_rpc_method_handler(
                     servicer.GetClusterMap,
@@ -715,6 +771,87 @@ class WindowService:
             '/mtawindows.v1.WindowService/ReadResults',
             mtawindows_dot_v1_dot_windows__pb2.ReadResultsRequest.SerializeToString,
             mtawindows_dot_v1_dot_windows__pb2.ReadResultsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mtawindows.v1.WindowService/ListKeys',
+            mtawindows_dot_v1_dot_windows__pb2.ListKeysRequest.SerializeToString,
+            mtawindows_dot_v1_dot_windows__pb2.ListKeysResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mtawindows.v1.WindowService/GetKey',
+            mtawindows_dot_v1_dot_windows__pb2.GetKeyRequest.SerializeToString,
+            mtawindows_dot_v1_dot_windows__pb2.KeyInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mtawindows.v1.WindowService/DeleteKey',
+            mtawindows_dot_v1_dot_windows__pb2.DeleteKeyRequest.SerializeToString,
+            mtawindows_dot_v1_dot_windows__pb2.DeleteKeyResponse.FromString,
             options,
             channel_credentials,
             insecure,

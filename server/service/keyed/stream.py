@@ -1,0 +1,1675 @@
+"""A keyed stream (:class:`KeyedStream`): windows defined once, one instance per key.
+
+An Append carries rows of any number of keys. It is checked whole before anything changes
+(schema, idempotency, each key's order under the late policy, the lift of every row for
+every window, the key limit); then, per key group it names, its rows are journaled (a
+durable window) and applied key by key, each key's rows in input order; per-row results come
+back in input order, FINAL results one per (window, key) touched. Idempotency is per group: a
+(producer, sequence) a group already applied is skipped there, applied elsewhere, so a batch
+resent after a failure that left some groups applied is applied exactly once in each. Every
+group the batch names records its sequence, also one whose rows were all dropped as late (a
+resent batch applies nothing anywhere, even after the key changed), and the group's journal
+entry holds those rows too (a replay drops them again). The stream's counters are sums over
+its groups: a late row counts in its key's group, a batch in the group of its first row's
+key (once, whatever groups resent it later).
+
+DeleteKey and key_ttl expiry are entries of their groups' journals too (a durable stream):
+a deleted key stays deleted after a crash. Its full windows' Redis keys go with the flush
+that drops the key from Redis (table.py), never before.
+
+Keys live in their group's table (table.py); the key cache (:class:`KeyCache`) holds the
+recently touched keys' states in memory within ``Limits.key_cache_bytes`` (all keyed streams
+together) and writes the others back to Redis; they load again on their next row or read.
+A flush writes the groups that changed, nothing else: an idle stream costs no Redis command.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import heapq
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import redis
+
+from mtawindows.v1.keys import (
+    DEFAULT_KEY_GROUPS,
+    MAX_KEY_BYTES,
+    group_unit,
+    key_group,
+    key_text,
+)
+from mtawindows.v1.reasons import Reason
+from mtawindows.v1.types import (
+    AppendResult,
+    FieldType,
+    KeyInfo,
+    StreamInfo,
+    StreamSpec,
+    WindowResult,
+    clip,
+    show,
+)
+
+from ...engine.policies import bind_policy
+from ...sentinels import UNSET
+from ...storage.codecs import StructCodec, packb
+from ...storage.fencing import Fence, FencedError, Op, check_reply, fenced
+from ...storage.journal import JournalEntry, StreamJournal
+from ...storage.keys import GroupKeys, group_lease_keys, key_window_base
+from ...storage.protocol import CorruptDataError, StoreError, StoreUnavailableError
+from ..batch import FINAL, PER_ROW
+from ..columns import Columns, Schema
+from ..hosted_window import HostedWindow
+from ..refusals import (
+    ServiceError,
+    batch_too_large,
+    fenced_out,
+    invalid,
+    moved_after_journal,
+    not_found,
+    store_unavailable,
+)
+from .table import INLINE, GroupState, GroupTable, KeyState
+from .window import KeyWindow, WindowOps
+
+__all__ = ["KeyCache", "KeyedStream"]
+
+log = logging.getLogger("mtawindows.service")
+
+T = TypeVar("T")
+
+# rough bytes of a key's state in memory (the cache's accounting): the state, its dicts,
+# and per compact item (a lifted tuple of a few numbers); a full window's local part
+_KEY_BYTES = 600
+_ITEM_BYTES = 130
+_FULL_BYTES = 64 * 1024
+_PACKED_BYTES = 120  # a packed key's dict entry and bytes object, beside its bytes
+
+
+def _locked(method: Callable[..., T]) -> Callable[..., T]:
+    @functools.wraps(method)
+    def run(self: KeyedStream, *args: Any, **kwargs: Any) -> T:
+        with self.lock:
+            return method(self, *args, **kwargs)
+
+    return run
+
+
+_OPS_PER_SCRIPT = 640  # a stream deletion's writes per fenced script (KEYS and ARGV stay small)
+
+
+class KeyCache:
+    """The server's budget for keys in memory (every keyed stream's hot keys together) and
+    its counters (metrics)."""
+
+    def __init__(self, budget_bytes: int, max_keys: int) -> None:
+        self.budget = budget_bytes
+        # the share of the budget for states as objects (the most recently touched keys);
+        # the rest holds keys packed (their Redis value, a fifth of the memory)
+        self.hot_budget = budget_bytes // 4
+        self.max_keys = max_keys
+        self.used = 0  # estimated bytes of the keys in memory
+        self.hot_used = 0  # of which states as objects
+        self.keys = 0  # keys held (hot or not)
+        self.hot = 0
+        self.evictions = 0
+        self.loads = 0
+        self.lock = threading.Lock()
+
+    def add(self, nbytes: int, hot: int = 0, keys: int = 0, objects: int | None = None) -> None:
+        """``nbytes`` more in memory, of which ``objects`` (default: all of them, when keys
+        enter or leave as objects) in states as objects."""
+        with self.lock:
+            self.used += nbytes
+            self.hot_used += nbytes if objects is None else objects
+            self.hot += hot
+            self.keys += keys
+
+    @property
+    def over(self) -> bool:
+        return self.used > self.budget
+
+    @property
+    def hot_over(self) -> bool:
+        return self.hot_used > self.hot_budget
+
+
+def not_keyed(stream: str, what: str, code: str = "FAILED_PRECONDITION") -> ServiceError:
+    return ServiceError(
+        code, Reason.NOT_KEYED, f"stream {stream!r} {what}", metadata={"stream": stream}
+    )
+
+
+def key_not_found(stream: str, key: str) -> ServiceError:
+    return not_found(
+        Reason.KEY_NOT_FOUND, f"stream {stream!r} has no key {key!r}", stream=stream, key=key
+    )
+
+
+class _Plan:
+    """An Append checked and lifted, before anything changed: per group, its keys and each
+    key's row positions (input order) and lifted items per window."""
+
+    __slots__ = (
+        "counter",
+        "groups",
+        "late",
+        "late_keys",
+        "late_of",
+        "lifted",
+        "named",
+        "new_keys",
+        "positions",
+        "rows_applied",
+        "rows_of",
+        "skipped",
+    )
+
+    def __init__(self) -> None:
+        self.groups: dict[int, dict[str, list[int]]] = {}  # rows applied, per group and key
+        # every group the batch names but those that had it already, with its keys (also
+        # those whose rows were all late): each records the batch (lsn, sequence, counters)
+        self.named: dict[int, list[str]] = {}
+        self.rows_of: dict[str, list[int]] = {}  # every input row of each key
+        self.late_of: dict[int, int] = {}  # rows dropped as late, per group
+        self.late_keys: dict[int, dict[str, int]] = {}  # and per key (KeyInfo.rows_late)
+        # the group the batch counts in (batches_appended, or batches_duplicate when it had
+        # the batch already); None: nowhere (a replay of another group's part)
+        self.counter: int | None = None
+        self.lifted: dict[str, list[Any]] = {}
+        self.positions: list[int] = []  # input rows applied, in input order
+        self.late = 0
+        self.new_keys = 0
+        self.rows_applied = 0
+        self.skipped: set[int] = set()  # groups that had the batch already (duplicate)
+
+
+class KeyedStream:
+    """A keyed stream held by this server: every key group of it (see the module docstring)."""
+
+    keyed = True
+
+    def __init__(
+        self,
+        spec: StreamSpec,
+        *,
+        client: Any,
+        prefix: str,
+        fence: Fence | None,
+        wait: Any,
+        cache: KeyCache,
+        compact_items: int,
+        make_engine: Callable[[HostedWindow, str, Fence | None], Any],
+        all_groups: bool = True,
+        serve: Callable[[Any], None] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.schema = Schema(spec)
+        self.n_groups = spec.key_groups or DEFAULT_KEY_GROUPS
+        self.key_index = self.schema.order.index(spec.key)
+        self.int_keys = self.schema.types[spec.key] == FieldType.INT64.value
+        self.ttl_ms = int(spec.key_ttl.total_seconds() * 1000)
+        self.windows: dict[str, HostedWindow] = {}
+        self.ops: dict[str, WindowOps] = {}
+        self.packers: dict[str, Any] = {}
+        # set while no flush is being written outside the lock (flush_begin / GroupWrites)
+        self._writing = threading.Event()
+        self._writing.set()
+        self.unpackers: dict[str, Any] = {}
+        self.client = client
+        self.prefix = prefix
+        self.fence = fence
+        self.wait = wait
+        self.cache = cache
+        self.compact_items = compact_items
+        self.make_engine = make_engine
+        self.lock = threading.RLock()
+        self.listeners: list[Callable[[int, Mapping[str, Any]], None]] = []
+        self.batches = 0
+        self.gone = False
+        self.stale = False
+        self.recover: Callable[[], None] = self.load
+        self.journal: bool = False  # a durable window: every group journals
+        self.where: dict[str, GroupTable] = {}  # every key held -> its group
+        # the key groups held here: every one (a server on its own), or on a cluster those
+        # this server holds (open_group / close_group), each under its own fence
+        self.groups: dict[int, GroupTable] = (
+            {g: self._table(g, fence) for g in range(self.n_groups)} if all_groups else {}
+        )
+        # on a cluster: (groups) -> None when this server may serve them now, else raises
+        # where they are (NOT_OWNER, STREAM_MOVING); asked before any group is touched
+        self.serve = None if all_groups else serve
+        self.defs_version = 0  # of the definitions this stream's windows follow (cluster)
+        self.empty_seen = False  # holding no group at the last rebalance (cluster)
+        # a cluster: follow the stream's definitions before an append (one GET): a window
+        # created on the stream's owner before the append started is in it everywhere
+        self.resync: Callable[[], None] | None = None
+        self._group_now: GroupTable | None = None  # the group _apply is in (its fence)
+        self.state_store = _StreamKeysStore(self)  # the registry's delete() of leftovers
+        self.pending_state = None
+
+    def _table(self, g: int, fence: Fence | None) -> GroupTable:
+        keys = GroupKeys.of(self.prefix, self.spec.name, g)
+        journal = StreamJournal(
+            self.client,
+            self.prefix,
+            self.spec.name,
+            fence,
+            wait=self.wait,
+            keys=(keys.journal, keys.state),
+        )
+        table = GroupTable(g, keys, journal)
+        table.fence = fence
+        return table
+
+    def _script_pipeline(self) -> Any:
+        """A pipeline that takes scripts on Redis Cluster too: on the stream's slot's node
+        (every key of the stream shares its hash tag)."""
+        from ...storage.connect import pipeline_on_key_node
+
+        return pipeline_on_key_node(self.client, GroupKeys.of(self.prefix, self.spec.name, 0).keys)
+
+    # -- key groups (a cluster holds them one by one)
+    def holds(self, g: int) -> bool:
+        return g in self.groups
+
+    def holds_any(self) -> bool:
+        return bool(self.groups)
+
+    def held_groups(self) -> list[int]:
+        return sorted(self.groups)
+
+    def unit(self, table: GroupTable) -> str:
+        """The unit of ownership of ``table``'s group: ``"<stream>#<g>"``."""
+        return group_unit(self.spec.name, table.group)
+
+    def _fenced_out(self, table: GroupTable | None) -> ServiceError:
+        """A write of ``table``'s group (None: the stream's) was refused by its fence."""
+        ex = fenced_out(self.spec.name)
+        if table is not None and table.fence is not None:
+            ex.metadata["unit"] = self.unit(table)
+        return ex
+
+    @_locked
+    def open_group(self, g: int, fence: Fence | None) -> None:
+        """Hold key group ``g`` here from now on, under ``fence``: its state, its keys'
+        names, then its journal's entries after that state (durable windows)."""
+        old = self.groups.get(g)
+        if old is not None:
+            if old.fence is fence:
+                return
+            self._close_tables([old], flush=False)  # held under an older token: gone
+        table = self._table(g, fence)
+        self.groups[g] = table
+        try:
+            self._load_tables([table])
+        except BaseException:
+            self._close_tables([table], flush=False)
+            raise
+
+    @_locked
+    def close_group(self, g: int, *, flush: bool, fence: Fence | None = None) -> None:
+        """Let key group ``g`` go: a last flush (``flush``), then its keys' memory; only when
+        held under ``fence`` (when given: not one taken back meanwhile)."""
+        table = self.groups.get(g)
+        if table is not None and (fence is None or table.fence is fence):
+            self._close_tables([table], flush=flush)
+
+    def _close_tables(self, tables: list[GroupTable], *, flush: bool) -> None:
+        if flush and not self.gone:
+            try:
+                self._flush_tables(tables, final=True)
+            except (StoreError, ServiceError) as ex:
+                log.warning(
+                    "last flush of groups of keyed stream %s failed: %s", self.spec.name, ex
+                )
+        for table in tables:
+            for st in table.hot.values():
+                if flush:
+                    _close_full(st)
+                else:
+                    _abandon_full(st)
+        self._forget_tables(tables)
+        for table in tables:
+            if self.groups.get(table.group) is table:
+                del self.groups[table.group]
+
+    @_locked
+    def define(self, w: HostedWindow) -> None:
+        """A window of the stream's definitions: a durable one starts every group's journal
+        at its state (a flush first)."""
+        was = self.journal
+        if w.spec.storage.durable and not was:
+            self.flush()  # the journal starts at every group's state
+        self.add_window(w)
+        if self.journal and not was:
+            for table in self.groups.values():
+                table.journal.first = table.state.lsn + 1
+
+    # -- windows
+    def add_window(self, w: HostedWindow) -> None:
+        """A new window (or one reopened): keys get their instance at their next row."""
+        built = w.built
+        monoid = built.monoid
+        name = w.spec.name
+        self.ops[name] = WindowOps(
+            name,
+            monoid.combine,
+            monoid.identity,
+            bind_policy(built.policy, monoid),
+            batch_safe=built.batch_safe,
+            threshold=self.compact_items,
+            make_engine=functools.partial(self._new_engine, w),
+        )
+        codec = getattr(monoid, "codec", None)
+        if codec is not None and not isinstance(codec, StructCodec):  # a plugin's own
+            self.packers[name] = codec.pack_values
+            self.unpackers[name] = codec.unpack_values
+        else:
+            self.packers[name] = INLINE
+            self.unpackers[name] = INLINE
+        self.windows[name] = w
+        self.journal = any(x.spec.storage.durable for x in self.windows.values())
+
+    def _new_engine(self, w: HostedWindow) -> tuple[Any, str]:
+        """A key's window grown into a tree: its Redis keys under its group's fence."""
+        wid = f"k:{uuid.uuid4().hex}"
+        table = self._group_now
+        return self.make_engine(w, wid, table.fence if table is not None else None), wid
+
+    def drop_window(self, name: str) -> None:
+        """Forget a window: every key's instance goes (a full one's Redis keys too)."""
+        self.windows.pop(name, None)
+        self.ops.pop(name, None)
+        self.packers.pop(name, None)
+        self.unpackers.pop(name, None)
+        self.journal = any(x.spec.storage.durable for x in self.windows.values())
+        for table in self.groups.values():
+            for st in table.hot.values():
+                kw = st.windows.pop(name, None)
+                if kw is not None and kw.engine is not None:
+                    _drop_engine(kw.engine)
+                    table.dirty.add(st.key)
+
+    # -- info
+    def info(self) -> StreamInfo:
+        """The stream's figures: its groups' here; on a cluster the other groups' as their
+        holders last flushed them (read from Redis)."""
+        rows = late = batches = dups = expired = 0
+        newest = 0
+        states = [t.state for t in self.groups.values()]
+        keys = len(self.where)
+        if self.serve is not None and len(self.groups) < self.n_groups:
+            others, n_keys = self._stored_states(
+                [g for g in range(self.n_groups) if g not in self.groups]
+            )
+            states += others
+            keys += n_keys
+        for st in states:
+            rows += st.rows
+            late += st.late
+            batches += st.batches
+            dups += st.duplicates
+            expired += st.expired
+            newest = max(newest, st.newest)
+        return StreamInfo(
+            self.spec,
+            list(self.windows),
+            rows,
+            late,
+            batches,
+            dups,
+            newest,
+            0,
+            keys,
+            expired,
+        )
+
+    def _stored_states(self, groups: list[int]) -> tuple[list[GroupState], int]:
+        """The states of ``groups`` as Redis holds them, and how many keys they hold."""
+        pipe = self.client.pipeline(transaction=False)
+        for g in groups:
+            ks = GroupKeys.of(self.prefix, self.spec.name, g)
+            pipe.get(ks.state)
+            pipe.hlen(ks.keys)
+        try:
+            replies = pipe.execute()
+        except redis.RedisError as ex:
+            raise store_unavailable(self.spec.name, ex) from None
+        states = [GroupState.from_json(r) for r in replies[0::2] if r]
+        return states, sum(int(n) for n in replies[1::2])
+
+    @property
+    def rows_late(self) -> int:
+        return sum(t.state.late for t in self.groups.values())
+
+    def window_info(self, name: str) -> Any:
+        return self.windows[name].info(self.rows_late)
+
+    @property
+    def key_count(self) -> int:
+        return len(self.where)
+
+    def ensure_current(self) -> None:
+        # on a cluster the stream's own fence guards its definitions only: its key groups'
+        # calls go on when the stream's own calls moved to another member
+        lost = self.fence is not None and self.fence.lost and self.serve is None
+        if self.gone or lost:
+            raise fenced_out(self.spec.name)
+        if self.stale:
+            self.load()
+
+    def inline_ok(self, n_rows: int, mode: str) -> bool:
+        return False
+
+    def decode(self, columns: Columns) -> tuple[int, list[list[Any]]]:
+        return self.schema.decode(columns)
+
+    # -- ingestion
+    @_locked
+    def append(
+        self,
+        columns: Columns,
+        *,
+        producer_id: str = "",
+        sequence: int = 0,
+        mode: str = "NONE",
+        which: Sequence[str] = (),
+        max_rows: int = 500_000,
+        nonblocking: bool = False,
+        counted: bool = True,
+    ) -> AppendResult:
+        """Apply a batch (see the module docstring). ``counted=False``: a part of a batch the
+        SDK split by key-group holder other than the part with its first row (it counts the
+        batch in batches_appended / batches_duplicate, once)."""
+        self.ensure_current()
+        if self.resync is not None:
+            try:
+                self.resync()
+            except (redis.RedisError, StoreError) as ex:
+                raise store_unavailable(self.spec.name, ex) from None
+        for w in which:
+            if w not in self.windows:
+                msg = f"stream {self.spec.name!r} has no window {w!r}"
+                raise not_found(Reason.WINDOW_NOT_FOUND, msg, stream=self.spec.name, window=w)
+        n_rows, cols = self.decode(columns)
+        if n_rows > max_rows:
+            raise batch_too_large(n_rows, max_rows)
+        if (producer_id or sequence) and (not producer_id or sequence <= 0):
+            raise invalid(
+                "producer_id" if not producer_id else "sequence",
+                "idempotency needs both a producer_id and a sequence > 0, got "
+                f"producer_id={show(producer_id)}, sequence={sequence}",
+            )
+        if n_rows == 0:
+            return self._empty(mode, which)
+        plan = self._plan(cols, producer_id, sequence)
+        if not counted:
+            plan.counter = None
+        if plan.named and self.journal:
+            self._journal(plan, columns, producer_id, sequence, mode, which)
+        return self._apply(plan, cols, producer_id, sequence, mode, which)
+
+    def _empty(self, mode: str, which: Sequence[str]) -> AppendResult:
+        res = AppendResult()
+        if mode == PER_ROW:
+            res.row_results = {
+                n: self.windows[n].row_results([], []) for n in which or self.windows
+            }
+        return res
+
+    def _plan(
+        self, cols: list[list[Any]], producer_id: str, sequence: int, *, replay: bool = False
+    ) -> _Plan:
+        """Everything that can refuse the batch, before any change (the cold keys it names
+        load into the cache first: that changes no state)."""
+        plan = _Plan()
+        ts = cols[0]
+        raw_keys = cols[self.key_index]
+        texts = [str(k) for k in raw_keys] if self.int_keys else raw_keys
+        rows_of: dict[str, list[int]] = {}
+        for i, k in enumerate(texts):
+            r = rows_of.get(k)
+            if r is None:
+                rows_of[k] = [i]
+            else:
+                r.append(i)
+        n = self.n_groups
+        known = self.where
+        if self.serve is not None and not replay:  # a cluster: may this server serve them?
+            self.serve({known[k].group if k in known else key_group(k, n) for k in rows_of})
+        groups = self.groups
+        where: dict[str, GroupTable] = {}
+        cold: dict[GroupTable, list[str]] = {}
+        new_keys = 0
+        for key in rows_of:
+            table = known.get(key)
+            if table is None:
+                table = groups[key_group(key, n)]
+                where[key] = table
+                new_keys += 1
+                if not key:
+                    raise invalid(
+                        f"columns[{self.spec.key}]",
+                        "a key is at least one character, got an empty one (a key names its "
+                        "windows in queries and listings)",
+                        Reason.BAD_VALUES,
+                    )
+                if len(key.encode()) > MAX_KEY_BYTES:
+                    raise invalid(
+                        f"columns[{self.spec.key}]",
+                        f"a key is at most {MAX_KEY_BYTES} bytes of UTF-8, got one of "
+                        f"{len(key.encode())} ({clip(key)})",
+                        Reason.BAD_VALUES,
+                    )
+                continue
+            where[key] = table
+            if key not in table.hot:
+                cold.setdefault(table, []).append(key)
+        if new_keys and not replay and self.cache.keys + new_keys > self.cache.max_keys:
+            raise ServiceError(
+                "RESOURCE_EXHAUSTED",
+                Reason.TOO_MANY_KEYS,
+                f"the batch would create {new_keys} keys and the server holds "
+                f"{self.cache.keys} of its limit of {self.cache.max_keys}; delete keys, set "
+                "key_ttl, or raise --max-keys. Nothing was applied",
+                metadata={"stream": self.spec.name, "limit": str(self.cache.max_keys)},
+            )
+        if cold:
+            self._load_many(cold)
+        out: dict[int, dict[str, list[int]]] = {}
+        named = plan.named
+        late_of = plan.late_of
+        dup: dict[int, bool] = {}
+        drop = self.spec.late_policy == "DROP"
+        late = 0
+        left = 0  # rows not applied (late, or a duplicate's)
+        for key, idx in rows_of.items():
+            table = where[key]
+            g = table.group
+            if producer_id:
+                d = dup.get(g)
+                if d is None:
+                    d = dup[g] = table.state.producers.is_duplicate(producer_id, sequence)
+                if d:
+                    plan.skipped.add(g)
+                    left += len(idx)
+                    continue
+            ks = named.get(g)
+            if ks is None:
+                named[g] = [key]
+            else:
+                ks.append(key)
+            st = table.hot.get(key)
+            newest = st.newest if st is not None else None
+            if len(idx) == 1:  # the common case: one row of the key
+                if newest is not None and ts[idx[0]] < newest:
+                    if not drop:
+                        self._out_of_order(key, idx[0], ts[idx[0]], newest, False)
+                    late += 1
+                    left += 1
+                    late_of[g] = late_of.get(g, 0) + 1
+                    plan.late_keys.setdefault(g, {})[key] = 1
+                    continue
+            elif drop:  # each key's rows in order, none older than the key's newest
+                good = []
+                for i in idx:
+                    t = ts[i]
+                    if newest is None or t >= newest:
+                        good.append(i)
+                        newest = t
+                if len(good) < len(idx):
+                    n_late = len(idx) - len(good)
+                    late += n_late
+                    left += n_late
+                    late_of[g] = late_of.get(g, 0) + n_late
+                    plan.late_keys.setdefault(g, {})[key] = n_late
+                if not good:
+                    continue
+                idx = good
+            else:
+                prev = newest
+                for j, i in enumerate(idx):
+                    t = ts[i]
+                    if prev is not None and t < prev:
+                        self._out_of_order(key, i, t, prev, j > 0)
+                    prev = t
+            keys = out.get(g)
+            if keys is None:
+                out[g] = {key: idx}
+            else:
+                keys[key] = idx
+        plan.groups = out
+        plan.rows_of = rows_of
+        plan.late = late
+        plan.new_keys = new_keys
+        # the batch counts in the group of its first row's key (a replay says where it did):
+        # applied there, or a duplicate
+        plan.counter = where[texts[0]].group
+        if left:
+            positions = [i for keys in out.values() for idx in keys.values() for i in idx]
+            positions.sort()
+        else:
+            positions = list(range(len(ts)))
+        plan.positions = positions
+        plan.rows_applied = len(positions)
+        # no row to apply (a duplicate, or every row late): no lift, but every window named
+        plan.lifted = (
+            self._lift(cols, positions, len(ts)) if positions else {n: [] for n in self.windows}
+        )
+        return plan
+
+    def _out_of_order(self, key: str, row: int, t: int, prev: int, within: bool) -> None:
+        whose = "the key's previous row's" if within else "the key's newest"
+        raise ServiceError(
+            "FAILED_PRECONDITION",
+            Reason.OUT_OF_ORDER,
+            f"row {row} (key {key!r}) has timestamp {t}, older than {whose} ({prev}); the "
+            "stream rejects late rows (late_policy REJECT), so nothing was applied",
+            [(f"columns[{self.spec.timestamp_field}][{row}]", f"timestamp {t} < {prev}")],
+            {"row": str(row), "timestamp": str(t), "newest": str(prev), "key": key},
+        )
+
+    def _lift(
+        self, cols: list[list[Any]], positions: list[int], n_rows: int
+    ) -> dict[str, list[Any]]:
+        """Every window's lifted items, indexed by input row (rows not applied: None)."""
+        names = self.schema.order
+        sub = cols if len(positions) == n_rows else [[c[i] for i in positions] for c in cols]
+        columns_of = dict(zip(names, sub, strict=True))
+        out: dict[str, list[Any]] = {}
+        for name, win in self.windows.items():
+            if win.lift_columns is not None:
+                got = win.lift_columns(columns_of)
+            else:
+                lift = win.lift
+                try:
+                    got = [lift(dict(zip(names, r, strict=True))) for r in zip(*sub, strict=True)]
+                except (TypeError, ValueError) as ex:
+                    raise invalid(
+                        "columns",
+                        f"window {name!r} refused a row: {clip(str(ex))}",
+                        Reason.BAD_VALUES,
+                    ) from None
+            if len(positions) == n_rows:
+                out[name] = got
+            else:
+                full: list[Any] = [None] * n_rows
+                for p, u in zip(positions, got, strict=True):
+                    full[p] = u
+                out[name] = full
+        return out
+
+    def _index_of(self, key: str) -> GroupTable | None:
+        """The table of ``key`` when the key exists."""
+        return self.where.get(key)
+
+    def _journal(
+        self,
+        plan: _Plan,
+        columns: Columns,
+        producer_id: str,
+        sequence: int,
+        mode: str,
+        which: Sequence[str],
+    ) -> None:
+        """Each group's rows, one entry per group the batch names (also its late rows: a
+        replay drops them again), pipelined; before any key changes."""
+        names = list(columns)
+        rows_of = plan.rows_of
+        entries: list[tuple[GroupTable, list[Any]]] = []
+        for g, keys in plan.named.items():
+            table = self.groups[g]
+            rows = sorted(i for k in keys for i in rows_of[k])
+            cols = {n: [columns[n][0], [columns[n][1][i] for i in rows]] for n in names}
+            extra = {"batch": 1} if g == plan.counter else {}
+            lsn = table.state.lsn + 1
+            entries.append((table, [lsn, producer_id, sequence, mode, list(which), cols, extra]))
+        self._push(entries)
+
+    def _push(self, entries: Sequence[tuple[GroupTable, list[Any]]]) -> None:
+        """Journal one entry (``[lsn, producer, sequence, mode, which, columns, extra]``) in
+        each of some groups, pipelined (one round trip)."""
+        pipe = self._script_pipeline()
+        for table, entry in entries:
+            op: Op = ("RPUSH", table.keys.journal, (packb(entry),))
+            fenced(self.client, table.fence, [op], pipe=pipe)
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except redis.RedisError as ex:
+            self.stale = True
+            raise store_unavailable(self.spec.name, ex) from None
+        for (table, _entry), reply in zip(entries, replies, strict=True):
+            if isinstance(reply, Exception):
+                self.stale = True  # some entries may have landed: reload before the next call
+                err = check_reply(reply, table.fence)
+                if isinstance(err, FencedError):
+                    raise self._fenced_out(table)
+                raise store_unavailable(self.spec.name, err) from None
+        for table, _entry in entries:
+            table.journaled = True
+
+    def _apply(
+        self,
+        plan: _Plan,
+        cols: list[list[Any]],
+        producer_id: str,
+        sequence: int,
+        mode: str,
+        which: Sequence[str],
+        *,
+        replay: bool = False,
+    ) -> AppendResult:
+        """Apply the checked batch, group by group, key by key."""
+        ts = cols[0]
+        now_ms = int(time.time() * 1000)
+        per_row = {n for n in (which or self.windows)} if mode == PER_ROW else set()
+        final = mode == FINAL
+        n_rows = len(ts)
+        row_totals = {n: [UNSET] * n_rows for n in per_row}
+        row_sizes = {n: [0] * n_rows for n in per_row}
+        finals: list[WindowResult] = []
+        evictions: dict[str, int] = {}
+        touched: list[tuple[str, KeyState]] = []
+        listening = bool(self.listeners) and not replay
+        lifted = plan.lifted
+        ops = self.ops
+        ttl = self.ttl_ms > 0
+        fast = [
+            (name, o, lifted[name], o.combine, o.policy)
+            for name, o in ops.items()
+            if o.batch_safe and name not in per_row and not final
+        ]
+        fast_names = {f[0] for f in fast}
+        slow = [(name, o, lifted[name]) for name, o in ops.items() if name not in fast_names]
+        new_keys = 0
+        items_added = 0
+        grown = 0  # bytes the windows grew by besides (a compact one into a tree: its size)
+        try:
+            for g in plan.named:
+                table = self._group_now = self.groups[g]
+                gst = table.state
+                lsn = gst.lsn + 1
+                keys = plan.groups.get(g) or {}  # none: every row of its keys was late
+                hot = table.hot
+                dirty_add = table.dirty.add
+                high = gst.newest
+                for key, idx in keys.items():
+                    st = hot.pop(key, None)  # back in at the end: the group's LRU order
+                    if st is None:
+                        st = self._new_key(table, key)
+                        new_keys += 1
+                    hot[key] = st
+                    windows = st.windows
+                    one = idx[0] if len(idx) == 1 else -1
+                    for name, win_ops, lw, combine, policy in fast:
+                        kw = windows.get(name)
+                        if kw is None:
+                            kw = windows[name] = KeyWindow()
+                        elif kw.lsn >= lsn:  # replay: a full window that holds it already
+                            continue
+                        kw.lsn = lsn
+                        if kw.engine is None and one >= 0:
+                            # the common case inline: one compact item, nothing leaves
+                            u = lw[one]
+                            total = kw.total
+                            items = kw.items
+                            if total is UNSET:
+                                total = kw.aggregate(win_ops)
+                            total = combine(total, u)
+                            items.append(u)
+                            if not policy(total, items[0]) and len(items) <= win_ops.threshold:
+                                kw.total = total
+                                items_added += 1
+                                continue
+                            items.pop()  # the general path takes it from the start
+                            kw.total = UNSET
+                            us = [u]
+                        else:
+                            us = [lw[i] for i in idx]
+                        b0 = _window_bytes(kw)
+                        kw.apply(win_ops, us)
+                        grown += _window_bytes(kw) - b0
+                    for name, win_ops, lw in slow:
+                        kw = windows.get(name)
+                        if kw is None:
+                            kw = windows[name] = KeyWindow()
+                        elif kw.lsn >= lsn:
+                            continue
+                        kw.lsn = lsn
+                        us = [lw[i] for i in idx]
+                        b0 = _window_bytes(kw)
+                        if name in per_row:
+                            totals: list[Any] = []
+                            sizes: list[int] = []
+                            evicted = kw.apply(win_ops, us, totals, sizes)
+                            rt, rs = row_totals[name], row_sizes[name]
+                            for i, t, sz in zip(idx, totals, sizes, strict=True):
+                                rt[i] = t
+                                rs[i] = sz
+                        else:
+                            evicted = kw.apply(win_ops, us)
+                        grown += _window_bytes(kw) - b0
+                        if final and (not which or name in which):
+                            evictions[name] = evicted
+                    st.rows += len(idx)
+                    last = ts[idx[-1]]
+                    if st.newest is None or last > st.newest:
+                        st.newest = last
+                    if last > high:
+                        high = last
+                    st.touched = now_ms
+                    st.batches += 1
+                    if evictions:
+                        for name, evicted in evictions.items():
+                            finals.append(self._result(name, st, windows[name], evicted))
+                        evictions.clear()
+                    if ttl:
+                        table.touch(key, now_ms)
+                    dirty_add(key)
+                    if listening:
+                        touched.append((key, st))
+                for key, n_late in plan.late_keys.get(g, {}).items():
+                    st = hot.get(key)
+                    if st is not None:
+                        st.late += n_late
+                        dirty_add(key)
+                gst.newest = high
+                gst.lsn = lsn
+                gst.rows += sum(len(i) for i in keys.values())
+                gst.late += plan.late_of.get(g, 0)
+                if g == plan.counter:
+                    gst.batches += 1
+                    self.batches += 1
+                if producer_id:
+                    gst.producers.record(producer_id, sequence)
+                table.state_changed = True
+        except StoreError as ex:
+            self.stale = True
+            table_now = self._group_now
+            if isinstance(ex, FencedError) and table_now is not None and self.serve is not None:
+                # a cluster: the group moved on (a newer holder's token): it goes from here
+                if not self.journal:
+                    raise self._fenced_out(table_now) from None
+                err = moved_after_journal(self.spec.name)
+                err.metadata["unit"] = self.unit(table_now)
+                raise err from None
+            if self.journal and isinstance(ex, FencedError):
+                raise moved_after_journal(self.spec.name) from None
+            raise store_unavailable(self.spec.name, ex) from None
+        except (TypeError, ValueError, ArithmeticError) as ex:
+            # a monoid refused what its lift let through: that key's window is as it was, but
+            # the batch is half applied; reload the stream before the next call
+            self.stale = True
+            raise invalid(
+                "columns", f"a window refused a row: {clip(str(ex))}", Reason.BAD_VALUES
+            ) from None
+        finally:
+            self._group_now = None
+        if plan.counter in plan.skipped:  # it counts where it counted when applied
+            skipped = self.groups[plan.counter]
+            skipped.state.duplicates += 1
+            skipped.state_changed = True
+        result = AppendResult(
+            rows_applied=plan.rows_applied,
+            rows_late=plan.late,
+            duplicate=bool(plan.skipped) and not plan.named,
+        )
+        result.key_results = finals
+        for name in per_row:
+            rt = row_totals[name]
+            rs = row_sizes[name]
+            pos = plan.positions
+            result.row_results[name] = self.windows[name].row_results(
+                [rt[i] for i in pos], [rs[i] for i in pos]
+            )
+        if per_row and len(plan.positions) < n_rows:
+            result.row_positions = list(plan.positions)
+        self._account(new_keys, items_added, grown)
+        if touched:
+            self._tell(touched)
+        return result
+
+    def _result(self, name: str, st: KeyState, kw: KeyWindow, evicted: int = 0) -> WindowResult:
+        w = self.windows[name]
+        if kw.engine is not None:
+            lowered = kw.engine.query()
+        else:
+            lowered = w.built.monoid.lower(kw.aggregate(self.ops[name]))
+        size = len(kw)
+        return WindowResult(
+            name, w.values(lowered, size), size, evicted, st.batches, st.newest or 0, st.key
+        )
+
+    def _tell(self, touched: list[tuple[str, KeyState]]) -> None:
+        """Subscribers: each window's result for each key the batch changed."""
+        out: dict[str, list[WindowResult]] = {}
+        for name in self.windows:
+            rs = out[name] = []
+            for _key, st in touched:
+                kw = st.windows.get(name)
+                if kw is not None:
+                    rs.append(self._result(name, st, kw))
+        for listener in list(self.listeners):
+            listener(self.batches, out)
+
+    def _new_key(self, table: GroupTable, key: str) -> KeyState:
+        st = KeyState(key)
+        table.index[key] = 0
+        table.key_moves += 1
+        self.where[key] = table
+        if table.deleted:
+            table.deleted.discard(key)
+        return st
+
+    # -- the key cache
+    def _state(self, table: GroupTable, key: str) -> KeyState:
+        """The state of an existing ``key`` (loaded when cold)."""
+        st = table.hot.get(key)
+        if st is None:
+            self._load_many({table: [key]})
+            st = table.hot[key]
+        return st
+
+    def _load_many(self, cold: Mapping[GroupTable, list[str]]) -> None:
+        """Bring keys into the cache as objects: from their packed form in memory, else from
+        Redis (one HMGET per group, one round trip)."""
+        need: list[tuple[GroupTable, list[str]]] = []
+        for table, keys in cold.items():
+            rest = []
+            packed = table.packed
+            for k in keys:
+                if k in table.hot:
+                    continue
+                blob = packed.pop(k, None)
+                if blob is not None:
+                    self.cache.add(-(len(blob) + _PACKED_BYTES), objects=0)
+                    self._open(table, k, blob)
+                else:
+                    rest.append(k)
+            if rest:
+                need.append((table, rest))
+        if not need:
+            return
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for table, keys in need:
+                pipe.hmget(table.keys.keys, keys)
+            replies = pipe.execute()
+        except redis.RedisError as ex:
+            raise store_unavailable(self.spec.name, ex) from None
+        for (table, keys), blobs in zip(need, replies, strict=True):
+            for k, blob in zip(keys, blobs, strict=True):
+                if blob is None:  # in the index, never written: lost by a failed flush
+                    msg = f"stream {self.spec.name!r}: key {k!r} has no stored state"
+                    self.stale = True
+                    raise store_unavailable(self.spec.name, CorruptDataError(msg))
+                self.cache.loads += 1
+                self._open(table, k, blob)
+
+    def _open(self, table: GroupTable, key: str, blob: bytes) -> KeyState:
+        st = KeyState.unpack(key, blob, self.unpackers)
+        for name, kw in st.windows.items():
+            if kw.wid and kw.engine is None:  # full form: open its tree
+                kw.engine = self.make_engine(self.windows[name], kw.wid, table.fence)
+                meta = kw.engine.store.checkpoint_meta or {}
+                kw.lsn = int(meta.get("lsn", kw.lsn))
+        table.hot[key] = st
+        self.cache.add(_size(st), hot=1)
+        return st
+
+    def _account(self, new_keys: int, items: int, grown: int = 0) -> None:
+        """Count a batch's new keys and compact items in the cache; past its budgets, the
+        least recently touched keys of this stream move to their packed form, then the
+        packed ones already in Redis leave memory."""
+        nbytes = new_keys * _KEY_BYTES + items * _ITEM_BYTES + grown
+        self.cache.add(nbytes, hot=new_keys, keys=new_keys)
+        self._fit()
+
+    def _fit(self, keep: str | None = None) -> None:
+        """Past the cache's budget (an append's keys, or a read's loaded), evict (``keep``: a
+        key just read stays an object, whatever its size)."""
+        if self.cache.over:
+            try:
+                self.evict(keep)
+            except StoreError as ex:  # applied or read: the keys stay in memory for now
+                log.warning("key cache: could not write back keys of %s: %s", self.spec.name, ex)
+
+    def evict(self, keep: str | None = None) -> int:
+        """Within the cache's budgets: while the objects' share is over, the least recently
+        touched objects (each group's hot keys are in touch order; the groups take turns) are
+        packed (a full window checkpointed and closed first), but ``keep``; while the whole is
+        over, packed keys that Redis holds as they are (not dirty) leave memory, oldest first.
+        Returns the keys that left memory."""
+        cache = self.cache
+
+        def spare(t: GroupTable) -> int:  # its objects that may go
+            return len(t.hot) - int(keep is not None and keep in t.hot)
+
+        tables = [t for t in self.groups.values() if spare(t) > 0]
+        while cache.hot_over and tables:
+            for table in tables:
+                if spare(table) <= 0:
+                    continue
+                it = iter(table.hot)
+                key = next(it)
+                if key == keep:
+                    key = next(it)
+                st = table.hot[key]
+                if st.full:
+                    self._checkpoint_full(table, st)  # may raise: the key stays
+                blob = st.pack(self.packers)
+                del table.hot[key]
+                _close_full(st)
+                table.packed[key] = blob
+                size = _size(st)
+                cache.add(len(blob) + _PACKED_BYTES - size, hot=-1, objects=-size)
+            tables = [t for t in tables if spare(t) > 0]
+        n = 0
+        if cache.over:
+            for table in self.groups.values():
+                packed = table.packed
+                dirty = table.dirty
+                inflight = table.inflight  # being written: it stays until it is
+                gone = [k for k in packed if k not in dirty and k not in inflight]
+                for k in gone:
+                    cache.add(-(len(packed.pop(k)) + _PACKED_BYTES), objects=0)
+                    n += 1
+                    if cache.used <= cache.budget:
+                        break
+                if cache.used <= cache.budget:
+                    break
+        cache.evictions += n
+        return n
+
+    def _checkpoint_full(self, table: GroupTable, st: KeyState) -> None:
+        for kw in st.windows.values():
+            if kw.engine is not None:
+                # a tree opened ahead of its group (a replay skips the entries it holds)
+                # keeps its own lsn: the group's is behind it until the replay catches up
+                lsn = max(kw.lsn, table.state.lsn)
+                kw.engine.flush(wait=True, meta={"lsn": lsn})
+                kw.lsn = lsn
+
+    # -- reads
+    @_locked
+    def query(self, window: str, key: Any) -> WindowResult:
+        self.ensure_current()
+        text = self._text(key)
+        table = self._index_of(text)
+        if table is None:
+            raise key_not_found(self.spec.name, text)
+        st = self._state(table, text)
+        kw = st.windows.get(window)
+        if kw is None:
+            kw = KeyWindow()
+        try:
+            result = self._result(window, st, kw)
+        except StoreError as ex:
+            self.stale = True
+            raise store_unavailable(self.spec.name, ex, window=window) from None
+        self._fit(text)  # a cold key loaded: within the budget again (but for this key)
+        return result
+
+    def _text(self, key: Any) -> str:
+        """The text of ``key``; on a cluster, once this server may serve its group."""
+        text = key if isinstance(key, str) and self.int_keys else key_text(key)
+        if self.serve is not None:
+            self.serve((key_group(text, self.n_groups),))
+        return text
+
+    @_locked
+    def get_key(self, key: Any) -> KeyInfo:
+        self.ensure_current()
+        text = self._text(key)
+        table = self._index_of(text)
+        if table is None:
+            raise key_not_found(self.spec.name, text)
+        st = self._state(table, text)
+        results = {}
+        for name in self.windows:
+            kw = st.windows.get(name) or KeyWindow()
+            results[name] = self._result(name, st, kw)
+        self._fit(text)
+        return KeyInfo(text, table.group, st.rows, st.late, st.newest or 0, st.touched, results)
+
+    @_locked
+    def list_keys(self, prefix: str, limit: int, page_token: str) -> tuple[list[KeyInfo], str]:
+        """Keys in order of their text, from after ``page_token``; and the next token."""
+        self.ensure_current()
+        limit = min(limit or 1000, 10_000)
+        # keys after the token, from the prefix on: each group's sorted keys from there on,
+        # merged, while they start with the prefix
+        after = page_token >= prefix
+        runs = []
+        for t in self.groups.values():
+            keys = t.sorted_keys()
+            i = bisect.bisect_right(keys, page_token) if after else bisect.bisect_left(keys, prefix)
+            runs.append(map(keys.__getitem__, range(i, len(keys))))
+        names = list(
+            itertools.islice(
+                itertools.takewhile(lambda k: k.startswith(prefix), heapq.merge(*runs)),
+                limit + 1,
+            )
+        )
+        page = names[:limit]
+        out = []
+        for k in page:
+            table = self.groups[key_group(k, self.n_groups)]
+            st = self._state(table, k)
+            out.append(KeyInfo(k, table.group, st.rows, st.late, st.newest or 0, st.touched))
+            self._fit(k)  # a page of cold keys: loaded one at a time, within the budget
+        nxt = page[-1] if len(names) > limit and page else ""
+        return out, nxt
+
+    @_locked
+    def delete_key(self, key: Any) -> None:
+        self.ensure_current()
+        text = self._text(key)
+        table = self._index_of(text)
+        if table is None:
+            raise key_not_found(self.spec.name, text)
+        self._delete_keys({table: [text]}, expired=False)
+
+    def _delete_keys(
+        self, keys_of: Mapping[GroupTable, list[str]], *, expired: bool, replay: bool = False
+    ) -> None:
+        """Drop existing keys of some groups (DeleteKey, or key_ttl: ``expired``): an entry
+        in each group's journal first (a durable stream; a ``replay`` of one: none), then
+        from memory. Their full windows' Redis keys stay until the flush that drops the keys
+        from Redis (``GroupTable.doomed``): until then a replay of the entries before the
+        deletion finds them as they were."""
+        trees = self._tree_ids(keys_of)  # before any change: it may fail
+        if self.journal and not replay:
+            entries: list[tuple[GroupTable, list[Any]]] = []
+            for t, ks in keys_of.items():
+                extra = {"delete": ks, "expired": expired}
+                entries.append((t, [t.state.lsn + 1, "", 0, "NONE", [], {}, extra]))
+            self._push(entries)
+        for table, keys in keys_of.items():
+            for k in keys:
+                self._drop_key(table, k, trees.get(k, ()))
+            gst = table.state
+            gst.lsn += 1
+            if expired:
+                gst.expired += len(keys)
+            table.state_changed = True
+
+    def _tree_ids(self, keys_of: Mapping[GroupTable, list[str]]) -> dict[str, list[str]]:
+        """The Redis ids of the full windows of the keys that are not objects in memory
+        (packed; or only in Redis: read in one round trip)."""
+        out: dict[str, list[str]] = {}
+        need: list[tuple[GroupTable, list[str]]] = []
+        try:
+            for table, keys in keys_of.items():
+                rest = []
+                for k in keys:
+                    if k in table.hot:
+                        continue
+                    blob = table.packed.get(k)
+                    if blob is None:
+                        rest.append(k)
+                    else:
+                        out[k] = KeyState.tree_ids(blob)
+                if rest:
+                    need.append((table, rest))
+            if need:
+                pipe = self.client.pipeline(transaction=False)
+                for table, keys in need:
+                    pipe.hmget(table.keys.keys, keys)
+                for (_table, keys), blobs in zip(need, pipe.execute(), strict=True):
+                    for k, blob in zip(keys, blobs, strict=True):
+                        out[k] = KeyState.tree_ids(blob) if blob is not None else []
+        except (redis.RedisError, CorruptDataError) as ex:
+            raise store_unavailable(self.spec.name, ex) from None
+        return out
+
+    def _drop_key(self, table: GroupTable, key: str, trees: Sequence[str] = ()) -> None:
+        """Forget ``key`` (``trees``: its full windows' ids when it is not an object) and
+        mark its full windows for the next flush to delete."""
+        st = table.hot.pop(key, None)
+        if st is not None:
+            self.cache.add(-_size(st), hot=-1)
+            _abandon_full(st)  # nothing more is written to them
+            table.doomed.update(kw.wid for kw in st.windows.values() if kw.wid)
+        else:
+            blob = table.packed.pop(key, None)
+            if blob is not None:
+                self.cache.add(-(len(blob) + _PACKED_BYTES), objects=0)
+            table.doomed.update(trees)
+        table.index.pop(key, None)
+        table.key_moves += 1
+        table.dirty.discard(key)
+        table.deleted.add(key)
+        self.where.pop(key, None)
+        self.cache.add(0, keys=-1)
+
+    # -- key_ttl
+    @_locked
+    def expire(self, now_ms: int | None = None) -> int:
+        """Drop the keys that took no row for key_ttl: O(keys expired) (each group's index is
+        in touch order)."""
+        if not self.ttl_ms or self.gone:
+            return 0
+        self.ensure_current()  # a journaled deletion goes after every entry in Redis
+        limit = (now_ms if now_ms is not None else int(time.time() * 1000)) - self.ttl_ms
+        old_of: dict[GroupTable, list[str]] = {}
+        for table in self.groups.values():
+            old = []
+            for k, t in table.index.items():
+                if t > limit:
+                    break
+                old.append(k)
+            if old:
+                old_of[table] = old
+        if old_of:
+            self._delete_keys(old_of, expired=True)
+        return sum(len(old) for old in old_of.values())
+
+    # -- durability
+    @_locked
+    def flush(self, *, wait: bool = True, final: bool = False) -> None:
+        """Write every group that changed since its last flush: its dirty keys, its deleted
+        keys' removal with their full windows' Redis keys, and its state in one fenced script
+        (after the full windows of the dirty keys checkpointed)."""
+        if self.gone:
+            return
+        self.ensure_current()
+        self._flush_tables(list(self.groups.values()), final=final)
+
+    @_locked
+    def flush_begin(self) -> GroupWrites | None:
+        """The periodic flush's first half, under the calls' lock: every changed group's
+        writes prepared (keys packed, full windows checkpointed, the state as it is now), the
+        groups clean again. The second half, :meth:`GroupWrites.run`, writes them to Redis
+        outside the lock (on the server's flush thread: appends go on meanwhile); until it
+        is done the keys it writes stay in memory and the next flush, a group's move, a
+        reload and a deletion wait for it. None when nothing changed."""
+        if self.gone:
+            return None
+        self.ensure_current()
+        self._settle()
+        jobs = self._prepare(list(self.groups.values()), final=False)
+        if not jobs:
+            return None
+        self._writing.clear()
+        return GroupWrites(self, jobs)
+
+    def _settle(self) -> None:
+        """Wait for the flush being written outside the lock (:meth:`flush_begin`)."""
+        if not self._writing.is_set():
+            self._writing.wait()
+
+    def _flush_tables(self, tables: list[GroupTable], *, final: bool) -> None:
+        self._settle()
+        self._write(self._prepare(tables, final=final))
+
+    def _prepare(self, tables: list[GroupTable], *, final: bool) -> list[_GroupWrite]:
+        """Each changed group's flush as writes to make (the group clean again, its keys
+        marked in flight); a failure marks back what it prepared."""
+        ttl = self.ttl_ms > 0
+        doomed = {wid for t in tables for wid in t.doomed}
+        trees = self._tree_keys(doomed) if doomed else {}
+        jobs: list[_GroupWrite] = []
+        try:
+            for table in tables:
+                if not table.changed and not (final and table.journaled):
+                    continue
+                for key in table.dirty:
+                    st = table.hot.get(key)
+                    if st is not None:
+                        self._checkpoint_full(table, st)
+                ops = table.flush_ops(self.packers, ttl)
+                for wid in table.doomed:
+                    ops += [("UNLINK", k, ()) for k in trees.get(wid, ())]
+                blob = table.state.to_json(clean=final)
+                jobs.append(_GroupWrite(table, ops, blob, self.journal))
+                table.clean()
+                table.journaled = False
+        except BaseException:
+            for job in jobs:
+                job.undo()
+            raise
+        return jobs
+
+    def _write(self, jobs: list[_GroupWrite]) -> None:
+        """Write prepared groups, one fenced script each; a group not written is marked
+        back (its keys dirty again, as they are in memory, for the next flush)."""
+        lost: GroupTable | None = None
+        for i, job in enumerate(jobs):
+            table = job.table
+            try:
+                if job.journal:
+                    table.journal.commit_state(job.blob, job.lsn, job.ops)
+                else:
+                    table.journal.save_state(job.blob, job.ops)
+            except FencedError:
+                # nothing of the group was written (one script); on a cluster the group
+                # moved on (the others still flush), else the stream is gone
+                job.undo()
+                if table.fence is None or self.serve is None:
+                    for rest in jobs[i + 1 :]:
+                        rest.undo()
+                    raise
+                lost = lost or table
+                continue
+            except BaseException:
+                for rest in jobs[i:]:
+                    rest.undo()
+                raise
+            job.done()
+        if lost is not None:
+            raise self._fenced_out(lost)
+
+    def _tree_keys(self, wids: set[str] | None) -> dict[str, list[str]]:
+        """The Redis keys of the full key windows ``wids`` (None: every one of the stream),
+        by id: one SCAN (the ids of the keys' windows are ``k:<hex>``)."""
+        base = key_window_base(self.prefix, self.spec.name)
+        pattern = "".join("\\" + c if c in "*?[]\\" else c for c in base) + "*"
+        out: dict[str, list[str]] = {}
+        try:
+            for raw in self.client.scan_iter(match=pattern, count=1000):
+                key = raw.decode() if isinstance(raw, bytes) else str(raw)
+                if not key.startswith(base):  # pragma: no cover - the pattern says so
+                    continue
+                wid = "k:" + key[len(base) :].split(":", 1)[0]
+                if wids is None or wid in wids:
+                    out.setdefault(wid, []).append(key)
+        except redis.RedisError as ex:
+            msg = (
+                f"stream {self.spec.name!r}: list the Redis keys of deleted keys' windows: "
+                f"Redis is unavailable ({type(ex).__name__})"
+            )
+            raise StoreUnavailableError(msg) from ex
+        return out
+
+    @_locked
+    def load(self) -> None:
+        """(Re)open every group from Redis: its state, its keys' names (their states load on
+        first touch), then its journal's entries after the state (durable windows)."""
+        self._forget_tables(list(self.groups.values()))
+        self._load_tables(list(self.groups.values()))
+
+    def _load_tables(self, tables: list[GroupTable]) -> None:
+        self._settle()  # Redis as the last flush leaves it
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for table in tables:
+                pipe.get(table.keys.state)
+                pipe.hkeys(table.keys.keys)
+                if self.ttl_ms:
+                    pipe.hgetall(table.keys.touch)
+            replies = pipe.execute()
+            per = 3 if self.ttl_ms else 2
+            now = int(time.time() * 1000)
+            for i, table in enumerate(tables):
+                state, names = replies[i * per], replies[i * per + 1]
+                table.state = GroupState.from_json(state) if state else GroupState()
+                touch = replies[i * per + 2] if self.ttl_ms else {}
+                order = sorted(
+                    ((int(touch.get(n, now)), n.decode()) for n in names), key=lambda p: p[0]
+                )
+                table.index = {n: t for t, n in order}
+                for n in table.index:
+                    self.where[n] = table
+                self.cache.add(0, keys=len(order))
+            self.batches = sum(t.state.batches for t in self.groups.values())
+            if self.journal:
+                for table in tables:
+                    entries = table.journal.entries()
+                    table.journal.first = entries[0].lsn if entries else table.state.lsn + 1
+                    for e in entries:
+                        if e.lsn > table.state.lsn:
+                            self._replay(table, e)
+                    table.journaled = bool(entries)
+        except (redis.RedisError, StoreError) as ex:
+            self.stale = True
+            raise store_unavailable(self.spec.name, ex) from None
+        self.stale = False
+
+    def _replay(self, table: GroupTable, e: JournalEntry) -> None:
+        """Apply a journaled entry of ``table`` again: a deletion of keys, or a batch (the
+        same checks against the same state give the same rows, late ones the same; a full
+        window that holds it already skips it)."""
+        if e.lsn != table.state.lsn + 1:
+            msg = (
+                f"stream {self.spec.name!r}: group {table.group}'s journal skips from lsn "
+                f"{table.state.lsn} to {e.lsn}"
+            )
+            raise CorruptDataError(msg)
+        gone = e.extra.get("delete")
+        if gone is not None:
+            keys = [k for k in map(str, gone) if self.where.get(k) is table]
+            self._delete_keys({table: keys}, expired=bool(e.extra.get("expired")), replay=True)
+            return
+        _n, cols = self.decode(e.columns)
+        plan = self._plan(cols, "", 0, replay=True)
+        if set(plan.named) - {table.group}:
+            msg = f"stream {self.spec.name!r}: group {table.group}'s entry {e.lsn} holds other groups' keys"
+            raise CorruptDataError(msg)
+        plan.counter = table.group if e.extra.get("batch") else None
+        self._apply(plan, cols, e.producer_id, e.sequence, "NONE", (), replay=True)
+
+    def _forget_memory(self) -> None:
+        self._forget_tables(list(self.groups.values()))
+
+    def _forget_tables(self, tables: list[GroupTable]) -> None:
+        self._settle()  # a flush being written keeps its keys until it is
+        for table in tables:
+            for k in table.index:
+                if self.where.get(k) is table:
+                    del self.where[k]
+            for st in table.hot.values():
+                _abandon_full(st)
+                self.cache.add(-_size(st), hot=-1)
+            self.cache.add(0, keys=-len(table.index))
+            self.cache.add(-sum(len(b) + _PACKED_BYTES for b in table.packed.values()), objects=0)
+            table.packed.clear()
+            table.hot.clear()
+            table.index.clear()
+            table.clean()
+        gone = {id(t) for t in tables}
+        self.batches = sum(t.state.batches for t in self.groups.values() if id(t) not in gone)
+
+    def close(self, *, flush: bool) -> None:
+        """Let the stream go: a last flush (``flush``), then its memory."""
+        with self.lock:
+            if flush and not self.gone:
+                try:
+                    self.flush(final=True)
+                except (StoreError, ServiceError):
+                    log.warning("last flush of keyed stream %s failed", self.spec.name)
+            for table in self.groups.values():
+                for st in table.hot.values():
+                    if flush:
+                        _close_full(st)
+                    else:
+                        _abandon_full(st)
+            self._forget_memory()
+            self.gone = True
+
+    def delete_data(self) -> None:
+        """Delete every group's keys and every full key window's data (a deleted stream). On
+        a cluster every group's fence moves on too: the servers holding them write nothing
+        more, and let them go."""
+        had = any(t.index or t.doomed for t in self.groups.values())
+        self._forget_memory()  # the full windows' stores dropped unwritten
+        every = [GroupKeys.of(self.prefix, self.spec.name, g) for g in range(self.n_groups)]
+        clustered = self.serve is not None
+        if clustered and not had:  # groups held elsewhere: any key there?
+            try:
+                pipe = self.client.pipeline(transaction=False)
+                for ks in every:
+                    pipe.exists(ks.keys, ks.state)
+                had = any(int(n) for n in pipe.execute())
+            except redis.RedisError as ex:
+                raise store_unavailable(self.spec.name, ex) from None
+        if had:  # a stream just made has none (no SCAN)
+            gone = [k for keys in self._tree_keys(None).values() for k in keys]
+            for i in range(0, len(gone), 500):
+                fenced(self.client, self.fence, [("UNLINK", k, ()) for k in gone[i : i + 500]])
+        ops: list[Op] = []
+        for ks in every:
+            ops += [
+                ("DEL", ks.keys, ()),
+                ("DEL", ks.touch, ()),
+                ("DEL", ks.state, ()),
+                ("DEL", ks.journal, ()),
+            ]
+            if clustered:
+                ops.append(("INCR", ks.fence, ()))
+        if clustered:  # the holders find their groups gone at their next renewal
+            holders, generation = group_lease_keys(self.prefix, self.spec.name)
+            ops += [("DEL", holders, ()), ("INCR", generation, ())]
+        # a few fenced scripts in one round trip (every key is in the stream's slot)
+        pipe = self._script_pipeline()
+        for i in range(0, len(ops), _OPS_PER_SCRIPT):
+            fenced(self.client, self.fence, ops[i : i + _OPS_PER_SCRIPT], pipe=pipe)
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except redis.RedisError as ex:
+            raise store_unavailable(self.spec.name, ex) from None
+        for reply in replies:
+            if isinstance(reply, Exception):
+                err = check_reply(reply, self.fence)
+                if isinstance(err, FencedError):
+                    raise fenced_out(self.spec.name)
+                raise store_unavailable(self.spec.name, err)
+        if clustered:
+            self.groups.clear()
+
+    def stats(self) -> dict[str, int]:
+        hot = sum(len(t.hot) for t in self.groups.values())
+        dirty = sum(len(t.dirty) for t in self.groups.values())
+        return {
+            "keys": self.key_count,
+            "hot_keys": hot,
+            "dirty_keys": dirty,
+            "groups": len(self.groups),
+            "expired": sum(t.state.expired for t in self.groups.values()),
+        }
+
+
+class _StreamKeysStore:
+    """What the registry asks of a stream's state store on creation (delete leftovers)."""
+
+    def __init__(self, s: KeyedStream) -> None:
+        self.s = s
+
+    def delete(self) -> None:
+        self.s.delete_data()
+
+
+def _size(st: KeyState) -> int:
+    n = _KEY_BYTES
+    for kw in st.windows.values():
+        n += _window_bytes(kw)
+    return n
+
+
+def _window_bytes(kw: KeyWindow) -> int:
+    """What the key cache counts for one window of a key: its compact items, or a tree."""
+    return _FULL_BYTES if kw.engine is not None else _ITEM_BYTES * len(kw.items or ())
+
+
+def _close_full(st: KeyState) -> None:
+    for kw in st.windows.values():
+        if kw.engine is not None:
+            try:
+                # its last checkpoint still says which journal entry the tree holds (the
+                # engine's own close() writes one without: a replay would apply them again)
+                kw.engine.flush(meta={"lsn": kw.lsn})
+                kw.engine.store.close()
+            except Exception:  # pragma: no cover - logged; its data is in Redis
+                log.exception("closing a key's window")
+
+
+def _abandon_full(st: KeyState) -> None:
+    for kw in st.windows.values():
+        store = getattr(kw.engine, "store", None)
+        if store is not None and hasattr(store, "abandon"):
+            store.abandon()
+
+
+def _drop_engine(engine: Any) -> None:
+    store = getattr(engine, "store", None)
+    if store is None:
+        return
+    try:
+        store.delete_window()
+        store.close()
+    except StoreError:  # pragma: no cover - logged
+        log.warning("could not delete a key window's data")
+
+
+class _GroupWrite:
+    """One group's prepared flush (see :meth:`KeyedStream.flush_begin`): its writes, its
+    state's blob at its lsn, and what it cleared, to mark back when the write fails."""
+
+    __slots__ = ("blob", "deleted", "dirty", "doomed", "journal", "lsn", "ops", "table")
+
+    def __init__(self, table: GroupTable, ops: list[Op], blob: str, journal: bool) -> None:
+        self.table = table
+        self.ops = ops
+        self.blob = blob
+        self.lsn = table.state.lsn
+        self.journal = journal
+        self.dirty = set(table.dirty)
+        self.deleted = set(table.deleted)
+        self.doomed = set(table.doomed)
+        table.inflight = self.dirty  # in memory until written: eviction leaves them
+
+    def undo(self) -> None:
+        """Not written: the group changed again, as it was (a key dropped or made since
+        keeps what it is now)."""
+        t = self.table
+        index = t.index
+        t.dirty.update(k for k in self.dirty if k in index)
+        t.deleted.update(k for k in self.deleted if k not in index)
+        t.doomed.update(self.doomed)
+        t.state_changed = True
+        if self.journal:
+            t.journaled = True
+        self.done()
+
+    def done(self) -> None:
+        if self.table.inflight is self.dirty:
+            self.table.inflight = _NOTHING
+
+
+_NOTHING: frozenset[str] = frozenset()
+
+
+class GroupWrites:
+    """A periodic flush's writes prepared under the stream's lock, to run outside it, once:
+    :meth:`run` writes them (raising what :meth:`KeyedStream.flush` raises), :meth:`abandon`
+    marks them back unwritten. Either lets the stream's next flush go."""
+
+    def __init__(self, stream: KeyedStream, jobs: list[_GroupWrite]) -> None:
+        self.stream = stream
+        self.jobs = jobs
+        self._over = False
+
+    def run(self) -> None:
+        if self._over:
+            return
+        self._over = True
+        try:
+            self.stream._write(self.jobs)
+        finally:
+            self.stream._writing.set()
+
+    def abandon(self) -> None:
+        if self._over:
+            return
+        self._over = True
+        for job in self.jobs:
+            job.undo()
+        self.stream._writing.set()

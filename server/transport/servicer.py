@@ -14,6 +14,7 @@ answer (UNKNOWN with the exception's text).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import logging
@@ -624,9 +625,12 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
                 async with self.lock(name):
                     if stream.gone:
                         continue
-                    writes = await self.run(functools.partial(self.registry.flush_begin, stream))
-                if writes is not None:
-                    await self._write_outside(writes)
+                    # prepared and handed to the flush thread in one step on the worker: a
+                    # cancelled flush (shutdown) cannot leave prepared writes nobody runs,
+                    # which would hold the stream's next flush (its release) forever
+                    pending = await self.run(functools.partial(self._begin_flush, stream))
+                if pending is not None:
+                    await asyncio.shield(asyncio.wrap_future(pending))
             except ServiceError as ex:
                 if ex.reason == Reason.FENCED and self.cluster is not None:
                     async with self.lock(name):
@@ -638,16 +642,18 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             except Exception:
                 log.exception("periodic flush failed", extra={"stream": name})
 
-    async def _write_outside(self, writes: Any) -> None:
-        """Run a flush's prepared writes on the flush thread (a cancelled caller leaves them
-        to finish there; writes that cannot start are marked back unwritten)."""
-        loop = asyncio.get_running_loop()
+    def _begin_flush(self, stream: Any) -> concurrent.futures.Future[None] | None:
+        """On a worker, under the stream's lock: a flush's writes prepared and started on the
+        flush thread (None: nothing to write); writes that cannot start are marked back
+        unwritten."""
+        writes = self.registry.flush_begin(stream)
+        if writes is None:
+            return None
         try:
-            fut = loop.run_in_executor(self.flush_pool, writes.run)
+            return self.flush_pool.submit(writes.run)
         except BaseException:
             writes.abandon()
             raise
-        await asyncio.shield(fut)
 
     def key_stats(self) -> tuple[list[tuple[str, dict[str, int]]], dict[str, int]]:
         return _key_stats(self.registry)

@@ -1,0 +1,232 @@
+"""The columnar path in process (issue 22): per-row results of one built-in window against
+pandas ``rolling`` on the same rows, in the same run.
+
+    python benchmarks/bench_columnar.py            # 2,000,000 rows (~1 minute)
+    python benchmarks/bench_columnar.py --quick    # 200,000 rows (a smoke test)
+
+Rows at 1,000 rows/s (timestamps in ns, ~1 ms apart with jitter and bursts), one DOUBLE value.
+The window: max + sum of the value over the last 10 s, 60 s and 600 s (a time range). For each:
+
+* **pandas**: ``series.rolling("60s")`` ``.max()`` and ``.sum()`` over the whole series
+  (pandas' own time-based rolling: rows newer than ``ts - range``, as the window's policy);
+* **columnar**: :class:`~mtawindows.server.engine.columnar.ColumnarWindow` fed 10,000-row
+  batches with per-row results (a ``pyarrow.Table`` per batch), and 100,000-row batches;
+* **per-row engine**: Amortized MTA over lifted rows with per-row totals (on a tenth of the
+  rows: it is the slow baseline);
+* **four windows** (10 s, 60 s, 600 s, count 1,000) on the same batches against one.
+
+Every per-row result of the columnar path is checked against pandas (max exact, sum within
+1e-9 relative). Writes benchmarks/results/columnar.{csv,md,png} (``--quick``: columnar-quick.*).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_cluster import Report, write
+
+from mtawindows.server.engine import (
+    AmortizedMTA,
+    Count,
+    CountPolicy,
+    Max,
+    Record,
+    Sum,
+    TimeRangePolicy,
+)
+from mtawindows.server.engine.columnar import ColumnarWindow
+
+BATCH = 10_000  # the service's batches (issue 22's gRPC case)
+BIG = 100_000  # larger batches, for comparison
+RANGES_S = (10, 60, 600)
+SEC = 1_000_000_000
+
+
+def rows(n: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` rows at ~1,000 rows/s: 1 ms steps with jitter, a burst (0 ms) now and then."""
+    rng = np.random.default_rng(seed)
+    steps = rng.integers(0, 2_000_000, n)  # 0 to 2 ms: 1 ms on average
+    steps[rng.random(n) < 0.01] = 0
+    ts = 1_700_000_000 * SEC + np.cumsum(steps)
+    v = rng.normal(100.0, 15.0, n)
+    return ts.astype(np.int64), v
+
+
+def record(count: bool = False) -> Record:
+    """max + sum of v, and what the policy reads: the newest timestamp (or a count)."""
+    if count:
+        return Record(m=Max("v"), s=Sum("v"), n=Count())
+    return Record(m=Max("v"), s=Sum("v"), ts=Max("ts"))
+
+
+def time_pandas(ts: np.ndarray, v: np.ndarray, range_s: int) -> tuple[float, pd.DataFrame]:
+    series = pd.Series(v, index=pd.DatetimeIndex(ts))
+    t0 = time.perf_counter()
+    r = series.rolling(f"{range_s}s")
+    out = pd.DataFrame({"max": r.max(), "sum": r.sum()})
+    return time.perf_counter() - t0, out
+
+
+def time_columnar(
+    windows: list[ColumnarWindow], ts: np.ndarray, v: np.ndarray, batch: int = BATCH
+) -> tuple[float, list]:
+    tables = []
+    t0 = time.perf_counter()
+    for i in range(0, len(ts), batch):
+        cols = {"ts": ts[i : i + batch], "v": v[i : i + batch]}
+        for w in windows:
+            r = w.apply(cols, per_row=True)
+            if w is windows[0]:
+                tables.append(r.rows)
+    return time.perf_counter() - t0, tables
+
+
+def time_per_row(ts: np.ndarray, v: np.ndarray, range_s: int) -> float:
+    m = record()
+    w = AmortizedMTA(m, TimeRangePolicy(range_s * SEC, field="ts"))
+    t0 = time.perf_counter()
+    for i in range(0, len(ts), BATCH):
+        lifted = [
+            m.lift({"ts": int(a), "v": float(b)})
+            for a, b in zip(ts[i : i + BATCH], v[i : i + BATCH], strict=True)
+        ]
+        totals: list = []
+        sizes: list = []
+        w.apply_lifted(lifted, totals=totals, sizes=sizes)
+        [m.lower(t) for t in totals]
+    return time.perf_counter() - t0
+
+
+def check(tables: list, want: pd.DataFrame) -> int:
+    """Rows whose max differs from pandas' or whose sum is off by more than 1e-9 relative."""
+    m = np.concatenate([t.column("m").to_numpy() for t in tables])
+    s = np.concatenate([t.column("s").to_numpy() for t in tables])
+    bad = m != want["max"].to_numpy()
+    ws = want["sum"].to_numpy()
+    bad |= np.abs(s - ws) > 1e-9 * np.maximum(1.0, np.abs(ws))
+    return int(bad.sum())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--quick", action="store_true", help="200,000 rows")
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    args = ap.parse_args()
+    n = 200_000 if args.quick else args.rows
+    ts, v = rows(n)
+    report = Report()
+    stem = "columnar-quick" if args.quick else "columnar"
+    # warm both up (numba's compiled scans load on first use; pandas' rolling too)
+    time_pandas(ts[:BATCH], v[:BATCH], 10)
+    time_columnar(
+        [ColumnarWindow(record(), TimeRangePolicy(SEC, field="ts"))],
+        ts[: 3 * BATCH],
+        v[: 3 * BATCH],
+    )
+    for range_s in RANGES_S:
+        case = f"max + sum, {range_s} s"
+        tp, want = time_pandas(ts, v, range_s)
+        policy = TimeRangePolicy(range_s * SEC, field="ts")
+        tc, tables = time_columnar([ColumnarWindow(record(), policy)], ts, v, BATCH)
+        tbig, tables_big = time_columnar([ColumnarWindow(record(), policy)], ts, v, BIG)
+        k = max(BATCH, n // 10)
+        tr = time_per_row(ts[:k], v[:k], range_s) * n / k
+        report.add("per-row results", case, "pandas rolling", n / tp, "rows/s", n=n)
+        report.add("per-row results", case, "columnar", n / tc, "rows/s", n=n)
+        ratio = tp / tc
+        report.add(
+            "per-row results",
+            case,
+            "columnar / pandas",
+            ratio,
+            "x",
+            n=n,
+            target=">= 0.5",
+            met=ratio >= 0.5,
+        )
+        report.add(
+            "per-row results", case, f"columnar, {BIG:,}-row batches", n / tbig, "rows/s", n=n
+        )
+        report.add(
+            "per-row results", case, f"columnar / pandas, {BIG:,}-row batches", tp / tbig, "x", n=n
+        )
+        report.add("per-row results", case, "per-row engine", n / tr, "rows/s", n=k)
+        report.add("per-row results", case, "columnar / per-row engine", tr / tc, "x", n=n)
+        wrong = check(tables, want) + check(tables_big, want)
+        report.add(
+            "per-row results",
+            case,
+            "rows differing from pandas",
+            wrong,
+            "rows",
+            n=n,
+            target="0",
+            met=wrong == 0,
+        )
+    # four windows on one stream against one
+    windows = [ColumnarWindow(record(), TimeRangePolicy(r * SEC, field="ts")) for r in RANGES_S]
+    windows.append(ColumnarWindow(record(count=True), CountPolicy(1000, field="n")))
+    one, _ = time_columnar([ColumnarWindow(record(), TimeRangePolicy(60 * SEC, field="ts"))], ts, v)
+    four, _ = time_columnar(windows, ts, v)
+    report.add(
+        "four windows",
+        "10 s, 60 s, 600 s, count 1,000",
+        "four / one",
+        four / one,
+        "x",
+        n=n,
+        target="<= 1.5",
+        met=four / one <= 1.5,
+    )
+    header = [
+        f"in process, {n:,} rows at ~1,000 rows/s, {BATCH:,}-row batches (and {BIG:,}), per-row results; "
+        f"numpy {np.__version__}, pandas {pd.__version__}"
+    ]
+    print(write(report, args.out, stem, header))
+    plot(report, args.out / f"{stem}.png")
+
+
+def plot(report: Report, path: Path) -> None:
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib is not installed: no plot", flush=True)
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    names = ["pandas rolling", "columnar", "per-row engine"]
+    width = 0.25
+    for j, name in enumerate(names):
+        ys = [
+            next(
+                r["value"]
+                for r in report.rows
+                if r["case"] == f"max + sum, {s} s" and r["metric"] == name
+            )
+            for s in RANGES_S
+        ]
+        ax.bar([i + j * width for i in range(len(RANGES_S))], ys, width, label=name)
+    ax.set_xticks([i + width for i in range(len(RANGES_S))], [f"{s} s" for s in RANGES_S])
+    ax.set_yscale("log")
+    ax.set_ylabel("per-row results, rows/s")
+    ax.set_title("max + sum over a time range, in process")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,608 @@
+"""The built-in monoids as array kernels: a lifted column is a tuple of numpy arrays (its
+*components*), and every operation the columnar window needs runs on whole arrays.
+
+A kernel gives, for one monoid over one batch of rows:
+
+* ``lift(cols, n)``: the components of ``n`` rows from the batch's columns (refusing what the
+  monoid's own ``lift`` refuses: NaN for an ordered value, a number <= 0 for a geometric mean);
+* ``scan(comps, reverse)``: over 2-D components (one segment per row), the aggregate of each
+  segment's prefix (or, ``reverse``, suffix) at every position: ``numpy.ufunc.accumulate``
+  along axis 1, or the few lines of array code a non-ufunc monoid needs;
+* ``combine(older, newer)``: element by element, the monoid's combine;
+* ``to_lifted(comps, i, values)`` and ``from_lifted(agg)``: one aggregate to and from the
+  per-row engine's Python form (the tree over the window's slices holds those: one truth);
+* ``lower(comps, values)``: the results as an Arrow array (nulls where ``lower`` gives None).
+
+Kernels leave floating-point warnings to their callers (``numpy.errstate``): an inf or a NaN
+in a sum is an answer, not an error.
+
+Sums are carried as double-double pairs ``(hi, lo)`` (Knuth's TwoSum on every step of a scan,
+vectorized as Ogita, Rump and Oishi's cascaded sum): a sum's result is the correctly rounded
+sum of its rows to within an ulp, at least as close to ``math.fsum`` as the tree's. Variances
+are carried as Welford moments ``(n, mean, M2)`` whose scans are cumulative sums of
+non-negative increments, combined as Chan, Golub and LeVeque's pairwise formula (the
+per-row engine's). First, Last and the keys of arg-max/arg-min are positions into the rows a
+call sees (``values`` resolves them); position ``FOREIGN`` stands for a value the aggregate
+of stored slices carries (``from_lifted``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numba
+import numpy as np
+import pyarrow as pa
+
+from ...sentinels import NOTHING
+from ..monoids import (
+    ArgMax,
+    ArgMin,
+    Count,
+    First,
+    GeometricMean,
+    Last,
+    Max,
+    MaxCount,
+    Mean,
+    Min,
+    StdDev,
+    Sum,
+    Variance,
+)
+
+__all__ = ["FOREIGN", "Kernel", "kernel_for", "search_sorted"]
+
+FOREIGN = -2  # a position standing for a value held by a stored slices' aggregate
+Comps = tuple[np.ndarray, ...]
+
+
+@numba.njit(cache=True, nogil=True)
+def _dd_scan(hi: np.ndarray, lo: np.ndarray, out_hi: np.ndarray, out_lo: np.ndarray) -> None:
+    """Row by row, the running double-double sum (one fused loop: in numpy each TwoSum step
+    is eight passes over the rows, measured as a third of a batch's time)."""
+    for i in range(hi.shape[0]):
+        s = 0.0
+        e = 0.0
+        for j in range(hi.shape[1]):
+            x = hi[i, j]
+            t = s + x
+            bp = t - s
+            err = (s - (t - bp)) + (x - bp)
+            if not math.isfinite(err):  # an inf or a NaN: it is the answer, no error term
+                err = 0.0
+            s = t
+            e += lo[i, j] + err
+            out_hi[i, j] = s
+            out_lo[i, j] = e
+
+
+@numba.njit(cache=True, nogil=True)
+def _dd_add(
+    ahi: np.ndarray,
+    alo: np.ndarray,
+    bhi: np.ndarray,
+    blo: np.ndarray,
+    out_hi: np.ndarray,
+    out_lo: np.ndarray,
+) -> None:
+    """Element by element, the double-double sum of ``a`` and ``b`` (TwoSum, fused)."""
+    for i in range(ahi.shape[0]):
+        x = ahi[i]
+        y = bhi[i]
+        t = x + y
+        bp = t - x
+        err = (x - (t - bp)) + (y - bp)
+        if not math.isfinite(err):
+            err = 0.0
+        out_hi[i] = t
+        out_lo[i] = alo[i] + blo[i] + err
+
+
+@numba.njit(cache=True, nogil=True)
+def _merge_right(t: np.ndarray, bounds: np.ndarray, out: np.ndarray) -> None:
+    j = 0
+    n = t.shape[0]
+    for i in range(bounds.shape[0]):
+        b = bounds[i]
+        while j < n and t[j] <= b:
+            j += 1
+        out[i] = j
+
+
+def search_sorted(t: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """``numpy.searchsorted(t, bounds, side="right")`` for ``bounds`` in order too: one
+    merge, O(len(t) + len(bounds)), instead of a binary search per bound."""
+    out = np.empty(len(bounds), dtype=np.int64)
+    if len(t) > 8 * len(bounds):  # a few bounds in a long part: binary search wins
+        return np.searchsorted(t, bounds, side="right")
+    common = np.result_type(t.dtype, bounds.dtype)
+    _merge_right(t.astype(common, copy=False), bounds.astype(common, copy=False), out)
+    return out
+
+
+def _dd_cumsum(hi: np.ndarray, lo: np.ndarray) -> Comps:
+    """Prefix sums of double-doubles along axis 1: the cascaded sum (each step's rounding
+    error recovered by TwoSum and summed apart)."""
+    out_hi = np.empty(hi.shape)
+    out_lo = np.empty(hi.shape)
+    _dd_scan(hi.astype(np.float64, copy=False), lo.astype(np.float64, copy=False), out_hi, out_lo)
+    return out_hi, out_lo
+
+
+def _rev(comps: Comps) -> Comps:
+    return tuple(c[:, ::-1] for c in comps)
+
+
+class Kernel:
+    """One monoid's array operations (subclasses per monoid kind)."""
+
+    reads: tuple[str, ...] = ()  # the columns it reads
+    commutative = True
+    pos_comp: int | None = None  # the component holding row positions (rebased by callers)
+
+    def lift(self, cols: dict[str, np.ndarray], n: int) -> Comps:  # pragma: no cover
+        raise NotImplementedError
+
+    def scan(self, comps: Comps, reverse: bool) -> Comps:
+        if reverse:
+            return _rev(self._scan(_rev(comps)))
+        return self._scan(comps)
+
+    def _scan(self, comps: Comps) -> Comps:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def combine(self, a: Comps, b: Comps) -> Comps:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def total(self, comps: Comps) -> Comps:
+        """The aggregate of all of ``comps`` (1-D), as components of length 1."""
+        return tuple(c[:, -1] for c in self.scan(tuple(c.reshape(1, -1) for c in comps), False))
+
+    def identity(self, n: int) -> Comps:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def to_lifted(self, comps: Comps, i: int, values: Any) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def from_lifted(self, agg: Any) -> Comps:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def lower(self, comps: Comps, values: Any) -> pa.Array:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def _column(owner: str, cols: dict[str, np.ndarray], name: str | None, n: int) -> np.ndarray:
+    if name is None:
+        msg = f"{owner}: the columnar path reads a named field (Record(x={owner}('col')))"
+        raise ValueError(msg)
+    try:
+        col = cols[name]
+    except KeyError:
+        msg = f"{owner}: the batch has no column {name!r} (columns: {sorted(cols)})"
+        raise KeyError(msg) from None
+    if len(col) != n:
+        msg = f"{owner}: column {name!r} holds {len(col)} rows, expected {n}"
+        raise ValueError(msg)
+    return col
+
+
+def _real(owner: str, col: np.ndarray) -> np.ndarray:
+    if col.dtype.kind == "b" or col.dtype.kind not in "iuf":
+        msg = f"{owner}: expected a numeric column, got {col.dtype}"
+        raise TypeError(msg)
+    return col.astype(np.float64, copy=False)
+
+
+def _ordered(owner: str, col: np.ndarray, keep_ints: bool = False) -> np.ndarray:
+    if keep_ints and col.dtype.kind in "iu":
+        return col.astype(np.int64, copy=False)
+    x = _real(owner, col)
+    bad = np.isnan(x)
+    if bad.any():
+        i = int(np.argmax(bad))
+        msg = f"{owner}: expected an ordered number, got nan (row {i})"
+        raise ValueError(msg)
+    return x
+
+
+class CountKernel(Kernel):
+    def lift(self, cols: dict[str, np.ndarray], n: int) -> Comps:
+        return (np.ones(n, dtype=np.int64),)
+
+    def _scan(self, comps: Comps) -> Comps:
+        return (np.cumsum(comps[0], axis=1),)
+
+    def total(self, comps: Comps) -> Comps:
+        return (comps[0].sum(keepdims=True),)
+
+    def combine(self, a: Comps, b: Comps) -> Comps:
+        return (a[0] + b[0],)
+
+    def identity(self, n: int) -> Comps:
+        return (np.zeros(n, dtype=np.int64),)
+
+    def to_lifted(self, comps: Comps, i: int, values: Any) -> Any:
+        return int(comps[0][i])
+
+    def from_lifted(self, agg: Any) -> Comps:
+        return (np.array([agg], dtype=np.int64),)
+
+    def lower(self, comps: Comps, values: Any) -> pa.Array:
+        return pa.array(comps[0], type=pa.int64())
+
+
+class SumKernel(Kernel):
+    """A sum as a double-double ``(hi, lo)`` (int columns too: exact while below 2**53)."""
+
+    def __init__(self, field: str | None, owner: str = "Sum", log: bool = False) -> None:
+        self.field = field
+        self.reads = (field,) if field else ()
+        self.owner = owner
+        self.log = log
+
+    def lift(self, cols: dict[str, np.ndarray], n: int) -> Comps:
+        x = _real(self.owner, _column(self.owner, cols, self.field, n))
+        if self.log:
+            bad = ~(x > 0)
+            if bad.any():
+                i = int(np.argmax(bad))
+                msg = f"{self.owner}: expected a number > 0, got {x[i]!r} (row {i})"
+                raise ValueError(msg)
+            x = np.log(x)
+        return (x, np.zeros(n))
+
+    def _scan(self, comps: Comps) -> Comps:
+        return _dd_cumsum(comps[0], comps[1])
+
+    def combine(self, a: Comps, b: Comps) -> Comps:
+        ahi, alo, bhi, blo = np.broadcast_arrays(a[0], a[1], b[0], b[1])
+        out_hi = np.empty(ahi.shape)
+        out_lo = np.empty(ahi.shape)
+        _dd_add(ahi, alo, bhi, blo, out_hi, out_lo)
+        return out_hi, out_lo
+
+    def total(self, comps: Comps) -> Comps:
+        return tuple(c[:, -1] for c in _dd_cumsum(comps[0].reshape(1, -1), comps[1].reshape(1, -1)))
+
+    def identity(self, n: int) -> Comps:
+        return np.zeros(n), np.zeros(n)
+
+    def value(self, comps: Comps) -> np.ndarray:
+        hi, lo = comps[0], comps[1]
+        return np.where(np.isfinite(hi), hi + lo, hi)
+
+    def to_lifted(self, comps: Comps, i: int, values: Any) -> Any:
+        return float(self.value((comps[0][i : i + 1], comps[1][i : i + 1]))[0])
+
+    def from_lifted(self, agg: Any) -> Comps:
+        return np.array([float(agg)]), np.zeros(1)
+
+    def lower(self, comps: Comps, values: Any) -> pa.Array:
+        return pa.array(self.value(comps), type=pa.float64())
+
+
+class ExtremeKernel(Kernel):
+    def __init__(self, field: str | None, largest: bool) -> None:
+        self.field = field
+        self.reads = (field,) if field else ()
+        self.largest = largest
+        self.ufunc = np.maximum if largest else np.minimum
+        self.owner = "Max" if largest else "Min"
+
+    def lift(self, cols: dict[str, np.ndarray], n: int) -> Comps:
+        return (_ordered(self.owner, _column(self.owner, cols, self.field, n), keep_ints=True),)
+
+    def _scan(self, comps: Comps) -> Comps:
+        return (self.ufunc.accumulate(comps[0], axis=1),)
+
+    def total(self, comps: Comps) -> Comps:
+        return (self.ufunc.reduce(comps[0], keepdims=True),)
+
+    def combine(self, a: Comps, b: Comps) -> Comps:
+        return (self.ufunc(a[0], b[0]),)
+
+    def identity(self, n: int) -> Comps:
+        return (np.full(n, -math.inf if self.largest else math.inf),)
+
+    def to_lifted(self, comps: Comps, i: int, values: Any) -> Any:
+        return comps[0][i].item()  # an int column's extremes stay ints (timestamps)
+
+    def from_lifted(self, agg: Any) -> Comps:
+        return (np.array([agg]),)
+
+    def lower(self, comps: Comps, values: Any) -> pa.Array:
+        return pa.array(comps[0])
+
+
+class MeanKernel(SumKernel):
+    """(count, sum) carried; the mean is lowered as sum / count (one rounding of the
+    double-double sum: at least as close as the tree's running mean)."""
+
+    def __init__(self, field: str | None, owner: str = "Mean", log: bool = False) -> None:
+        super().__init__(field, owner, log)
+        self.counts = CountKernel()
+
+    def lift(self, cols: dict[str, np.ndarray], n: int) -> Comps:
+        return self.counts.lift(cols, n) + super().lift(cols, n)
+
+    def _scan(self, comps: Comps) -> Comps:
+        return self.counts._scan(comps[:1]) + super()._scan(comps[1:])
+
+    def total(self, comps: Comps) -> Comps:
+        return self.counts.total(comps[:1]) + super().total(comps[1:])
+
+    def combine(self, a: Comps, b: Comps) -> Comps:
+        return self.counts.combine(a[:1], b[:1]) + super().combine(a[1:], b[1:])
+
+    def identity(self, n: int) -> Comps:
+        return self.counts.identity(n) + super().identity(n)
+
+    def _mean(self, comps: Comps) -> tuple[np.ndarray, np.ndarray]:
+        n = comps[0]
+        has = n > 0
+        return has, self.value(comps[1:]) / np.where(has, n, 1)
+
+    def to_lifted(self, comps: Comps, i: int, values: Any) -> Any:
+        has, m = self._mean(tuple(c[i : i + 1] for c in comps))
+        return (int(comps[0][i]), float(m[0]) if has[0] else 0.0)
+
+    def from_lifted(self, agg: Any) -> Comps:
+        n, m = agg
+        return np.array([n], dtype=np.int64), np.array([float(m) * n]), np.zeros(1)
+
+    def lower(self, comps: Comps, values: Any) -> pa.Array:
+        has, m = self._mean(comps)
+        if self.log:
+            m = np.exp(m)
+        return pa.array(m, type=pa.float64(), mask=~has)
+
+
+class VarianceKernel(Kernel):
+    """Welford moments ``(n, mean, M2)``; scans as cumulative sums, combine as Chan's."""
+
+    def __init__(self, field: str | None, ddof: int, root: bool, owner: str) -> None:
+        self.field = field
+        self.reads = (field,) if field else ()
+        self.ddof = ddof
+        self.root = root
+        self.owner = owner
+
+    def lift(self, cols: dict[str, np.ndarray], n: int) -> Comps:
+        x = _real(self.owner, _column(self.owner, cols, self.field, n))
+        return np.ones(n), x, np.zeros(n)
+
+    def _scan(self, comps: Comps) -> Comps:
+        # Chan's combine applied left to right, every step's terms known in advance: the
+        # running count and mean (a double-double sum), then M2 as a sum of increments
+        n0, m0, q0 = comps
+        n = np.cumsum(n0, axis=1)
+        hi, lo = _dd_cumsum(n0 * m0, np.zeros_like(m0))
+        mean = (hi + lo) / np.where(n > 0, n, 1)
+        prev_mean = np.empty_like(mean)
+        prev_mean[:, 0] = m0[:, 0]
+        prev_mean[:, 1:] = mean[:, :-1]
+        prev_n = n - n0
+        d = m0 - prev_mean
+        inc = q0 + d * d * prev_n * n0 / np.where(n > 0, n, 1)
+        return n, mean, np.cumsum(inc, axis=1)
+
+    def scan(self, comps: Comps, reverse: bool) -> Comps:
+        if reverse:
+            return _rev(self._scan(_rev(comps)))
+        return self._scan(comps)
+
+    def combine(self, a: Comps, b: Comps) -> Comps:
+        na, ma, qa = a
+        nb, mb, qb = b
+        n = na + nb
+        delta = mb - ma
+        safe = np.where(n > 0, n, 1)
+        mean = ma + delta * nb / safe
+        q = qa + qb + delta * delta * na * nb / safe
+        mean = np.where(nb == 0, ma, np.where(na == 0, mb, mean))
+        q = np.where(nb == 0, qa, np.where(na == 0, qb, q))
+        return n, mean, q
+
+    def identity(self, n: int) -> Comps:
+        return np.zeros(n), np.zeros(n), np.zeros(n)
+
+    def to_lifted(self, comps: Comps, i: int, values: Any) -> Any:
+        return (int(comps[0][i]), float(comps[1][i]), float(comps[2][i]))
+
+    def from_lifted(self, agg: Any) -> Comps:
+        n, m, q = agg
+        return np.array([float(n)]), np.array([float(m)]), np.array([float(q)])
+
+    def lower(self, comps: Comps, values: Any) -> pa.Array:
+        n = comps[0] - self.ddof
+        has = n > 0
+        v = comps[2] / np.where(has, n, 1)
+        if self.root:
+            v = np.sqrt(np.maximum(v, 0.0))
+        return pa.array(v, type=pa.float64(), mask=~has)
+
+
+class _Positional(Kernel):
+    """First/Last: the position of the row it holds (-1: none), its value read at lowering."""
+
+    commutative = False
+    pos_comp = 0
+
+    def __init__(self, field: str | None, newest: bool) -> None:
+        self.field = field
+        self.reads = (field,) if field else ()
+        self.newest = newest
+        self.owner = "Last" if newest else "First"
+
+    def lift(self, cols: dict[str, np.ndarray], n: int) -> Comps:
+        _column(self.owner, cols, self.field, n)
+        return (np.arange(n, dtype=np.int64),)  # rebased by the caller
+
+    def scan(self, comps: Comps, reverse: bool) -> Comps:
+        p = comps[0]
+        if self.newest != reverse:  # Last forward, First backward: the row itself
+            return (p,)
+        edge = p[:, -1:] if reverse else p[:, :1]
+        return (np.broadcast_to(edge, p.shape).copy(),)
+
+    def combine(self, a: Comps, b: Comps) -> Comps:
+        pa_, pb = a[0], b[0]
+        if self.newest:
+            return (np.where(pb != -1, pb, pa_),)
+        return (np.where(pa_ != -1, pa_, pb),)
+
+    def identity(self, n: int) -> Comps:
+        return (np.full(n, -1, dtype=np.int64),)
+
+    def to_lifted(self, comps: Comps, i: int, values: Any) -> Any:
+        p = int(comps[0][i])
+        return NOTHING if p == -1 else values.one(self.field, p)
+
+    def from_lifted(self, agg: Any) -> Comps:
+        return (np.array([-1 if agg is NOTHING else FOREIGN], dtype=np.int64),)
+
+    def lower(self, comps: Comps, values: Any) -> pa.Array:
+        return values.gather(self.field, comps[0], self)
+
+
+class ArgKernel(Kernel):
+    """ArgMax/ArgMin: ``(value, position of its key's row)``; ties go to the newest row."""
+
+    commutative = False
+    pos_comp = 1
+
+    def __init__(self, value: str | None, key: str | None, largest: bool) -> None:
+        self.field = value
+        self.key = key
+        self.reads = tuple(f for f in (value, key) if f)
+        self.largest = largest
+        self.owner = "ArgMax" if largest else "ArgMin"
+
+    def lift(self, cols: dict[str, np.ndarray], n: int) -> Comps:
+        x = _ordered(self.owner, _column(self.owner, cols, self.field, n))
+        _column(self.owner, cols, self.key, n)
+        return x if self.largest else -x, np.arange(n, dtype=np.int64)
+
+    def _scan(self, comps: Comps) -> Comps:
+        v, p = comps  # v: the value as a max (negated for ArgMin)
+        run = np.maximum.accumulate(v, axis=1)
+        at = np.where(v == run, np.arange(v.shape[1]), -1)
+        j = np.maximum.accumulate(at, axis=1)  # the newest row holding the running max
+        return run, np.take_along_axis(p, j, axis=1)
+
+    def scan(self, comps: Comps, reverse: bool) -> Comps:
+        if not reverse:
+            return self._scan(comps)
+        v, p = _rev(comps)
+        run = np.maximum.accumulate(v, axis=1)
+        w = v.shape[1]
+        prev = np.full_like(run, -math.inf)
+        prev[:, 1:] = run[:, :-1]
+        # in reverse the newest row comes first: the first to reach the running max holds it
+        at = np.where(v > prev, np.arange(w), 0)
+        j = np.maximum.accumulate(at, axis=1)
+        return _rev((run, np.take_along_axis(p, j, axis=1)))
+
+    def combine(self, a: Comps, b: Comps) -> Comps:
+        newer = (b[0] >= a[0]) & (b[1] != -1) | (a[1] == -1)
+        return np.where(newer, b[0], a[0]), np.where(newer, b[1], a[1])
+
+    def identity(self, n: int) -> Comps:
+        return np.full(n, -math.inf), np.full(n, -1, dtype=np.int64)
+
+    def to_lifted(self, comps: Comps, i: int, values: Any) -> Any:
+        p = int(comps[1][i])
+        v = float(comps[0][i])
+        if p == -1:
+            return (-math.inf if self.largest else math.inf, None)
+        return (v if self.largest else -v, values.one(self.key, p, arg=self))
+
+    def from_lifted(self, agg: Any) -> Comps:
+        v, k = agg
+        if k is None and v in (math.inf, -math.inf):
+            return self.identity(1)
+        v = float(v)
+        return np.array([v if self.largest else -v]), np.array([FOREIGN], dtype=np.int64)
+
+    def lower(self, comps: Comps, values: Any) -> pa.Array:
+        v, p = comps
+        has = p != -1
+        keys = values.gather(self.key, p, self)
+        vals = pa.array(v if self.largest else -v, type=pa.float64())
+        return pa.StructArray.from_arrays([vals, keys], ["value", "key"], mask=pa.array(~has))
+
+
+class MaxCountKernel(Kernel):
+    """(max, how many rows hold it)."""
+
+    def __init__(self, field: str | None) -> None:
+        self.field = field
+        self.reads = (field,) if field else ()
+
+    def lift(self, cols: dict[str, np.ndarray], n: int) -> Comps:
+        return _ordered("MaxCount", _column("MaxCount", cols, self.field, n)), np.ones(n, np.int64)
+
+    def _scan(self, comps: Comps) -> Comps:
+        v, c = comps
+        run = np.maximum.accumulate(v, axis=1)
+        eq = np.where(v == run, c, 0)
+        cs = np.cumsum(eq, axis=1)
+        prev = np.full_like(run, -math.inf)
+        prev[:, 1:] = run[:, :-1]
+        starts = run != prev  # a new maximum: its count starts here
+        base = np.where(starts, cs - eq, 0)
+        # the count before the current run: carried forward from the run's start
+        idx = np.maximum.accumulate(np.where(starts, np.arange(v.shape[1]), 0), axis=1)
+        return run, cs - np.take_along_axis(base, idx, axis=1)
+
+    def combine(self, a: Comps, b: Comps) -> Comps:
+        va, ca = a
+        vb, cb = b
+        v = np.maximum(va, vb)
+        c = np.where(va == v, ca, 0) + np.where(vb == v, cb, 0)
+        return v, c
+
+    def identity(self, n: int) -> Comps:
+        return np.full(n, -math.inf), np.zeros(n, dtype=np.int64)
+
+    def to_lifted(self, comps: Comps, i: int, values: Any) -> Any:
+        return (float(comps[0][i]), int(comps[1][i]))
+
+    def from_lifted(self, agg: Any) -> Comps:
+        return np.array([float(agg[0])]), np.array([int(agg[1])], dtype=np.int64)
+
+    def lower(self, comps: Comps, values: Any) -> pa.Array:
+        v, c = comps
+        return pa.StructArray.from_arrays(
+            [pa.array(v, type=pa.float64()), pa.array(c, type=pa.int64())],
+            ["max", "count"],
+            mask=pa.array(c == 0),
+        )
+
+
+def kernel_for(m: Any) -> Kernel | None:
+    """The kernel of built-in monoid ``m``, or None when it has none (the general path)."""
+    t = type(m)
+    if t is Count:
+        return CountKernel()
+    if t is Sum:
+        return SumKernel(m.field)
+    if t is Max or t is Min:
+        return ExtremeKernel(m.field, t is Max)
+    if t is Mean:
+        return MeanKernel(m.field)
+    if t is GeometricMean:
+        return MeanKernel(m.field, "GeometricMean", log=True)
+    if t is Variance or t is StdDev:
+        return VarianceKernel(m.field, m.ddof, t is StdDev, t.__name__)
+    if t is First or t is Last:
+        return _Positional(m.field, t is Last)
+    if t is ArgMax or t is ArgMin:
+        if m.value_field is None:
+            return None
+        return ArgKernel(m.value_field, m.key_field, t is ArgMax)
+    if t is MaxCount:
+        return MaxCountKernel(m.field)
+    return None

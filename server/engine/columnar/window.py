@@ -1,0 +1,538 @@
+"""A sliding window of built-in monoids over count and time ranges, fed and answered a batch
+of columns at a time (:class:`ColumnarWindow`): no Python object per row.
+
+Structure (stream slicing, as Scotty and Cutty do; the slices enter the MTA):
+
+    head slice (partly evicted) | sealed slices ... (their aggregates: an Amortized MTA) | tail
+         local, an offset          payloads in order; one MTA item per slice               local
+
+Rows arrive as columns and are kept as columns. Every ``slice_rows`` rows the tail is sealed
+into a slice: its aggregate (one lifted value in the per-row engine's own form) goes into an
+:class:`~mtawindows.server.engine.amta.AmortizedMTA` over slices, whose policy lets a prefix of
+slices go when every slice of it starts before the window's new start: bulk eviction stays
+O(log n) in slices. The slice a window's start falls inside leaves the tree and becomes the
+head, read from an offset. The window's aggregate is ``head ⊕ tree ⊕ tail``.
+
+A batch's per-row results come from array passes over the rows it can see: the window start
+of every row (``searchsorted`` over timestamps, or arithmetic for a count), then for a row
+whose range starts in the batch or the tail, a range query over them (ranges.py); for a row
+whose range starts in an older slice, ``suffix(slices it reaches) ⊕ (the tree's aggregate of
+the slices after them) ⊕ prefix(tail and batch up to the row)``. Only the slices the batch
+evicts are read, so a batch costs O(its rows + a slice), whatever the window's length.
+
+The answer is the per-row engine's (tests/engine/test_columnar_window.py drives both with the
+same batches): exact for counts, extremes, first, last, arg-* and max-count; sums and means
+from double-double scans (within an ulp of ``math.fsum``), variances from Chan's combine.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ...sentinels import NOTHING
+from ..amta import AmortizedMTA
+from ..monoids import Count, Last, Max, Record
+from ..policies import CountPolicy, TimeRangePolicy, _getter
+from .kernels import FOREIGN, Comps, Kernel, kernel_for, search_sorted
+from .ranges import range_aggregates, scan_all
+
+__all__ = ["BatchResult", "ColumnarWindow", "columnar_refusal"]
+
+SLICE_ROWS = 4096
+
+
+def columnar_refusal(monoid: Any, policy: Any) -> str | None:
+    """Why a window of ``monoid`` under ``policy`` cannot take the columnar path (None: it
+    can): every field a built-in monoid with a kernel, over a count or a time range."""
+    fields = monoid.monoids if isinstance(monoid, Record) else (monoid,)
+    for m in fields:
+        if kernel_for(m) is None:
+            return f"{type(m).__name__} has no columnar kernel"
+        if not isinstance(m, Count) and getattr(m, "field", None) is None:
+            return f"{type(m).__name__} reads whole rows, not a named column"
+    if type(policy) not in (CountPolicy, TimeRangePolicy):
+        return f"policy {type(policy).__name__} is not a count or a time range"
+    return None
+
+
+@dataclass
+class _Slice:
+    start: int  # global position of its first row
+    cols: dict[str, np.ndarray]
+    agg: Any = None  # its lifted aggregate (sealed slices)
+
+    @property
+    def n(self) -> int:
+        return len(next(iter(self.cols.values())))
+
+    @property
+    def end(self) -> int:
+        return self.start + self.n
+
+
+class _View:
+    """The rows before the tail a batch's per-row results read: ``parts`` (Y: the head from
+    the window's start ``y0``, then whole slices, up to global position ``end``) and the
+    aggregates of the slices after Y that the batch evicts (``later``)."""
+
+    def __init__(self, y0: int) -> None:
+        self.y0 = y0
+        self.end = y0
+        self.parts: list[dict[str, np.ndarray]] = []
+        self.later: list[Any] = []
+
+    def middle(self, combine: Any, rest: Any) -> Any:
+        """The aggregate of the rows between Y and the tail (None: there are none)."""
+        out = None
+        for a in [*self.later, rest]:
+            if a is not None:
+                out = a if out is None else combine(out, a)
+        return out
+
+
+@dataclass
+class BatchResult:
+    """What a batch did: rows ``evicted``; with per-row results, ``rows`` (one column per
+    field, one row per input row, in order) and ``sizes`` (the window's rows after each)."""
+
+    evicted: int
+    rows: pa.Table | None = None
+    sizes: np.ndarray | None = None
+
+
+class _Values:
+    """Positions -> values for First, Last and arg-* keys: the rows a call sees, in order,
+    and the values of the stored slices' aggregate (position ``FOREIGN``)."""
+
+    def __init__(self, cols: dict[str, np.ndarray], foreign: dict[int, Any] | None = None) -> None:
+        self.cols = cols
+        self.foreign = foreign or {}
+
+    def one(self, field: str | None, p: int, arg: Any = None) -> Any:
+        if p == FOREIGN:
+            return self.foreign[id(arg)]
+        return self.cols[field][p].item()  # type: ignore[index]
+
+    def gather(self, field: str | None, pos: np.ndarray, k: Any) -> pa.Array:
+        col = self.cols[field]  # type: ignore[index]
+        if col.dtype.kind == "U":
+            col = col.astype(object)
+        out = (
+            col[np.clip(pos, 0, max(0, len(col) - 1))]
+            if len(col)
+            else np.empty(len(pos), col.dtype)
+        )
+        foreign = pos == FOREIGN
+        if foreign.any():
+            out = out.astype(object) if out.dtype.kind != "O" else out.copy()
+            out[foreign] = self.foreign[id(k)]
+        return pa.array(out, mask=pos == -1)
+
+
+class ColumnarWindow:
+    """A window of ``monoid`` (a built-in, or a Record of built-ins, each reading a named
+    column) under a :class:`CountPolicy` or :class:`TimeRangePolicy`, fed by :meth:`apply`."""
+
+    def __init__(self, monoid: Any, policy: Any, *, slice_rows: int = SLICE_ROWS) -> None:
+        why = columnar_refusal(monoid, policy)
+        if why is not None:
+            msg = f"ColumnarWindow: {why}"
+            raise TypeError(msg)
+        self.monoid = monoid
+        self.policy = policy
+        self.record = isinstance(monoid, Record)
+        fields = monoid.monoids if self.record else (monoid,)
+        self.names = monoid.names if self.record else ("value",)
+        self.kernels: list[Kernel] = [kernel_for(m) for m in fields]  # type: ignore[misc]
+        self.reads = sorted({c for k in self.kernels for c in k.reads})
+        self.ts_col: str | None = None
+        self.count: int | None = None
+        if isinstance(policy, TimeRangePolicy):
+            i = _getter("TimeRangePolicy", monoid, policy.field, (Max, Last), "newest timestamp")
+            self.ts_col = fields[0 if i is None else i].field
+            self.range = policy.range
+            # the newest timestamp after a row is the row's own (timestamps never go back)
+            self._ts_field: int | None = 0 if i is None else i
+        else:
+            _getter("CountPolicy", monoid, policy.field, (Count,), "item count")
+            self.count = policy.size
+            self._ts_field = None
+        if self.ts_col is not None and self.ts_col not in self.reads:
+            self.reads.append(self.ts_col)
+        self.slice_rows = int(slice_rows)
+        # the tree over slices: (the slice's aggregate, its start); a prefix of slices leaves
+        # when every one starts before the window's start
+        self._cut = 0
+        self.tree = AmortizedMTA(
+            Record(agg=monoid, start=Max()),
+            lambda total, old: old[1] < self._cut,
+        )
+        self.slices: deque[_Slice] = deque()  # the tree's slices, oldest first
+        self.head: _Slice | None = None
+        self.head_from = 0  # global position of the window's first row (in the head, or not)
+        self.tail = _Slice(0, {c: np.empty(0) for c in self.reads})
+        self.next = 0  # global position of the next row
+        self.newest_ts: Any = None
+        self.evicted = 0
+        self._total: Any = None
+
+    # -- reading
+    def __len__(self) -> int:
+        return self.next - self.head_from
+
+    def aggregate(self) -> Any:
+        """The window's lifted aggregate, in the per-row engine's form."""
+        if self._total is None:
+            with np.errstate(all="ignore"):
+                self._total = self._aggregate()
+        return self._total
+
+    def _aggregate(self) -> Any:
+        combine = self.monoid.combine
+        total = self.monoid.identity
+        if self.head is not None:
+            total = self._reduce(self.head, self.head_from - self.head.start)
+        if len(self.tree):
+            total = combine(total, self.tree.aggregate()[0])
+        if self.tail.n:
+            total = combine(
+                total, self._reduce(self.tail, max(0, self.head_from - self.tail.start))
+            )
+        return total
+
+    def query(self) -> Any:
+        return self.monoid.lower(self.aggregate())
+
+    def _reduce(self, sl: _Slice, offset: int) -> Any:
+        """The lifted aggregate of ``sl``'s rows from ``offset``."""
+        cols = {c: v[offset:] for c, v in sl.cols.items()}
+        n = sl.n - offset
+        if n <= 0:
+            return self.monoid.identity
+        values = _Values(cols)
+        parts = [k.to_lifted(k.total(k.lift(cols, n)), 0, values) for k in self.kernels]
+        return tuple(parts) if self.record else parts[0]
+
+    # -- writing
+    def apply(self, columns: dict[str, Any], *, per_row: bool = False) -> BatchResult:
+        """Append a batch (``columns``: name -> array, timestamps in order and not older
+        than the window's newest) and enforce the policy; with ``per_row``, the window's
+        result after each row. All or nothing: a refused batch changes nothing."""
+        cols = self._columns(columns)
+        n = len(next(iter(cols.values()))) if cols else 0
+        if n == 0:
+            return BatchResult(
+                0,
+                self._table([], 0) if per_row else None,
+                np.empty(0, np.int64) if per_row else None,
+            )
+        lifted = [k.lift(cols, n) for k in self.kernels]  # validates every value first
+        ts = cols[self.ts_col] if self.ts_col is not None else None
+        if ts is not None:
+            self._check_order(ts)
+        g0 = self.next
+        starts = self._starts(ts, g0, n, per_row)
+        cut = max(self.head_from, int(starts[-1]))
+        with np.errstate(all="ignore"):
+            view = self._view(starts, cut, g0) if per_row else None
+            old_tail = self.tail
+            evicted = max(0, cut - self.head_from)
+            self._evict(cut)
+            result = BatchResult(evicted)
+            if view is not None:
+                rest = self.tree.aggregate()[0] if len(self.tree) else None
+                m_agg = view.middle(self.monoid.combine, rest)
+                result.rows, result.sizes = self._per_row(
+                    cols, lifted, starts, g0, n, old_tail, view, m_agg
+                )
+            self._append(cols, n, cut, ts)
+        self.evicted += evicted
+        return result
+
+    def _view(self, starts: np.ndarray, cut: int, g0: int) -> _View:
+        """What the batch's per-row results read of the rows before the tail, taken before
+        anything changes: the head and the slices its ranges start in (Y), and the
+        aggregates of the slices after them that the batch evicts."""
+        x0 = self.tail.start if self.tail.n else g0
+        view = _View(self.head_from)
+        old = starts < x0
+        if not old.any():
+            return view
+        smax = int(starts[old].max())
+        if self.head is not None:
+            off = self.head_from - self.head.start
+            view.parts.append({c: v[off:] for c, v in self.head.cols.items()})
+            view.end = self.head.end
+        for sl in self.slices:
+            if sl.start >= cut:
+                break
+            if view.end <= smax:
+                view.parts.append(sl.cols)
+                view.end = sl.end
+            else:
+                view.later.append(sl.agg)
+        return view
+
+    def _columns(self, columns: dict[str, Any]) -> dict[str, np.ndarray]:
+        out = {}
+        for c in self.reads:
+            if c not in columns:
+                msg = f"ColumnarWindow: the batch has no column {c!r} (it has {sorted(columns)})"
+                raise KeyError(msg)
+            v = columns[c]
+            if isinstance(v, pa.ChunkedArray | pa.Array):
+                v = v.to_numpy(zero_copy_only=False)
+            out[c] = np.asarray(v)
+        lens = {len(v) for v in out.values()}
+        if len(lens) > 1:
+            msg = f"ColumnarWindow: columns of different lengths: { {c: len(v) for c, v in out.items()} }"
+            raise ValueError(msg)
+        return out
+
+    def _check_order(self, ts: np.ndarray) -> None:
+        if ts.dtype.kind not in "iuf":
+            msg = f"ColumnarWindow: timestamps must be numbers, got {ts.dtype}"
+            raise TypeError(msg)
+        back = np.flatnonzero(ts[1:] < ts[:-1])
+        if len(back):
+            i = int(back[0]) + 1
+            msg = f"ColumnarWindow: timestamps go backwards at row {i}: {ts[i].item()!r} after {ts[i - 1].item()!r}"
+            raise ValueError(msg)
+        if self.newest_ts is not None and ts[0] < self.newest_ts:
+            msg = f"ColumnarWindow: row 0 at {ts[0].item()!r} is older than the window's newest {self.newest_ts!r}"
+            raise ValueError(msg)
+
+    def _starts(self, ts: np.ndarray | None, g0: int, n: int, per_row: bool) -> np.ndarray:
+        """The global position of the window's first row after each row of the batch (after
+        the last only, without ``per_row``)."""
+        if per_row:
+            g = np.arange(g0, g0 + n, dtype=np.int64)
+        else:
+            g = np.array([g0 + n - 1], dtype=np.int64)
+        if self.count is not None:
+            return np.maximum(g - self.count + 1, self.head_from)
+        assert ts is not None
+        bound = (ts if per_row else ts[-1:]) - self.range
+        # the first row newer than ``bound`` (a row itself always is: range > 0): which part
+        # holds it, by the parts' newest timestamps, then where in it; oldest part first
+        top = bound.max()
+        parts = []
+        for b, t in self._parts_ts(g0, ts):
+            if len(t):
+                parts.append((b, t))
+                if t[-1] > top:  # every start is in a part so far: no need to look further
+                    break
+        newest = np.array([t[-1] for _b, t in parts])
+        which = np.searchsorted(newest, bound, side="right")
+        out = np.empty(len(g), dtype=np.int64)
+        # ``which`` never decreases (nor do the bounds): one search per run of a part
+        edges = [0, *(np.flatnonzero(which[1:] != which[:-1]) + 1).tolist(), len(which)]
+        for lo, hi in itertools.pairwise(edges):
+            base, t = parts[int(which[lo])]
+            out[lo:hi] = base + search_sorted(t, bound[lo:hi])
+        return np.maximum(out, self.head_from)
+
+    def _parts_ts(self, g0: int, ts: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        """(global start, timestamps) of the head, the slices, the tail and the batch, oldest
+        first."""
+        col = self.ts_col
+        assert col is not None
+        if self.head is not None:
+            off = self.head_from - self.head.start
+            yield self.head_from, self.head.cols[col][off:]
+        for sl in self.slices:
+            yield sl.start, sl.cols[col]
+        off = max(0, self.head_from - self.tail.start)
+        yield self.tail.start + off, self.tail.cols[col][off:]
+        yield g0, ts
+
+    # -- per-row results
+    def _per_row(
+        self,
+        cols: dict[str, np.ndarray],
+        lifted: list[Comps],
+        starts: np.ndarray,
+        g0: int,
+        n: int,
+        tail: _Slice,
+        view: _View,
+        m_agg: Any,
+    ) -> tuple[pa.Table, np.ndarray]:
+        g = np.arange(g0, g0 + n, dtype=np.int64)
+        empty = starts > g
+        x0 = tail.start if tail.n else g0
+        old = (starts < x0) & ~empty
+        y0, y_end = view.y0, view.end
+        ny = y_end - y0
+        ycols = _concat(view.parts, self.reads)
+        nt = tail.n
+        xcols = _concat([tail.cols, cols], self.reads) if nt else cols
+        # the rows positions point into (First, Last, arg-* keys): Y then X
+        positional = any(k.pos_comp is not None for k in self.kernels)
+        zcols = _concat([ycols, xcols], self.reads) if ny and positional else xcols
+        values = _Values(zcols)
+        arrays: list[pa.Array] = []
+        for i, k in enumerate(self.kernels):
+            if i == self._ts_field:
+                arrays.append(pa.array(cols[self.ts_col]))  # type: ignore[index]
+                continue
+            tl = k.lift(tail.cols, nt) if nt else None
+            xc = (
+                lifted[i]
+                if tl is None
+                else tuple(
+                    np.concatenate(p)
+                    for p in zip(tl, _shift(lifted[i], k.pos_comp, nt), strict=True)
+                )
+            )
+            if k.pos_comp is not None:
+                xc = _shift(xc, k.pos_comp, ny)
+            res = tuple(np.empty(n, dtype=c.dtype) for c in xc)
+            ex = g - x0  # each row's position in X
+            inx = ~old & ~empty
+            if inx.any():
+                got = range_aggregates(k, xc, starts[inx] - x0, ex[inx])
+                for r, v in zip(res, got, strict=True):
+                    r[inx] = v
+            if old.any():
+                fx = scan_all(k, xc)
+                fx_rows = tuple(c[ex[old]] for c in fx)
+                s_old = starts[old]
+                in_y = s_old < y_end
+                part: Comps | None = None
+                if m_agg is not None:
+                    mf = self._field(m_agg, i)
+                    mc = k.from_lifted(mf)
+                    if k.pos_comp is not None:
+                        values.foreign[id(k)] = _foreign(k, mf)
+                    part = tuple(np.broadcast_to(c, (len(s_old),)) for c in mc)
+                if ny:
+                    ry = scan_all(k, _shift(k.lift(ycols, ny), k.pos_comp, 0), reverse=True)
+                    ry_rows = tuple(c[np.minimum(s_old - y0, ny - 1)] for c in ry)
+                    if part is None:
+                        left = ry_rows
+                    else:
+                        joined = k.combine(ry_rows, part)
+                        left = tuple(
+                            np.where(in_y, a, b) for a, b in zip(joined, part, strict=True)
+                        )
+                    if not in_y.all() and part is None:  # pragma: no cover - s == y_end needs M
+                        msg = "a range starts after Y with no slices there"
+                        raise AssertionError(msg)
+                else:
+                    assert part is not None
+                    left = part
+                both = k.combine(left, fx_rows)
+                for r, v in zip(res, both, strict=True):
+                    r[old] = v
+            arrays.append(k.lower(res, values))
+        table = self._table(arrays, n)
+        if empty.any():
+            table = self._patch_empty(table, empty)
+        sizes = np.maximum(g - starts + 1, 0)
+        return table, sizes
+
+    def _field(self, agg: Any, i: int) -> Any:
+        return agg[i] if self.record else agg
+
+    def _table(self, arrays: list[pa.Array], n: int) -> pa.Table:
+        if not arrays:
+            arrays = [pa.array([], type=pa.null()) for _ in self.names]
+        return pa.Table.from_arrays(arrays, names=list(self.names))
+
+    def _patch_empty(self, table: pa.Table, empty: np.ndarray) -> pa.Table:
+        """Rows whose window is empty (a count of 0): the identity, lowered."""
+        low = self.monoid.lower(self.monoid.identity)
+        cols = []
+        for name in self.names:
+            v = low[name] if self.record else low
+            col = table.column(name).to_pylist()
+            for j in np.flatnonzero(empty):
+                col[j] = v
+            cols.append(pa.array(col))
+        return pa.Table.from_arrays(cols, names=list(self.names))
+
+    # -- state
+    def _evict(self, cut: int) -> None:
+        """Let the head and the slices go up to global position ``cut`` (the tail and the
+        batch are trimmed by :meth:`_append`)."""
+        if cut <= self.head_from:
+            return
+        if cut >= (self.tail.start if self.tail.n else self.next):
+            self.tree.clear()
+            self.slices.clear()
+            self.head = None
+            return
+        if self.head is not None and cut >= self.head.end:
+            self.head = None
+        self._cut = cut
+        k = self.tree.enforce()
+        popped = [self.slices.popleft() for _ in range(k)]
+        if popped and popped[-1].end > cut:
+            self.head = popped[-1]
+
+    def _append(self, cols: dict[str, np.ndarray], n: int, cut: int, ts: np.ndarray | None) -> None:
+        """The batch joins the tail; rows before ``cut`` leave it; full slices are sealed."""
+        if self.tail.n:
+            tail = _Slice(self.tail.start, _concat([self.tail.cols, cols], self.reads))
+        else:
+            tail = _Slice(self.next, dict(cols))
+        if cut > tail.start:
+            drop = cut - tail.start
+            tail = _Slice(cut, {c: v[drop:] for c, v in tail.cols.items()})
+        self.tail = tail
+        self.next += n
+        if ts is not None:
+            self.newest_ts = ts[-1].item()
+        self.head_from = max(self.head_from, cut)
+        self._seal()
+        self._total = None
+
+    def _seal(self) -> None:
+        width = self.slice_rows
+        t = self.tail
+        if t.n < width:
+            return
+        k = t.n // width
+        new = []
+        for j in range(k):
+            sl = _Slice(
+                t.start + j * width, {c: v[j * width : (j + 1) * width] for c, v in t.cols.items()}
+            )
+            new.append(sl)
+        rest = k * width
+        self.tail = _Slice(t.start + rest, {c: v[rest:].copy() for c, v in t.cols.items()})
+        for sl in new:
+            sl.agg = self._reduce(sl, 0)
+        self.tree.load_lifted([(sl.agg, sl.start) for sl in new])
+        self.slices.extend(new)
+
+
+def _concat(parts: list[dict[str, np.ndarray]], names: list[str]) -> dict[str, np.ndarray]:
+    parts = [p for p in parts if p and len(next(iter(p.values()))) > 0]
+    if not parts:
+        return {c: np.empty(0) for c in names}
+    if len(parts) == 1:
+        return parts[0]
+    return {c: np.concatenate([p[c] for p in parts]) for c in names}
+
+
+def _shift(comps: Comps, i: int | None, by: int) -> Comps:
+    if i is None or by == 0:
+        return comps
+    c = comps[i]
+    return (*comps[:i], np.where(c >= 0, c + by, c), *comps[i + 1 :])
+
+
+def _foreign(k: Kernel, lifted: Any) -> Any:
+    """The value a FOREIGN position of ``k`` stands for, from a lifted aggregate."""
+    if k.pos_comp == 1:  # arg-*: (value, key)
+        return lifted[1]
+    return None if lifted is NOTHING else lifted

@@ -65,8 +65,9 @@ LIMIT_FLAGS: tuple[tuple[str, str, type, float], ...] = (
     ),
     (
         "--key-cache-mb",
-        "keyed streams' key states kept in memory; the least recently touched beyond it are "
-        "written back to Redis and dropped, to load again on their next row",
+        "keyed streams' keys in memory: every key's name (about 170 bytes each, always held) "
+        "and the states of the most recently touched; the least recently touched beyond it "
+        "are written back to Redis and dropped, to load again on their next row",
         float,
         512.0,
     ),

@@ -14,11 +14,15 @@ Where each part lives (each module's docstring holds its part of the design):
 * :mod:`.checkpoint`: the durability seam (snapshot, restore, replay);
   :mod:`.nonblocking`: calls that must not wait for the store; :mod:`.ledger`: idempotency;
 * :mod:`.naive` (the oracle), :mod:`.baselines` (Two-Stacks), :mod:`.prefix` (what they share);
+* :mod:`.columnar`: the columnar path (whole columns in, per-row results as Arrow), loaded on
+  first use;
   :mod:`.validate`: checks of user-facing arguments.
 
 Imports only :mod:`mtawindows.server.storage` (the store protocol) and the sentinels; knows
 nothing of streams, Redis keys or gRPC.
 """
+
+from typing import Any
 
 from .amta import AmortizedMTA
 from .baselines import TwoStacks
@@ -64,7 +68,9 @@ __all__ = [
     "ArgMax",
     "ArgMin",
     "ArgResult",
+    "BatchResult",
     "BoundedSumPolicy",
+    "ColumnarWindow",
     "Concat",
     "Count",
     "CountPolicy",
@@ -95,4 +101,19 @@ __all__ = [
     "assert_monoid_laws",
     "bind_policy",
     "check_laws",
+    "columnar_refusal",
 ]
+
+
+_COLUMNAR = ("BatchResult", "ColumnarWindow", "columnar_refusal")
+
+
+def __getattr__(name: str) -> Any:
+    """The columnar path on first use: it imports numpy, pyarrow and numba, which the rest of
+    the engine (and a server's start-up) does without."""
+    if name in _COLUMNAR:
+        from . import columnar
+
+        return getattr(columnar, name)
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)

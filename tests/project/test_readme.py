@@ -75,6 +75,7 @@ BIN = Path(sys.executable).parent
 GROUPS = {
     "## Usage": "engine",
     "### Redis-backed windows": "engine",
+    "### The columnar path (in process)": "engine",
     "### The gRPC service, SDK and CLI": "service",
     "### Keyed streams: a window per key": "service",
     "### From Spark (`mtawindows.spark_connector`)": "spark",

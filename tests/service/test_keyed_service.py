@@ -741,6 +741,24 @@ def test_a_resent_batch_applies_nothing_after_a_delete(keyed: Any, durable: bool
 # -- reads within the key cache
 
 
+def test_the_key_cache_counts_every_name_it_holds(keyed: Any) -> None:
+    """Names never leave memory: the cache counts them, so the states it keeps shrink as the
+    key space grows (a budget that the names alone fill keeps no state but the newest)."""
+    k = keyed(Limits(key_compact_items=3, key_cache_bytes=20_000), key_groups=2)
+    cache = k.registry.key_cache
+    names = [f"n{i:04d}" for i in range(400)]  # their names alone: over the budget
+    for rnd in range(3):
+        k.append(names, [1000 * (rnd + 1)] * len(names), [float(rnd)] * len(names))
+    assert cache.keys == len(names)
+    k.stream.flush()  # written: the packed states may leave memory now
+    k.stream.evict()
+    held = sum(len(t.hot) + len(t.packed) for t in k.stream.groups.values())
+    assert held < len(names) // 2, held  # most states were written back and dropped
+    assert cache.used >= len(names) * 150, vars(cache)  # the names are still counted
+    k.reopen()
+    k.check()
+
+
 @pytest.mark.parametrize("threshold", [3, 64])
 def test_reads_of_cold_keys_stay_within_the_key_cache(keyed: Any, threshold: int) -> None:
     """Query, GetKey and ListKeys of keys only in Redis load them into the cache, and evict

@@ -372,10 +372,10 @@ class ColumnarWindow:
         y0, y_end = view.y0, view.end
         ny = y_end - y0
         ycols = _concat(view.parts, self.reads)
-        nt = tail.n
-        xcols = _concat([tail.cols, cols], self.reads) if nt else cols
         # the rows positions point into (First, Last, arg-* keys): Y then X
         positional = any(k.pos_comp is not None for k in self.kernels)
+        nt = tail.n
+        xcols = _concat([tail.cols, cols], self.reads) if nt and positional else cols
         zcols = _concat([ycols, xcols], self.reads) if ny and positional else xcols
         values = _Values(zcols)
         arrays: list[pa.Array] = []

@@ -91,6 +91,11 @@ _KEY_BYTES = 600
 _ITEM_BYTES = 130
 _FULL_BYTES = 64 * 1024
 _PACKED_BYTES = 120  # a packed key's dict entry and bytes object, beside its bytes
+# every key's name stays in memory (its group's index, in touch order, and the sorted list
+# ListKeys pages through): its string, its index entry and touch time, its list slot. Counted
+# in the budget, so the states the cache holds shrink as the key space grows (measured: 1,063
+# MB of RSS at 10^6 keys with a 512 MB budget when the names went uncounted)
+_INDEX_BYTES = 170
 
 
 def _locked(method: Callable[..., T]) -> Callable[..., T]:
@@ -125,9 +130,10 @@ class KeyCache:
 
     def add(self, nbytes: int, hot: int = 0, keys: int = 0, objects: int | None = None) -> None:
         """``nbytes`` more in memory, of which ``objects`` (default: all of them, when keys
-        enter or leave as objects) in states as objects."""
+        enter or leave as objects) in states as objects; ``keys`` more names held (each
+        counted in :attr:`used` too: a name stays in memory whatever its state's form)."""
         with self.lock:
-            self.used += nbytes
+            self.used += nbytes + keys * _INDEX_BYTES
             self.hot_used += nbytes if objects is None else objects
             self.hot += hot
             self.keys += keys

@@ -160,6 +160,7 @@ def _drive(kind: str, policy: Any, slice_rows: int, data: list[dict[str, np.ndar
 POLICIES = st.one_of(
     st.integers(0, 40).map(lambda n: CountPolicy(n, field="n")),
     st.integers(1, 30).map(lambda r: TimeRangePolicy(r, field="ts")),
+    st.sampled_from([0.5, 2.5, 7.25]).map(lambda r: TimeRangePolicy(r, field="ts")),
 )
 
 
@@ -213,6 +214,8 @@ def test_refused_batches_change_nothing() -> None:
         w.apply(old)
     with pytest.raises(KeyError, match="no column 'w'"):
         w.apply({"ts": np.array([30]), "v": np.ones(1)})
+    with pytest.raises(TypeError, match=r"timestamps must be integers .* got float64"):
+        w.apply({"ts": np.array([30.0]), "v": np.ones(1), "w": np.zeros(1)})
     assert (len(w), w.query()) == before
 
 

@@ -1,7 +1,7 @@
 """Aggregates over many ranges of one array of lifted rows at once, for any monoid kernel
 (kernels.py), without inverses: the block decomposition of van Herk and Gil-Werman.
 
-The rows are cut into blocks of ``L`` (a power of two near the shorter ranges' length); within
+The rows are cut into blocks of ``L`` (the shorter ranges' length); within
 every block a forward scan (prefix aggregates) and a backward scan (suffix aggregates) are taken
 in two array passes. A range ``[s, e]``:
 
@@ -67,11 +67,12 @@ def _put(out: Comps, where: np.ndarray, vals: Comps) -> None:
 
 
 def _block(lengths: np.ndarray, n: int) -> int:
-    """A block length: the power of two at or below the shorter ranges' length (>= 2)."""
+    """A block length: the shorter ranges' length (the tenth percentile, >= 2), so that most
+    ranges span two blocks (a count window's, all of one length, every one) and few fall
+    inside one."""
     sample = lengths[:: max(1, len(lengths) // 64)]
     short = int(np.partition(sample, len(sample) // 10)[len(sample) // 10])
-    width = 1 << max(1, short.bit_length() - 1)
-    return min(width, 1 << max(1, (n - 1).bit_length()))
+    return max(2, min(short, n))
 
 
 def range_aggregates(

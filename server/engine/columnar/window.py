@@ -27,7 +27,9 @@ from double-double scans (within an ulp of ``math.fsum``), variances from Chan's
 
 from __future__ import annotations
 
+import datetime as _dt
 import itertools
+import math
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -157,7 +159,12 @@ class ColumnarWindow:
         if isinstance(policy, TimeRangePolicy):
             i = _getter("TimeRangePolicy", monoid, policy.field, (Max, Last), "newest timestamp")
             self.ts_col = fields[0 if i is None else i].field
-            self.range = policy.range
+            # ``newest - ts >= range`` over integer timestamps is ``newest - ts >= ceil(range)``
+            rng = policy.range
+            if isinstance(rng, _dt.timedelta):
+                msg = "ColumnarWindow: a time range over integer timestamps is a number, not a timedelta"
+                raise TypeError(msg)
+            self.range = int(rng) if isinstance(rng, int) else math.ceil(rng)
             # the newest timestamp after a row is the row's own (timestamps never go back)
             self._ts_field: int | None = 0 if i is None else i
         else:
@@ -297,8 +304,11 @@ class ColumnarWindow:
         return out
 
     def _check_order(self, ts: np.ndarray) -> None:
-        if ts.dtype.kind not in "iuf":
-            msg = f"ColumnarWindow: timestamps must be numbers, got {ts.dtype}"
+        if ts.dtype.kind not in "iu":
+            msg = (
+                f"ColumnarWindow: timestamps must be integers (as a stream's: ns since the "
+                f"epoch), got {ts.dtype}"
+            )
             raise TypeError(msg)
         back = np.flatnonzero(ts[1:] < ts[:-1])
         if len(back):

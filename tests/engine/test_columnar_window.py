@@ -6,10 +6,12 @@ variances at least as close to an exact answer as the per-row engine's."""
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -37,7 +39,9 @@ from mtawindows.server.engine import (
 from mtawindows.server.engine.columnar import ColumnarWindow, columnar_refusal
 
 RECORDS = {
-    "extremes": lambda: Record(n=Count(), s=Sum("v"), sw=Sum("w"), mx=Max("v"), mn=Min("v"), ts=Max("ts")),
+    "extremes": lambda: Record(
+        n=Count(), s=Sum("v"), sw=Sum("w"), mx=Max("v"), mn=Min("v"), si=Sum("i"), ai=ArgMin(value="i", key="k"), ts=Max("ts")
+    ),
     "moments": lambda: Record(
         n=Count(), mean=Mean("v"), var=Variance("v", ddof=1), sd=StdDev("v"), ts=Last("ts")
     ),
@@ -69,7 +73,10 @@ def batches(draw: Any) -> list[dict[str, np.ndarray]]:
         w = np.where(np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n))), np.nan, v)
         p = np.abs(v) + 0.5
         k = np.array([f"k{int(x) % 7}" for x in ts])
-        out.append({"ts": ts, "v": v, "w": w, "p": p, "k": k})
+        i = np.array(
+            draw(st.lists(st.integers(-(2**40), 2**40), min_size=n, max_size=n)), dtype=np.int64
+        )
+        out.append({"ts": ts, "v": v, "w": w, "p": p, "k": k, "i": i})
     return out
 
 
@@ -188,13 +195,15 @@ def test_a_large_window_reads_only_what_a_batch_evicts() -> None:
         ts = t + np.cumsum(rng.integers(0, 3, n))
         t = int(ts[-1])
         v = rng.integers(-1000, 1000, n).astype(float)
-        data.append({"ts": ts, "v": v, "w": v, "p": np.abs(v) + 1, "k": np.array(["a"] * n)})
+        data.append(
+            {"ts": ts, "v": v, "w": v, "p": np.abs(v) + 1, "k": np.array(["a"] * n), "i": ts % 97}
+        )
     _drive("extremes", TimeRangePolicy(2000, field="ts"), 64, data)
     _drive("ordered", CountPolicy(3000, field="n"), 32, data)
 
 
 def test_refused_batches_change_nothing() -> None:
-    m = RECORDS["extremes"]()
+    m = Record(n=Count(), s=Sum("v"), sw=Sum("w"), mx=Max("v"), mn=Min("v"), ts=Max("ts"))
     w = ColumnarWindow(m, TimeRangePolicy(10, field="ts"), slice_rows=4)
     cols = {"ts": np.arange(10), "v": np.arange(10.0), "w": np.zeros(10)}
     w.apply(cols)
@@ -224,3 +233,121 @@ def test_what_the_path_refuses() -> None:
     assert "reads whole rows" in str(columnar_refusal(Sum(), CountPolicy(3)))
     with pytest.raises(TypeError, match="no columnar kernel"):
         ColumnarWindow(Record(n=Count(), a=ArgMax()), CountPolicy(3))
+
+
+def _per_row(monoid: Any, policy: Any, cols: dict[str, Any]) -> list[Any]:
+    ref = AmortizedMTA(monoid, policy)
+    n = len(next(iter(cols.values())))
+    return [ref.push({c: _py(a[i]) for c, a in cols.items()}) for i in range(n)]
+
+
+def _py(x: Any) -> Any:
+    return x.item() if hasattr(x, "item") else x
+
+
+def _same(table: Any, want: list[Any]) -> None:
+    got = table.to_pylist()
+    assert [{k: _plain(v) for k, v in g.items()} for g in got] == [
+        {k: _plain(v) for k, v in w.items()} for w in want
+    ]
+
+
+def test_what_an_outsider_broke_stays_fixed() -> None:
+    """Found by attacking the README's promises: each case against the per-row engine."""
+    count = CountPolicy(10_000, field="n")
+    # text stored as Python objects (pandas, object arrays, Arrow): values and keys, across
+    # sealed slices
+    m = Record(n=Count(), h=Last("host"), f=First("host"), a=ArgMax(value="v", key="host"))
+    w = ColumnarWindow(m, count, slice_rows=4)
+    for i in range(6):
+        hosts = np.array([f"h{i}{j}" for j in range(3)], dtype=object)
+        cols = {"host": hosts, "v": np.array([1.0, 3.0, 2.0])}
+        w.apply(cols, per_row=True)
+    assert w.query()["h"] == "h52" and w.query()["f"] == "h00"
+    assert w.query()["a"].key == "h51"
+    # a column that was floats and is ints now: results in the type both fit
+    m = Record(n=Count(), mn=Min("v"), mx=Max("v"))
+    w = ColumnarWindow(m, count, slice_rows=4)
+    w.apply({"v": np.full(8, 1.5)})
+    got = w.apply({"v": np.array([7, 8])}, per_row=True).rows
+    assert got.column("mn").to_pylist() == [1.5, 1.5]
+    # int64 values stay exact in arg-max, max-count and sums (timestamps in ns)
+    ts = np.array([1_700_000_000_000_000_100, 1_700_000_000_000_000_000, 2**53, 1])
+    ids = np.array([1, 2, 3, 4])
+    m = Record(
+        n=Count(), mc=MaxCount("ts"), am=ArgMax(value="ts", key="id"), s=Sum("id"), t=Sum("ts")
+    )
+    cols = {"ts": ts, "id": ids}
+    _same(
+        ColumnarWindow(m, CountPolicy(3, field="n")).apply(cols, per_row=True).rows,
+        _per_row(m, CountPolicy(3, field="n"), cols),
+    )
+    # ArgMin over a tie of 0.0 and -0.0: the value and the key of one row
+    m = Record(n=Count(), a=ArgMin(value="v", key="k"))
+    got = ColumnarWindow(m, CountPolicy(3, field="n")).apply(
+        {"v": np.array([0.0, -0.0, 1.0]), "k": np.arange(3)}, per_row=True
+    )
+    row = got.rows.column("a").to_pylist()[2]
+    assert row["key"] == 1 and math.copysign(1, row["value"]) == -1
+    # a window of counts only reads no column, and still counts every row
+    w = ColumnarWindow(Count(), CountPolicy(3))
+    assert w.query() == 0
+    assert w.apply({"v": np.ones(4)}, per_row=True).rows.column("value").to_pylist() == [1, 2, 3, 3]
+    # a time range of centuries, timestamps near the int64 minimum
+    m = Record(n=Count(), ts=Max("ts"))
+    for rng, stamps in [
+        (2**63, [5, 6]),
+        (10, [-(2**63) + 5]),
+        (2**63 - 1, [-(2**63), 5]),
+        (2**62 + 1, [-(2**62), 2**62]),
+    ]:
+        cols = {"ts": np.array(stamps, dtype=np.int64)}
+        pol = TimeRangePolicy(rng, field="ts")
+        _same(ColumnarWindow(m, pol).apply(cols, per_row=True).rows, _per_row(m, pol, cols))
+    # an empty batch: the columns of the last results
+    w = ColumnarWindow(Record(n=Count(), s=Sum("v")), count)
+    first = w.apply({"v": np.ones(2)}, per_row=True).rows
+    assert w.apply({"v": np.ones(0)}, per_row=True).rows.schema == first.schema
+
+
+def test_what_an_outsider_broke_is_refused_and_changes_nothing() -> None:
+    m = Record(n=Count(), s=Sum("v"), mx=Max("v"), u=Max("u"))
+    w = ColumnarWindow(m, CountPolicy(100, field="n"), slice_rows=3)
+    w.apply({"v": np.arange(5.0), "u": np.arange(5)})
+    before = (len(w), w.query())
+    bad: list[tuple[dict[str, Any], str]] = [
+        (
+            {"v": np.ones((3, 1)), "u": np.ones(3, int)},
+            r"column 'v' must be one-dimensional, got shape \(3, 1\)",
+        ),
+        (
+            {"v": np.float64(1.0), "u": np.ones(1, int)},
+            r"column 'v' must be one-dimensional, got shape \(\)",
+        ),
+        (
+            {"v": pa.array([1.0, None]), "u": np.ones(2, int)},
+            r"column 'v' has 1 nulls \(the first at row 1\)",
+        ),
+        (
+            {"v": np.ma.masked_array([1.0, 2.0], mask=[0, 1]), "u": np.ones(2, int)},
+            r"column 'v' has masked values",
+        ),
+        (
+            {"v": np.ones(2), "u": np.array([2**64 - 1, 1], dtype=np.uint64)},
+            r"fit in 64 signed bits, got 18446744073709551615 \(row 0\)",
+        ),
+    ]
+    for cols, match in bad:
+        with pytest.raises((ValueError, TypeError), match=match):
+            w.apply(cols, per_row=True)
+        assert (len(w), w.query()) == before
+    assert w.apply({"v": np.ones(2), "u": np.ones(2, int)}, per_row=True).rows.column(
+        "n"
+    ).to_pylist() == [6, 7]
+    assert columnar_refusal(
+        Record(n=Count(), ts=Max("ts")), TimeRangePolicy(timedelta(seconds=1), field="ts")
+    )
+    assert "no field 'x'" in str(
+        columnar_refusal(Record(n=Count(), ts=Max("ts")), TimeRangePolicy(5, field="x"))
+    )
+    assert columnar_refusal(Record(s=Sum("v")), CountPolicy(3)) is not None

@@ -195,9 +195,21 @@ def _real(owner: str, col: np.ndarray) -> np.ndarray:
     return col.astype(np.float64, copy=False)
 
 
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def _ints(owner: str, col: np.ndarray) -> np.ndarray:
+    """An integer column as int64 (integers in aggregates fit in 64 signed bits)."""
+    if col.dtype.kind == "u" and len(col) and col.max() > _INT64_MAX:
+        i = int(np.argmax(col > _INT64_MAX))
+        msg = f"{owner}: integers must fit in 64 signed bits, got {col[i].item()} (row {i})"
+        raise ValueError(msg)
+    return col.astype(np.int64, copy=False)
+
+
 def _ordered(owner: str, col: np.ndarray, keep_ints: bool = False) -> np.ndarray:
     if keep_ints and col.dtype.kind in "iu":
-        return col.astype(np.int64, copy=False)
+        return _ints(owner, col)
     x = _real(owner, col)
     bad = np.isnan(x)
     if bad.any():
@@ -234,16 +246,25 @@ class CountKernel(Kernel):
 
 
 class SumKernel(Kernel):
-    """A sum as a double-double ``(hi, lo)`` (int columns too: exact while below 2**53)."""
+    """A sum. Integer columns sum exactly as int64 ``(s, 0)`` while no prefix of the rows
+    lifted can pass int64 (``rows_bound``, set by the window: its rows and the batch's) and
+    no combine does (checked); otherwise, and for floats, as a double-double ``(hi, lo)``."""
 
     def __init__(self, field: str | None, owner: str = "Sum", log: bool = False) -> None:
         self.field = field
         self.reads = (field,) if field else ()
         self.owner = owner
         self.log = log
+        self.rows_bound = 0
 
     def lift(self, cols: dict[str, np.ndarray], n: int) -> Comps:
-        x = _real(self.owner, _column(self.owner, cols, self.field, n))
+        col = _column(self.owner, cols, self.field, n)
+        if not self.log and col.dtype.kind in "iu" and n:
+            xi = _ints(self.owner, col)
+            top = max(abs(int(xi.max())), abs(int(xi.min())))
+            if top * max(self.rows_bound, n) <= _INT64_MAX:  # no prefix of it can overflow
+                return xi, np.zeros(n, dtype=np.int64)
+        x = _real(self.owner, col)
         if self.log:
             bad = ~(x > 0)
             if bad.any():
@@ -254,16 +275,30 @@ class SumKernel(Kernel):
         return (x, np.zeros(n))
 
     def _scan(self, comps: Comps) -> Comps:
+        if comps[0].dtype.kind == "i":
+            return np.cumsum(comps[0], axis=1), comps[1]
         return _dd_cumsum(comps[0], comps[1])
 
     def combine(self, a: Comps, b: Comps) -> Comps:
-        ahi, alo, bhi, blo = np.broadcast_arrays(a[0], a[1], b[0], b[1])
+        if a[0].dtype.kind == "i" and b[0].dtype.kind == "i":
+            with np.errstate(over="ignore"):
+                s = a[0] + b[0]
+            # two sums of one sign whose sum has the other: past int64, then as floats
+            if not (((a[0] ^ s) & (b[0] ^ s)) < 0).any():
+                hi, lo = np.broadcast_arrays(s, a[1])
+                return hi, lo
+        f = np.float64
+        ahi, alo, bhi, blo = np.broadcast_arrays(
+            a[0].astype(f), a[1].astype(f), b[0].astype(f), b[1].astype(f)
+        )
         out_hi = np.empty(ahi.shape)
         out_lo = np.empty(ahi.shape)
         _dd_add(ahi, alo, bhi, blo, out_hi, out_lo)
         return out_hi, out_lo
 
     def total(self, comps: Comps) -> Comps:
+        if comps[0].dtype.kind == "i":
+            return comps[0].sum(keepdims=True), np.zeros(1, dtype=np.int64)
         return tuple(c[:, -1] for c in _dd_cumsum(comps[0].reshape(1, -1), comps[1].reshape(1, -1)))
 
     def identity(self, n: int) -> Comps:
@@ -271,16 +306,20 @@ class SumKernel(Kernel):
 
     def value(self, comps: Comps) -> np.ndarray:
         hi, lo = comps[0], comps[1]
+        if hi.dtype.kind == "i":
+            return hi
         return np.where(np.isfinite(hi), hi + lo, hi)
 
     def to_lifted(self, comps: Comps, i: int, values: Any) -> Any:
-        return float(self.value((comps[0][i : i + 1], comps[1][i : i + 1]))[0])
+        return self.value((comps[0][i : i + 1], comps[1][i : i + 1]))[0].item()
 
     def from_lifted(self, agg: Any) -> Comps:
+        if isinstance(agg, int) and abs(agg) <= _INT64_MAX:
+            return np.array([agg], dtype=np.int64), np.zeros(1, dtype=np.int64)
         return np.array([float(agg)]), np.zeros(1)
 
     def lower(self, comps: Comps, values: Any) -> pa.Array:
-        return pa.array(self.value(comps), type=pa.float64())
+        return pa.array(self.value(comps))
 
 
 class ExtremeKernel(Kernel):
@@ -468,7 +507,9 @@ class _Positional(Kernel):
 
 
 class ArgKernel(Kernel):
-    """ArgMax/ArgMin: ``(value, position of its key's row)``; ties go to the newest row."""
+    """ArgMax/ArgMin: ``(value, position of its row)``, both of the same row; ties go to the
+    newest row (the value is read at the position chosen, so a tie of 0.0 and -0.0 reports the
+    row's own zero). Integer values stay integers."""
 
     commutative = False
     pos_comp = 1
@@ -478,60 +519,58 @@ class ArgKernel(Kernel):
         self.key = key
         self.reads = tuple(f for f in (value, key) if f)
         self.largest = largest
+        self.ufunc = np.maximum if largest else np.minimum
         self.owner = "ArgMax" if largest else "ArgMin"
 
     def lift(self, cols: dict[str, np.ndarray], n: int) -> Comps:
-        x = _ordered(self.owner, _column(self.owner, cols, self.field, n))
+        x = _ordered(self.owner, _column(self.owner, cols, self.field, n), keep_ints=True)
         _column(self.owner, cols, self.key, n)
-        return x if self.largest else -x, np.arange(n, dtype=np.int64)
+        return x, np.arange(n, dtype=np.int64)
 
-    def _scan(self, comps: Comps) -> Comps:
-        v, p = comps  # v: the value as a max (negated for ArgMin)
-        run = np.maximum.accumulate(v, axis=1)
-        at = np.where(v == run, np.arange(v.shape[1]), -1)
-        j = np.maximum.accumulate(at, axis=1)  # the newest row holding the running max
-        return run, np.take_along_axis(p, j, axis=1)
+    def _beats(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """``a`` strictly more extreme than ``b``."""
+        return a > b if self.largest else a < b
 
     def scan(self, comps: Comps, reverse: bool) -> Comps:
-        if not reverse:
-            return self._scan(comps)
-        v, p = _rev(comps)
-        run = np.maximum.accumulate(v, axis=1)
+        v, p = _rev(comps) if reverse else comps
+        run = self.ufunc.accumulate(v, axis=1)
         w = v.shape[1]
-        prev = np.full_like(run, -math.inf)
-        prev[:, 1:] = run[:, :-1]
-        # in reverse the newest row comes first: the first to reach the running max holds it
-        at = np.where(v > prev, np.arange(w), 0)
+        if not reverse:  # the newest row holding the running extreme
+            at = np.where(v == run, np.arange(w), -1)
+        else:  # newest first: the first row to reach the running extreme holds it
+            new = np.ones(v.shape, dtype=bool)
+            new[:, 1:] = self._beats(v[:, 1:], run[:, :-1])
+            at = np.where(new, np.arange(w), 0)
         j = np.maximum.accumulate(at, axis=1)
-        return _rev((run, np.take_along_axis(p, j, axis=1)))
+        out = np.take_along_axis(v, j, axis=1), np.take_along_axis(p, j, axis=1)
+        return _rev(out) if reverse else out
 
     def combine(self, a: Comps, b: Comps) -> Comps:
-        newer = (b[0] >= a[0]) & (b[1] != -1) | (a[1] == -1)
+        newer = ~self._beats(a[0], b[0]) & (b[1] != -1) | (a[1] == -1)
         return np.where(newer, b[0], a[0]), np.where(newer, b[1], a[1])
 
     def identity(self, n: int) -> Comps:
-        return np.full(n, -math.inf), np.full(n, -1, dtype=np.int64)
+        return np.full(n, -math.inf if self.largest else math.inf), np.full(n, -1, dtype=np.int64)
 
     def to_lifted(self, comps: Comps, i: int, values: Any) -> Any:
         p = int(comps[1][i])
-        v = float(comps[0][i])
         if p == -1:
             return (-math.inf if self.largest else math.inf, None)
-        return (v if self.largest else -v, values.one(self.key, p, arg=self))
+        return (comps[0][i].item(), values.one(self.key, p, arg=self))
 
     def from_lifted(self, agg: Any) -> Comps:
         v, k = agg
         if k is None and v in (math.inf, -math.inf):
             return self.identity(1)
-        v = float(v)
-        return np.array([v if self.largest else -v]), np.array([FOREIGN], dtype=np.int64)
+        return np.array([v]), np.array([FOREIGN], dtype=np.int64)
 
     def lower(self, comps: Comps, values: Any) -> pa.Array:
         v, p = comps
         has = p != -1
         keys = values.gather(self.key, p, self)
-        vals = pa.array(v if self.largest else -v, type=pa.float64())
-        return pa.StructArray.from_arrays([vals, keys], ["value", "key"], mask=pa.array(~has))
+        return pa.StructArray.from_arrays(
+            [pa.array(v), keys], ["value", "key"], mask=pa.array(~has)
+        )
 
 
 class MaxCountKernel(Kernel):
@@ -542,16 +581,16 @@ class MaxCountKernel(Kernel):
         self.reads = (field,) if field else ()
 
     def lift(self, cols: dict[str, np.ndarray], n: int) -> Comps:
-        return _ordered("MaxCount", _column("MaxCount", cols, self.field, n)), np.ones(n, np.int64)
+        col = _column("MaxCount", cols, self.field, n)
+        return _ordered("MaxCount", col, keep_ints=True), np.ones(n, np.int64)
 
     def _scan(self, comps: Comps) -> Comps:
         v, c = comps
         run = np.maximum.accumulate(v, axis=1)
         eq = np.where(v == run, c, 0)
         cs = np.cumsum(eq, axis=1)
-        prev = np.full_like(run, -math.inf)
-        prev[:, 1:] = run[:, :-1]
-        starts = run != prev  # a new maximum: its count starts here
+        starts = np.ones(v.shape, dtype=bool)  # a new maximum: its count starts here
+        starts[:, 1:] = run[:, 1:] != run[:, :-1]
         base = np.where(starts, cs - eq, 0)
         # the count before the current run: carried forward from the run's start
         idx = np.maximum.accumulate(np.where(starts, np.arange(v.shape[1]), 0), axis=1)
@@ -568,15 +607,15 @@ class MaxCountKernel(Kernel):
         return np.full(n, -math.inf), np.zeros(n, dtype=np.int64)
 
     def to_lifted(self, comps: Comps, i: int, values: Any) -> Any:
-        return (float(comps[0][i]), int(comps[1][i]))
+        return (comps[0][i].item(), int(comps[1][i]))
 
     def from_lifted(self, agg: Any) -> Comps:
-        return np.array([float(agg[0])]), np.array([int(agg[1])], dtype=np.int64)
+        return np.array([agg[0]]), np.array([int(agg[1])], dtype=np.int64)
 
     def lower(self, comps: Comps, values: Any) -> pa.Array:
         v, c = comps
         return pa.StructArray.from_arrays(
-            [pa.array(v, type=pa.float64()), pa.array(c, type=pa.int64())],
+            [pa.array(v), pa.array(c, type=pa.int64())],
             ["max", "count"],
             mask=pa.array(c == 0),
         )

@@ -30,6 +30,7 @@ from __future__ import annotations
 import datetime as _dt
 import itertools
 import math
+import numbers
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -42,12 +43,14 @@ from ...sentinels import NOTHING
 from ..amta import AmortizedMTA
 from ..monoids import Count, Last, Max, Record
 from ..policies import CountPolicy, TimeRangePolicy, _getter
-from .kernels import FOREIGN, Comps, Kernel, kernel_for, search_sorted
+from .kernels import FOREIGN, Comps, Kernel, SumKernel, _ints, kernel_for, search_sorted
 from .ranges import range_aggregates, scan_all
 
 __all__ = ["BatchResult", "ColumnarWindow", "columnar_refusal"]
 
 SLICE_ROWS = 4096
+_INT64_MIN = int(np.iinfo(np.int64).min)
+_INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 def columnar_refusal(monoid: Any, policy: Any) -> str | None:
@@ -61,6 +64,15 @@ def columnar_refusal(monoid: Any, policy: Any) -> str | None:
             return f"{type(m).__name__} reads whole rows, not a named column"
     if type(policy) not in (CountPolicy, TimeRangePolicy):
         return f"policy {type(policy).__name__} is not a count or a time range"
+    if isinstance(policy, TimeRangePolicy) and not isinstance(policy.range, numbers.Real):
+        return f"a time range of {type(policy.range).__name__} (integer timestamps take a number)"
+    try:  # the field the policy reads, as the per-row engine binds it
+        if isinstance(policy, TimeRangePolicy):
+            _getter("TimeRangePolicy", monoid, policy.field, (Max, Last), "newest timestamp")
+        else:
+            _getter("CountPolicy", monoid, policy.field, (Count,), "item count")
+    except (KeyError, TypeError, ValueError) as ex:
+        return str(ex).strip("'\"")
     return None
 
 
@@ -68,11 +80,8 @@ def columnar_refusal(monoid: Any, policy: Any) -> str | None:
 class _Slice:
     start: int  # global position of its first row
     cols: dict[str, np.ndarray]
+    n: int  # its rows (a window of counts only reads no column)
     agg: Any = None  # its lifted aggregate (sealed slices)
-
-    @property
-    def n(self) -> int:
-        return len(next(iter(self.cols.values())))
 
     @property
     def end(self) -> int:
@@ -120,7 +129,7 @@ class _Values:
     def one(self, field: str | None, p: int, arg: Any = None) -> Any:
         if p == FOREIGN:
             return self.foreign[id(arg)]
-        return self.cols[field][p].item()  # type: ignore[index]
+        return _py(self.cols[field][p])  # type: ignore[index]
 
     def gather(self, field: str | None, pos: np.ndarray, k: Any) -> pa.Array:
         col = self.cols[field]  # type: ignore[index]
@@ -184,11 +193,12 @@ class ColumnarWindow:
         self.slices: deque[_Slice] = deque()  # the tree's slices, oldest first
         self.head: _Slice | None = None
         self.head_from = 0  # global position of the window's first row (in the head, or not)
-        self.tail = _Slice(0, {c: np.empty(0) for c in self.reads})
+        self.tail = _Slice(0, {c: np.empty(0) for c in self.reads}, 0)
         self.next = 0  # global position of the next row
         self.newest_ts: Any = None
         self.evicted = 0
         self._total: Any = None
+        self._schema: pa.Schema | None = None
 
     # -- reading
     def __len__(self) -> int:
@@ -232,18 +242,21 @@ class ColumnarWindow:
         """Append a batch (``columns``: name -> array, timestamps in order and not older
         than the window's newest) and enforce the policy; with ``per_row``, the window's
         result after each row. All or nothing: a refused batch changes nothing."""
-        cols = self._columns(columns)
-        n = len(next(iter(cols.values()))) if cols else 0
+        cols, n = self._columns(columns)
         if n == 0:
             return BatchResult(
                 0,
                 self._table([], 0) if per_row else None,
                 np.empty(0, np.int64) if per_row else None,
             )
+        for k in self.kernels:
+            if isinstance(k, SumKernel):  # integer sums stay exact while they cannot overflow
+                k.rows_bound = len(self) + n
         lifted = [k.lift(cols, n) for k in self.kernels]  # validates every value first
-        ts = cols[self.ts_col] if self.ts_col is not None else None
-        if ts is not None:
-            self._check_order(ts)
+        ts = None
+        if self.ts_col is not None:
+            self._check_order(cols[self.ts_col])
+            ts = cols[self.ts_col] = _ints("ColumnarWindow: timestamps", cols[self.ts_col])
         g0 = self.next
         starts = self._starts(ts, g0, n, per_row)
         cut = max(self.head_from, int(starts[-1]))
@@ -287,21 +300,42 @@ class ColumnarWindow:
                 view.later.append(sl.agg)
         return view
 
-    def _columns(self, columns: dict[str, Any]) -> dict[str, np.ndarray]:
+    def _columns(self, columns: dict[str, Any]) -> tuple[dict[str, np.ndarray], int]:
+        """The columns the window reads, as 1-D arrays without nulls, and the batch's rows
+        (every column given must hold as many)."""
         out = {}
+        lens = {}
+        for c, v in columns.items():
+            if isinstance(v, pa.ChunkedArray | pa.Array):
+                if v.null_count:
+                    i = int(np.argmax(v.is_null().to_numpy(zero_copy_only=False)))
+                    msg = f"ColumnarWindow: column {c!r} has {v.null_count} nulls (the first at row {i}); expected none"
+                    raise ValueError(msg)
+                v = v.to_numpy(zero_copy_only=False)
+            elif isinstance(v, np.ma.MaskedArray):
+                if np.ma.getmaskarray(v).any():
+                    i = int(np.argmax(np.ma.getmaskarray(v)))
+                    msg = f"ColumnarWindow: column {c!r} has masked values (the first at row {i}); expected none"
+                    raise ValueError(msg)
+                v = v.data
+            a = np.asarray(v)
+            if a.ndim != 1:
+                msg = f"ColumnarWindow: column {c!r} must be one-dimensional, got shape {a.shape}"
+                raise ValueError(msg)
+            if a.dtype.kind not in "iufbUSOM":
+                msg = f"ColumnarWindow: column {c!r} has values of type {a.dtype}, expected numbers or text"
+                raise TypeError(msg)
+            lens[c] = len(a)
+            if c in self.reads:
+                out[c] = a
         for c in self.reads:
-            if c not in columns:
+            if c not in out:
                 msg = f"ColumnarWindow: the batch has no column {c!r} (it has {sorted(columns)})"
                 raise KeyError(msg)
-            v = columns[c]
-            if isinstance(v, pa.ChunkedArray | pa.Array):
-                v = v.to_numpy(zero_copy_only=False)
-            out[c] = np.asarray(v)
-        lens = {len(v) for v in out.values()}
-        if len(lens) > 1:
-            msg = f"ColumnarWindow: columns of different lengths: { {c: len(v) for c, v in out.items()} }"
+        if len(set(lens.values())) > 1:
+            msg = f"ColumnarWindow: columns of different lengths: {lens}"
             raise ValueError(msg)
-        return out
+        return out, next(iter(lens.values()), 0)
 
     def _check_order(self, ts: np.ndarray) -> None:
         if ts.dtype.kind not in "iu":
@@ -329,7 +363,18 @@ class ColumnarWindow:
         if self.count is not None:
             return np.maximum(g - self.count + 1, self.head_from)
         assert ts is not None
-        bound = (ts if per_row else ts[-1:]) - self.range
+        newest = ts if per_row else ts[-1:]
+        # rows older than ``newest - range`` leave; where that is below every int64 (a range
+        # of centuries, timestamps near the minimum) none does
+        low = (
+            np.ones(len(newest), dtype=bool)
+            if self.range > _INT64_MAX
+            else newest < _INT64_MIN + self.range
+        )
+        if low.all():
+            return np.full(len(g), self.head_from, dtype=np.int64)
+        with np.errstate(over="ignore"):
+            bound = np.where(low, _INT64_MIN, newest - min(self.range, _INT64_MAX))
         # the first row newer than ``bound`` (a row itself always is: range > 0): which part
         # holds it, by the parts' newest timestamps, then where in it; oldest part first
         top = bound.max()
@@ -339,14 +384,15 @@ class ColumnarWindow:
                 parts.append((b, t))
                 if t[-1] > top:  # every start is in a part so far: no need to look further
                     break
-        newest = np.array([t[-1] for _b, t in parts])
-        which = np.searchsorted(newest, bound, side="right")
+        lasts = np.array([t[-1] for _b, t in parts])
+        which = np.searchsorted(lasts, bound, side="right")
         out = np.empty(len(g), dtype=np.int64)
         # ``which`` never decreases (nor do the bounds): one search per run of a part
         edges = [0, *(np.flatnonzero(which[1:] != which[:-1]) + 1).tolist(), len(which)]
         for lo, hi in itertools.pairwise(edges):
             base, t = parts[int(which[lo])]
             out[lo:hi] = base + search_sorted(t, bound[lo:hi])
+        out[low] = self.head_from
         return np.maximum(out, self.head_from)
 
     def _parts_ts(self, g0: int, ts: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
@@ -404,13 +450,11 @@ class ColumnarWindow:
             )
             if k.pos_comp is not None:
                 xc = _shift(xc, k.pos_comp, ny)
-            res = tuple(np.empty(n, dtype=c.dtype) for c in xc)
+            pieces: list[tuple[np.ndarray, Comps]] = []  # (rows, their results)
             ex = g - x0  # each row's position in X
             inx = ~old & ~empty
             if inx.any():
-                got = range_aggregates(k, xc, starts[inx] - x0, ex[inx])
-                for r, v in zip(res, got, strict=True):
-                    r[inx] = v
+                pieces.append((inx, range_aggregates(k, xc, starts[inx] - x0, ex[inx])))
             if old.any():
                 fx = scan_all(k, xc)
                 fx_rows = tuple(c[ex[old]] for c in fx)
@@ -439,10 +483,8 @@ class ColumnarWindow:
                 else:
                     assert part is not None
                     left = part
-                both = k.combine(left, fx_rows)
-                for r, v in zip(res, both, strict=True):
-                    r[old] = v
-            arrays.append(k.lower(res, values))
+                pieces.append((old, k.combine(left, fx_rows)))
+            arrays.append(k.lower(_assemble(xc, pieces, n, k.pos_comp), values))
         table = self._table(arrays, n)
         if empty.any():
             table = self._patch_empty(table, empty)
@@ -453,9 +495,13 @@ class ColumnarWindow:
         return agg[i] if self.record else agg
 
     def _table(self, arrays: list[pa.Array], n: int) -> pa.Table:
-        if not arrays:
+        if not arrays:  # an empty batch: the columns of the last results (null before any)
+            if self._schema is not None:
+                return self._schema.empty_table()
             arrays = [pa.array([], type=pa.null()) for _ in self.names]
-        return pa.Table.from_arrays(arrays, names=list(self.names))
+        table = pa.Table.from_arrays(arrays, names=list(self.names))
+        self._schema = table.schema
+        return table
 
     def _patch_empty(self, table: pa.Table, empty: np.ndarray) -> pa.Table:
         """Rows whose window is empty (a count of 0): the identity, lowered."""
@@ -491,12 +537,16 @@ class ColumnarWindow:
     def _append(self, cols: dict[str, np.ndarray], n: int, cut: int, ts: np.ndarray | None) -> None:
         """The batch joins the tail; rows before ``cut`` leave it; full slices are sealed."""
         if self.tail.n:
-            tail = _Slice(self.tail.start, _concat([self.tail.cols, cols], self.reads))
+            tail = _Slice(
+                self.tail.start, _concat([self.tail.cols, cols], self.reads), self.tail.n + n
+            )
         else:
-            tail = _Slice(self.next, dict(cols))
+            tail = _Slice(self.next, dict(cols), n)
         if cut > tail.start:
-            drop = cut - tail.start
-            tail = _Slice(cut, {c: v[drop:] for c, v in tail.cols.items()})
+            drop = min(cut - tail.start, tail.n)
+            tail = _Slice(
+                tail.start + drop, {c: v[drop:] for c, v in tail.cols.items()}, tail.n - drop
+            )
         self.tail = tail
         self.next += n
         if ts is not None:
@@ -514,15 +564,41 @@ class ColumnarWindow:
         new = []
         for j in range(k):
             sl = _Slice(
-                t.start + j * width, {c: v[j * width : (j + 1) * width] for c, v in t.cols.items()}
+                t.start + j * width,
+                {c: v[j * width : (j + 1) * width] for c, v in t.cols.items()},
+                width,
             )
             new.append(sl)
         rest = k * width
-        self.tail = _Slice(t.start + rest, {c: v[rest:].copy() for c, v in t.cols.items()})
+        self.tail = _Slice(
+            t.start + rest, {c: v[rest:].copy() for c, v in t.cols.items()}, t.n - rest
+        )
         for sl in new:
             sl.agg = self._reduce(sl, 0)
         self.tree.load_lifted([(sl.agg, sl.start) for sl in new])
         self.slices.extend(new)
+
+
+def _assemble(
+    like: Comps, pieces: list[tuple[np.ndarray, Comps]], n: int, pos: int | None
+) -> Comps:
+    """The results of all ``n`` rows from the pieces computed for some of them, in the type
+    they all fit (a column that was integers in older batches and floats in this one gives
+    floats); rows of no piece (an empty window) hold zeros, and no position."""
+    out = []
+    for j, c in enumerate(like):
+        dtype = np.result_type(*(pc[j] for _, pc in pieces)) if pieces else c.dtype
+        r = np.full(n, -1, dtype=dtype) if j == pos else np.zeros(n, dtype=dtype)
+        for rows, pc in pieces:
+            r[rows] = pc[j]
+        out.append(r)
+    return tuple(out)
+
+
+def _py(x: Any) -> Any:
+    """A numpy scalar as the Python value (an object column's element as it is)."""
+    item = getattr(x, "item", None)
+    return item() if item is not None else x
 
 
 def _concat(parts: list[dict[str, np.ndarray]], names: list[str]) -> dict[str, np.ndarray]:

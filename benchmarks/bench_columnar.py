@@ -13,7 +13,10 @@ The window: max + sum of the value over the last 10 s, 60 s and 600 s (a time ra
   batches with per-row results (a ``pyarrow.Table`` per batch), and 100,000-row batches;
 * **per-row engine**: Amortized MTA over lifted rows with per-row totals (on a tenth of the
   rows: it is the slow baseline);
-* **four windows** (10 s, 60 s, 600 s, count 1,000) on the same batches against one.
+* **four windows** (10 s, 60 s, 600 s, count 1,000) on the same batches against one;
+* **through gRPC** (200,000 rows): one server, a Redis-backed window of max + sum over 60 s,
+  10,000-row batches with per-row results computed by the columnar shadow, and by the per-row
+  engine (``MTAWINDOWS_COLUMNAR=0``), against pandas in process; and batched ingest.
 
 Every per-row result of the columnar path is checked against pandas (max exact, sum within
 1e-9 relative). Writes benchmarks/results/columnar.{csv,md,png} (``--quick``: columnar-quick.*).
@@ -23,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +37,15 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_cluster import Report, write
 
+from mtawindows.client import (
+    Aggregation,
+    Field,
+    Policy,
+    Storage,
+    StreamSpec,
+    WindowClient,
+    WindowSpec,
+)
 from mtawindows.server.engine import (
     AmortizedMTA,
     Count,
@@ -42,6 +56,7 @@ from mtawindows.server.engine import (
     TimeRangePolicy,
 )
 from mtawindows.server.engine.columnar import ColumnarWindow
+from mtawindows.testing import LocalServer
 
 BATCH = 10_000  # the service's batches (issue 22's gRPC case)
 BIG = 100_000  # larger batches, for comparison
@@ -102,6 +117,33 @@ def time_per_row(ts: np.ndarray, v: np.ndarray, range_s: int) -> float:
         w.apply_lifted(lifted, totals=totals, sizes=sizes)
         [m.lower(t) for t in totals]
     return time.perf_counter() - t0
+
+
+def time_service(ts: np.ndarray, v: np.ndarray, columnar: bool, mode: str) -> float:
+    """Seconds for the rows through gRPC into one server (its own embedded Redis), one
+    Redis-backed window of max + sum over 60 s, 10,000-row batches, results ``mode``; with
+    ``columnar`` False the server computes per-row results on the per-row engine
+    (``MTAWINDOWS_COLUMNAR=0``)."""
+    env = {"MTAWINDOWS_COLUMNAR": "1" if columnar else "0"}
+    with (
+        tempfile.TemporaryDirectory(prefix="mtaw-bc-") as d,
+        LocalServer(d, env=env) as srv,
+        WindowClient(srv.target, timeout=120) as c,
+    ):
+        c.create_stream(StreamSpec("s", (Field("v", "DOUBLE"),)))
+        aggs = (Aggregation("m", "max", "v"), Aggregation("s", "sum", "v"))
+        policy = Policy.time_range(timedelta(seconds=60))
+        c.create_window(WindowSpec("s", "w", aggs, policy, "AMTA", Storage("redis")))
+        t0 = time.perf_counter()
+        for i in range(0, len(ts), BATCH):
+            batch = {"ts": ts[i : i + BATCH].tolist(), "v": v[i : i + BATCH].tolist()}
+            res = c.append("s", batch, results=mode)
+            if mode == "per_row":
+                assert len(res.row_results["w"]["m"]) == len(batch["ts"])
+        took = time.perf_counter() - t0
+        if columnar and mode == "per_row":
+            assert c.get_window("s", "w").stats["columnar_batches"] > 0
+        return took
 
 
 def check(tables: list, want: pd.DataFrame) -> int:
@@ -188,6 +230,25 @@ def main() -> None:
         target="<= 1.5",
         met=four / one <= 1.5,
     )
+    # through gRPC: one server, a Redis-backed window (max + sum over 60 s)
+    k = min(n, 200_000)
+    tp, _ = time_pandas(ts[:k], v[:k], 60)
+    case = "max + sum, 60 s, Redis-backed, gRPC"
+    for columnar, name in ((True, "columnar shadow"), (False, "per-row engine")):
+        t = time_service(ts[:k], v[:k], columnar, "per_row")
+        report.add("through gRPC", case, f"per-row results, {name}", k / t, "rows/s", n=k)
+        report.add(
+            "through gRPC",
+            case,
+            f"per-row results, {name} / pandas in process",
+            tp / t,
+            "x",
+            n=k,
+            target=">= 0.2" if columnar else "",
+            met=(tp / t >= 0.2) if columnar else None,
+        )
+    t = time_service(ts[:k], v[:k], True, "none")
+    report.add("through gRPC", case, "batched ingest (no results)", k / t, "rows/s", n=k)
     header = [
         f"in process, {n:,} rows at ~1,000 rows/s, {BATCH:,}-row batches (and {BIG:,}), per-row results; "
         f"numpy {np.__version__}, pandas {pd.__version__}"

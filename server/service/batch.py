@@ -42,6 +42,11 @@ class Batch:
     noop: bool = False  # no rows: acknowledged, changes nothing (no batch, no sequence)
     replay: bool = False  # re-applied from the journal at recovery: no listeners
     per_row: dict[str, tuple[list[Any], list[int]]] = field(default_factory=dict)
+    # the released rows by field (what the windows lifted), and as arrays for the columnar
+    # shadows (made on first use); per-row results a shadow computed: (a pyarrow Table, sizes)
+    columns: dict[str, list[Any]] = field(default_factory=dict)
+    arrays: dict[str, Any] = field(default_factory=dict)
+    row_tables: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
 
 class Deferred(Exception):

@@ -6,6 +6,8 @@ takes the results a batch would give, before the batch is applied (:meth:`check_
 from __future__ import annotations
 
 import collections
+import logging
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +26,8 @@ from .cel import CelPolicy
 from .columnar_lift import columnar_lifter
 from .compiled import Built, Output
 from .refusals import lower_failed
+
+log = logging.getLogger("mtawindows.service")
 
 
 class HostedWindow:
@@ -72,6 +76,10 @@ class HostedWindow:
         self.history: collections.deque[WindowResult] = collections.deque(maxlen=max(1, history))
         # lsn of the last journal entry (append) this window holds; saved with its checkpoints
         self.lsn = 0
+        # the columnar shadow (a window of built-ins over a count or a time range, served by an
+        # engine): see :meth:`feed_shadow`
+        self.shadow: Any = _new_shadow(built) if engine is not None else None
+        self.shadow_results = 0  # batches whose per-row results it gave
 
     @property
     def inline_ok(self) -> bool:
@@ -169,6 +177,58 @@ class HostedWindow:
                 cols[f"{o.name}.{p}"] = (t, [None if x is None else x[j] for x in parts])
         return cols
 
+    # -- the columnar shadow
+    def feed_shadow(self, batch: Any, *, per_row: bool) -> tuple[Any, Any] | None:
+        """Give the shadow the batch's rows (before the engine: all or nothing). With
+        ``per_row``, and when the shadow holds the rows the engine holds (the same policy
+        over the same rows since it was made: equal lengths mean equal contents, as both keep
+        the newest rows), its per-row results: (a pyarrow Table, the sizes); else None and
+        the engine gives them. A shadow that fails, or grows past
+        :data:`SHADOW_MAX_ROWS`, is dropped: the window goes on without one."""
+        shadow = self.shadow
+        ready = per_row and len(shadow) == len(self.engine)
+        try:
+            # the timestamps too: a window of counts reads no column, but counts the rows
+            arrays = _arrays(batch, [*shadow.reads, self.stream.timestamp_field])
+            got = shadow.apply(arrays, per_row=ready)
+        except Exception as ex:
+            log.warning(
+                "the columnar shadow of window %s failed (%s): the window goes on without it",
+                self.spec.name,
+                ex,
+                extra={"stream": self.stream.name},
+            )
+            self.shadow = None
+            return None
+        if len(shadow) > SHADOW_MAX_ROWS:
+            self.shadow = None
+        if not ready:
+            return None
+        self.shadow_results += 1
+        return got.rows, got.sizes
+
+    def restart_shadow(self) -> None:
+        """The shadow took rows the engine did not (it failed, or will take them later): a
+        new, empty one (it gives results again once the engine's older rows have left)."""
+        if self.shadow is not None:
+            self.shadow = _new_shadow(self.built)
+
+    def row_results_from(self, table: Any, sizes: Any) -> dict[str, Any]:
+        """:meth:`row_results` from a shadow's per-row results."""
+        cols: dict[str, tuple[str, list[Any]]] = {}
+        size_list = sizes.tolist()
+        empty = 0 in size_list
+        for o in self.outputs:
+            vs = table.column(o.name).to_pylist()
+            if empty and o.nullable_when_empty:
+                vs = [None if n == 0 else v for v, n in zip(vs, size_list, strict=True)]
+            if o.split is None:
+                cols[o.name] = (o.type, vs)
+                continue
+            for p, t in o.parts:
+                cols[f"{o.name}.{p}"] = (t, [None if v is None else v[p] for v in vs])
+        return cols | {"__size": (FieldType.INT64.value, size_list)}
+
     def row_results(self, totals: list[tuple[Any, ...]], sizes: list[int]) -> dict[str, Any]:
         """:meth:`columns`, and the window's size after each row as ``__size``."""
         return self.columns(totals, sizes) | {"__size": (FieldType.INT64.value, sizes)}
@@ -191,7 +251,44 @@ class HostedWindow:
             "store_bytes_written": store.get("bytes_written", 0),
             "late_rows": late_rows,
             "policy_errors": policy.error_count if isinstance(policy, CelPolicy) else 0,
+            # the columnar shadow: -1 none (a user monoid, another policy, dropped), else the
+            # rows it holds; and the batches whose per-row results it gave
+            "columnar_rows": -1 if self.shadow is None else len(self.shadow),
+            "columnar_batches": self.shadow_results,
         }
 
     def info(self, late_rows: int) -> WindowInfo:
         return WindowInfo(self.spec, self.stats(late_rows), self.output_specs)
+
+
+# the most rows a window's columnar shadow holds (in memory, beside the engine's Redis tier);
+# past it the shadow is dropped and the engine gives the per-row results
+SHADOW_MAX_ROWS = 4_000_000
+
+
+def _new_shadow(built: Built) -> Any:
+    """A columnar window of ``built``'s record and policy, or None when it cannot be one (or
+    ``$MTAWINDOWS_COLUMNAR`` is ``0``: every per-row result from the engine)."""
+    if os.environ.get("MTAWINDOWS_COLUMNAR", "1") == "0":
+        return None
+    if not built.batch_safe or any(o.plugin for o in built.outputs):
+        return None
+    from ..engine.columnar import ColumnarWindow, columnar_refusal
+
+    if columnar_refusal(built.monoid, built.policy) is not None:
+        return None
+    try:
+        return ColumnarWindow(built.monoid, built.policy)
+    except (TypeError, ValueError):
+        return None
+
+
+def _arrays(batch: Any, names: list[str]) -> dict[str, Any]:
+    """The batch's released columns ``names`` as arrays (made once per batch)."""
+    import numpy as np
+
+    arrays: dict[str, Any] = batch.arrays
+    for n in names:
+        if n not in arrays:
+            arrays[n] = np.asarray(batch.columns[n])
+    return {n: arrays[n] for n in dict.fromkeys(names)}

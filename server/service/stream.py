@@ -245,7 +245,7 @@ class Stream:
             self._check_results(request, lifted)
         released_ts = columns_of[self.spec.timestamp_field]
         result = AppendResult(rows_applied=len(released_ts), rows_late=late, rows_buffered=buffered)
-        return Batch(request, result, ts, lifted, released_ts, late)
+        return Batch(request, result, ts, lifted, released_ts, late, columns=columns_of)
 
     def _check_results(self, request: Append, lifted: dict[str, list[Any]]) -> None:
         """A window with a plugin's ``lower`` lowers the results the batch would give it
@@ -330,7 +330,16 @@ class Stream:
             per_row: tuple[list[Any], list[int]] | None = None
             if request.mode == PER_ROW and (not request.which or name in request.which):
                 per_row = ([], [])
+            # a window's columnar shadow takes every row its engine takes, first (all or
+            # nothing); when it holds what the engine holds, it gives the per-row results
+            # and the engine takes the batch in one step
+            shadowed = None
+            if win.shadow is not None:
+                shadowed = win.feed_shadow(batch, per_row=per_row is not None)
+            if shadowed is not None:
+                per_row = None
             totals, sizes = per_row or (None, None)
+            inserted = win.engine.inserted
             try:
                 batch.evicted[name] = win.engine.apply_lifted(
                     batch.lifted[name],
@@ -342,8 +351,10 @@ class Stream:
                     nonblocking=nonblocking,
                 )
             except WouldBlock:
+                win.restart_shadow()  # it took the batch, the engine will later: anew
                 raise Deferred(batch) from None
             except StoreError as ex:
+                win.restart_shadow()
                 if self.journal is not None:
                     # journaled: recovery replays the batch into every window that lacks it
                     self.stale = True
@@ -353,7 +364,11 @@ class Stream:
                     # the batch is in the journal: the new owner applies it; not "nothing done"
                     raise moved_after_journal(self.spec.name) from None
                 raise store_unavailable(self.spec.name, ex, window=name) from None
-            if per_row is not None:
+            if win.engine.inserted == inserted and batch.released_ts:  # the engine took none
+                win.restart_shadow()
+            if shadowed is not None:
+                batch.row_tables[name] = shadowed
+            elif per_row is not None:
                 batch.per_row[name] = per_row
             batch.applied.add(name)
             win.lsn = batch.lsn
@@ -387,9 +402,13 @@ class Stream:
             result.results = {n: finals[n] for n in batch.request.which or finals}
         for name, (totals, sizes) in batch.per_row.items():
             result.row_results[name] = self.windows[name].row_results(totals, sizes)
+        for name, (table, sizes) in batch.row_tables.items():
+            result.row_results[name] = self.windows[name].row_results_from(table, sizes)
         # the batch's temporaries go before the collector resumes (it would walk them all)
         batch.per_row.clear()
+        batch.row_tables.clear()
         batch.lifted.clear()
+        batch.arrays.clear()
         if self.listeners and not batch.replay:
             for listener in list(self.listeners):
                 listener(self.batches, finals)

@@ -106,16 +106,26 @@ def _reason(err: grpc.RpcError) -> tuple[str, dict[str, str]]:
     return info.reason, dict(info.metadata)
 
 
-def _query(stub: Any, key: str, window: str = "w") -> tuple[int, float, float]:
+def _query(
+    stub: Any, key: str, window: str = "w", stubs: dict[str, Any] | None = None
+) -> tuple[int, float, float]:
     """The key's (count, sum, max), asked of ``stub``'s server; STREAM_MOVING (its group is
-    being opened or let go there at this moment) is waited out as the SDK does."""
+    being opened or let go there at this moment) is waited out as the SDK does, and with
+    ``stubs`` a NOT_OWNER (the group moved since the caller looked) followed to the member it
+    names, as the SDK does."""
     deadline = time.monotonic() + 10
     while True:
         try:
             r = stub.Query(pb.QueryRequest(stream=NAME, window=window, key=key), timeout=10)
             return r.values["n"].int_value, r.values["s"].double_value, r.values["m"].double_value
         except grpc.RpcError as ex:
-            if _reason(ex)[0] != "STREAM_MOVING" or time.monotonic() > deadline:
+            reason, meta = _reason(ex)
+            if time.monotonic() > deadline:
+                raise
+            if reason == "NOT_OWNER" and stubs is not None and meta.get("owner") in stubs:
+                stub = stubs[meta["owner"]]
+                continue
+            if reason != "STREAM_MOVING":
                 raise
             time.sleep(0.05)
 
@@ -250,7 +260,7 @@ def test_split_appends_equal_the_model_and_a_killed_member_loses_no_row(
     for k in keys:  # every acknowledged row of every key, wherever its group is now
         if not model[k]:
             continue
-        got = _query(stubs[new[key_group(k, GROUPS)]], k)
+        got = _query(stubs[new[key_group(k, GROUPS)]], k, stubs=stubs)
         assert got == (len(model[k]), sum(model[k]), max(model[k])), (k, got)
     # the member comes back: it takes its groups again, with their keys
     cluster.servers[victim].start()
@@ -258,7 +268,7 @@ def test_split_appends_equal_the_model_and_a_killed_member_loses_no_row(
     back = _holders(stubs[live[0]], want=3, timeout=30)
     for k in keys[:60]:
         if model[k]:
-            got = _query(stubs[back[key_group(k, GROUPS)]], k)
+            got = _query(stubs[back[key_group(k, GROUPS)]], k, stubs=stubs)
             assert got == (len(model[k]), sum(model[k]), max(model[k])), (k, got)
 
 

@@ -318,7 +318,7 @@ class WindowSpec(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., name: _Optional[str] = ..., algorithm: _Optional[_Union[Algorithm, str]] = ..., aggregations: _Optional[_Iterable[_Union[Aggregation, _Mapping]]] = ..., policy: _Optional[_Union[SlidePolicy, _Mapping]] = ..., storage: _Optional[_Union[Storage, _Mapping]] = ...) -> None: ...
 
 class WindowStats(_message.Message):
-    __slots__ = ("size", "levels", "inserted", "evicted", "bulk_evictions", "store_round_trips", "cache_misses", "late_rows", "policy_errors", "store_bytes_read", "store_bytes_written")
+    __slots__ = ("size", "levels", "inserted", "evicted", "bulk_evictions", "store_round_trips", "cache_misses", "late_rows", "policy_errors", "store_bytes_read", "store_bytes_written", "columnar_rows", "columnar_batches")
     SIZE_FIELD_NUMBER: _ClassVar[int]
     LEVELS_FIELD_NUMBER: _ClassVar[int]
     INSERTED_FIELD_NUMBER: _ClassVar[int]
@@ -330,6 +330,8 @@ class WindowStats(_message.Message):
     POLICY_ERRORS_FIELD_NUMBER: _ClassVar[int]
     STORE_BYTES_READ_FIELD_NUMBER: _ClassVar[int]
     STORE_BYTES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    COLUMNAR_ROWS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNAR_BATCHES_FIELD_NUMBER: _ClassVar[int]
     size: int
     levels: int
     inserted: int
@@ -341,7 +343,9 @@ class WindowStats(_message.Message):
     policy_errors: int
     store_bytes_read: int
     store_bytes_written: int
-    def __init__(self, size: _Optional[int] = ..., levels: _Optional[int] = ..., inserted: _Optional[int] = ..., evicted: _Optional[int] = ..., bulk_evictions: _Optional[int] = ..., store_round_trips: _Optional[int] = ..., cache_misses: _Optional[int] = ..., late_rows: _Optional[int] = ..., policy_errors: _Optional[int] = ..., store_bytes_read: _Optional[int] = ..., store_bytes_written: _Optional[int] = ...) -> None: ...
+    columnar_rows: int
+    columnar_batches: int
+    def __init__(self, size: _Optional[int] = ..., levels: _Optional[int] = ..., inserted: _Optional[int] = ..., evicted: _Optional[int] = ..., bulk_evictions: _Optional[int] = ..., store_round_trips: _Optional[int] = ..., cache_misses: _Optional[int] = ..., late_rows: _Optional[int] = ..., policy_errors: _Optional[int] = ..., store_bytes_read: _Optional[int] = ..., store_bytes_written: _Optional[int] = ..., columnar_rows: _Optional[int] = ..., columnar_batches: _Optional[int] = ...) -> None: ...
 
 class WindowInfo(_message.Message):
     __slots__ = ("spec", "stats", "outputs")

@@ -77,8 +77,10 @@ class HostedWindow:
         # lsn of the last journal entry (append) this window holds; saved with its checkpoints
         self.lsn = 0
         # the columnar shadow (a window of built-ins over a count or a time range, served by an
-        # engine): see :meth:`feed_shadow`
-        self.shadow: Any = _new_shadow(built) if engine is not None else None
+        # engine), made when a batch first asks for per-row results (a window nobody asks
+        # keeps only its engine's local parts in memory): see :meth:`feed_shadow`
+        self.shadow: Any = None
+        self.shadow_possible = engine is not None and _shadow_possible(built)
         self.shadow_results = 0  # batches whose per-row results it gave
 
     @property
@@ -178,13 +180,21 @@ class HostedWindow:
         return cols
 
     # -- the columnar shadow
+    def want_shadow(self) -> None:
+        """A batch asks for this window's per-row results: a shadow from now on, if the
+        window can have one (empty: it gives results once it holds what the engine holds)."""
+        if self.shadow is None and self.shadow_possible:
+            self.shadow = _new_shadow(self.built)
+            if self.shadow is None:
+                self.shadow_possible = False
+
     def feed_shadow(self, batch: Any, *, per_row: bool) -> tuple[Any, Any] | None:
         """Give the shadow the batch's rows (before the engine: all or nothing). With
         ``per_row``, and when the shadow holds the rows the engine holds (the same policy
         over the same rows since it was made: equal lengths mean equal contents, as both keep
         the newest rows), its per-row results: (a pyarrow Table, the sizes); else None and
         the engine gives them. A shadow that fails, or grows past
-        :data:`SHADOW_MAX_ROWS`, is dropped: the window goes on without one."""
+        :data:`SHADOW_MAX_ROWS`, is dropped: the window goes on without one, for good."""
         shadow = self.shadow
         ready = per_row and len(shadow) == len(self.engine)
         try:
@@ -199,9 +209,11 @@ class HostedWindow:
                 extra={"stream": self.stream.name},
             )
             self.shadow = None
+            self.shadow_possible = False
             return None
         if len(shadow) > SHADOW_MAX_ROWS:
             self.shadow = None
+            self.shadow_possible = False
         if not ready:
             return None
         self.shadow_results += 1
@@ -261,18 +273,22 @@ class HostedWindow:
         return WindowInfo(self.spec, self.stats(late_rows), self.output_specs)
 
 
-# the most rows a window's columnar shadow holds (in memory, beside the engine's Redis tier);
-# past it the shadow is dropped and the engine gives the per-row results
-SHADOW_MAX_ROWS = 4_000_000
+# the most rows a window's columnar shadow holds (in memory, beside the engine's Redis tier:
+# about 8 bytes per row and column read, 24 MB for a window of max + sum at the limit); past it
+# the shadow is dropped and the engine gives the per-row results
+SHADOW_MAX_ROWS = 1_000_000
+
+
+def _shadow_possible(built: Built) -> bool:
+    """Whether a window of ``built`` may have a columnar shadow (not when
+    ``$MTAWINDOWS_COLUMNAR`` is ``0``: every per-row result from the engine)."""
+    if os.environ.get("MTAWINDOWS_COLUMNAR", "1") == "0":
+        return False
+    return built.batch_safe and not any(o.plugin for o in built.outputs)
 
 
 def _new_shadow(built: Built) -> Any:
-    """A columnar window of ``built``'s record and policy, or None when it cannot be one (or
-    ``$MTAWINDOWS_COLUMNAR`` is ``0``: every per-row result from the engine)."""
-    if os.environ.get("MTAWINDOWS_COLUMNAR", "1") == "0":
-        return None
-    if not built.batch_safe or any(o.plugin for o in built.outputs):
-        return None
+    """A columnar window of ``built``'s record and policy, or None when it cannot be one."""
     from ..engine.columnar import ColumnarWindow, columnar_refusal
 
     if columnar_refusal(built.monoid, built.policy) is not None:

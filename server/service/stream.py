@@ -334,6 +334,8 @@ class Stream:
             # nothing); when it holds what the engine holds, it gives the per-row results
             # and the engine takes the batch in one step
             shadowed = None
+            if per_row is not None:
+                win.want_shadow()
             if win.shadow is not None:
                 shadowed = win.feed_shadow(batch, per_row=per_row is not None)
             if shadowed is not None:

@@ -82,6 +82,10 @@ class HostedWindow:
         self.shadow: Any = None
         self.shadow_possible = engine is not None and _shadow_possible(built)
         self.shadow_results = 0  # batches whose per-row results it gave
+        # the engine's inserted count when the shadow last caught up with it: any other count
+        # before a batch means the engine changed behind it (reloaded from a checkpoint after a
+        # store failure, then the journal replayed): the shadow starts anew
+        self.shadow_synced = 0
 
     @property
     def inline_ok(self) -> bool:
@@ -185,6 +189,7 @@ class HostedWindow:
         window can have one (empty: it gives results once it holds what the engine holds)."""
         if self.shadow is None and self.shadow_possible:
             self.shadow = _new_shadow(self.built)
+            self.shadow_synced = self.engine.inserted
             if self.shadow is None:
                 self.shadow_possible = False
 
@@ -195,7 +200,11 @@ class HostedWindow:
         the newest rows), its per-row results: (a pyarrow Table, the sizes); else None and
         the engine gives them. A shadow that fails, or grows past
         :data:`SHADOW_MAX_ROWS`, is dropped: the window goes on without one, for good."""
+        if self.shadow_synced != self.engine.inserted:  # the engine changed behind it
+            self.restart_shadow()
         shadow = self.shadow
+        if shadow is None:
+            return None
         ready = per_row and len(shadow) == len(self.engine)
         try:
             # the timestamps too: a window of counts reads no column, but counts the rows
@@ -214,16 +223,26 @@ class HostedWindow:
         if len(shadow) > SHADOW_MAX_ROWS:
             self.shadow = None
             self.shadow_possible = False
-        if not ready:
+        if not ready or not self._fits(got.rows):
             return None
         self.shadow_results += 1
         return got.rows, got.sizes
+
+    def _fits(self, table: Any) -> bool:
+        """Whether the shadow's results have the outputs' types: an INT64 sum it could only
+        compute as doubles (past what int64 may hold along the way) is the engine's to give."""
+        return all(
+            _is_integer(table.column(o.name).type)
+            for o in self.outputs
+            if o.type == FieldType.INT64.value and o.split is None
+        )
 
     def restart_shadow(self) -> None:
         """The shadow took rows the engine did not (it failed, or will take them later): a
         new, empty one (it gives results again once the engine's older rows have left)."""
         if self.shadow is not None:
             self.shadow = _new_shadow(self.built)
+            self.shadow_synced = self.engine.inserted
 
     def row_results_from(self, table: Any, sizes: Any) -> dict[str, Any]:
         """:meth:`row_results` from a shadow's per-row results."""
@@ -306,5 +325,14 @@ def _arrays(batch: Any, names: list[str]) -> dict[str, Any]:
     arrays: dict[str, Any] = batch.arrays
     for n in names:
         if n not in arrays:
-            arrays[n] = np.asarray(batch.columns[n])
+            values = batch.columns[n]
+            # text as Python strings (a fixed-width numpy string would drop trailing NULs)
+            text = bool(values) and isinstance(values[0], str)
+            arrays[n] = np.array(values, dtype=object) if text else np.asarray(values)
     return {n: arrays[n] for n in dict.fromkeys(names)}
+
+
+def _is_integer(t: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_integer(t))

@@ -336,7 +336,9 @@ class Stream:
             shadowed = None
             if per_row is not None:
                 win.want_shadow()
-            if win.shadow is not None:
+            # a call that must not wait (the event loop) feeds it after the engine, without
+            # its results: a deferred batch would otherwise start it anew each time
+            if win.shadow is not None and not nonblocking:
                 shadowed = win.feed_shadow(batch, per_row=per_row is not None)
             if shadowed is not None:
                 per_row = None
@@ -368,6 +370,9 @@ class Stream:
                 raise store_unavailable(self.spec.name, ex, window=name) from None
             if win.engine.inserted == inserted and batch.released_ts:  # the engine took none
                 win.restart_shadow()
+            elif nonblocking and win.shadow is not None:
+                win.feed_shadow(batch, per_row=False)
+            win.shadow_synced = win.engine.inserted
             if shadowed is not None:
                 batch.row_tables[name] = shadowed
             elif per_row is not None:

@@ -160,9 +160,6 @@ class Kernel:
         """The aggregate of all of ``comps`` (1-D), as components of length 1."""
         return tuple(c[:, -1] for c in self.scan(tuple(c.reshape(1, -1) for c in comps), False))
 
-    def identity(self, n: int) -> Comps:  # pragma: no cover - abstract
-        raise NotImplementedError
-
     def to_lifted(self, comps: Comps, i: int, values: Any) -> Any:  # pragma: no cover
         raise NotImplementedError
 
@@ -232,9 +229,6 @@ class CountKernel(Kernel):
     def combine(self, a: Comps, b: Comps) -> Comps:
         return (a[0] + b[0],)
 
-    def identity(self, n: int) -> Comps:
-        return (np.zeros(n, dtype=np.int64),)
-
     def to_lifted(self, comps: Comps, i: int, values: Any) -> Any:
         return int(comps[0][i])
 
@@ -301,9 +295,6 @@ class SumKernel(Kernel):
             return comps[0].sum(keepdims=True), np.zeros(1, dtype=np.int64)
         return tuple(c[:, -1] for c in _dd_cumsum(comps[0].reshape(1, -1), comps[1].reshape(1, -1)))
 
-    def identity(self, n: int) -> Comps:
-        return np.zeros(n), np.zeros(n)
-
     def value(self, comps: Comps) -> np.ndarray:
         hi, lo = comps[0], comps[1]
         if hi.dtype.kind == "i":
@@ -342,9 +333,6 @@ class ExtremeKernel(Kernel):
     def combine(self, a: Comps, b: Comps) -> Comps:
         return (self.ufunc(a[0], b[0]),)
 
-    def identity(self, n: int) -> Comps:
-        return (np.full(n, -math.inf if self.largest else math.inf),)
-
     def to_lifted(self, comps: Comps, i: int, values: Any) -> Any:
         return comps[0][i].item()  # an int column's extremes stay ints (timestamps)
 
@@ -374,9 +362,6 @@ class MeanKernel(SumKernel):
 
     def combine(self, a: Comps, b: Comps) -> Comps:
         return self.counts.combine(a[:1], b[:1]) + super().combine(a[1:], b[1:])
-
-    def identity(self, n: int) -> Comps:
-        return self.counts.identity(n) + super().identity(n)
 
     def _mean(self, comps: Comps) -> tuple[np.ndarray, np.ndarray]:
         n = comps[0]
@@ -427,11 +412,6 @@ class VarianceKernel(Kernel):
         inc = q0 + d * d * prev_n * n0 / np.where(n > 0, n, 1)
         return n, mean, np.cumsum(inc, axis=1)
 
-    def scan(self, comps: Comps, reverse: bool) -> Comps:
-        if reverse:
-            return _rev(self._scan(_rev(comps)))
-        return self._scan(comps)
-
     def combine(self, a: Comps, b: Comps) -> Comps:
         na, ma, qa = a
         nb, mb, qb = b
@@ -443,9 +423,6 @@ class VarianceKernel(Kernel):
         mean = np.where(nb == 0, ma, np.where(na == 0, mb, mean))
         q = np.where(nb == 0, qa, np.where(na == 0, qb, q))
         return n, mean, q
-
-    def identity(self, n: int) -> Comps:
-        return np.zeros(n), np.zeros(n), np.zeros(n)
 
     def to_lifted(self, comps: Comps, i: int, values: Any) -> Any:
         return (int(comps[0][i]), float(comps[1][i]), float(comps[2][i]))
@@ -491,9 +468,6 @@ class _Positional(Kernel):
         if self.newest:
             return (np.where(pb != -1, pb, pa_),)
         return (np.where(pa_ != -1, pa_, pb),)
-
-    def identity(self, n: int) -> Comps:
-        return (np.full(n, -1, dtype=np.int64),)
 
     def to_lifted(self, comps: Comps, i: int, values: Any) -> Any:
         p = int(comps[0][i])
@@ -602,9 +576,6 @@ class MaxCountKernel(Kernel):
         v = np.maximum(va, vb)
         c = np.where(va == v, ca, 0) + np.where(vb == v, cb, 0)
         return v, c
-
-    def identity(self, n: int) -> Comps:
-        return np.full(n, -math.inf), np.zeros(n, dtype=np.int64)
 
     def to_lifted(self, comps: Comps, i: int, values: Any) -> Any:
         return (comps[0][i].item(), int(comps[1][i]))

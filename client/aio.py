@@ -321,11 +321,14 @@ class AsyncWindowClient(ClientBase):
         sequence: int | None = None,
         results: str = "none",
         windows: Sequence[str] = (),
+        arrow: bool = False,
         timeout: float | None = None,
     ) -> AppendResult:
         """As :meth:`WindowClient.append` (the parts of a split one sent as tasks at once)."""
         schema = await self.schema(stream)
-        req = calls.append_request(stream, rows, schema, producer_id, sequence, results, windows)
+        req = calls.append_request(
+            stream, rows, schema, producer_id, sequence, results, windows, arrow
+        )
         key_field = self._key_field(stream)
         if key_field:
             return await self._append_keyed(req, key_field, timeout)

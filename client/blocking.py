@@ -384,10 +384,16 @@ class WindowClient(ClientBase):
         sequence: int | None = None,
         results: str = "none",
         windows: Sequence[str] = (),
+        arrow: bool = False,
         timeout: float | None = None,
     ) -> AppendResult:
         """Append a batch atomically. ``results``: "none", "final" (each window's result
-        after the batch) or "per_row" (each window's result after every row, columnar).
+        after the batch) or "per_row" (each window's result after every row, columnar:
+        ``row_results[window][column]`` lists; with ``arrow=True`` instead
+        ``row_tables[window]``, a ``pyarrow.Table`` per window: a column per output, struct
+        outputs as struct columns, null where the window was empty, then ``_size`` (the
+        window's size after the row) and ``_row`` (the row of ``rows`` it follows), sent as
+        Arrow IPC: no value becomes a Python object on the way).
         With ``producer_id`` and ``sequence`` the append is idempotent: retried (across a
         failover too) with the same key, applied once.
 
@@ -401,7 +407,9 @@ class WindowClient(ClientBase):
         A part refused because its groups moved (``NOT_OWNER``, ``STREAM_MOVING``) is sent
         again alone, split by a fresh map."""
         schema = self.schema(stream)
-        req = calls.append_request(stream, rows, schema, producer_id, sequence, results, windows)
+        req = calls.append_request(
+            stream, rows, schema, producer_id, sequence, results, windows, arrow
+        )
         key_field = self._key_field(stream)
         if key_field:
             return self._append_keyed(req, key_field, timeout)

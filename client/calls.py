@@ -158,22 +158,34 @@ def append_request(
     sequence: int | None,
     results: str,
     windows: Sequence[str],
+    arrow: bool = False,
 ) -> pb.AppendRequest:
     """The AppendRequest of ``rows`` (see :func:`~mtawindows.client.rows.encode_rows`);
-    ``results`` is "none", "final" or "per_row" (ValueError otherwise)."""
-    mode = RESULTS.get(results.lower())
+    ``results`` is "none", "final" or "per_row" (ValueError otherwise); ``arrow``: per-row
+    results as Arrow (``results="per_row"`` only, ValueError otherwise)."""
+    mode = RESULTS.get(results.lower()) if isinstance(results, str) else None
     if mode is None:
         msg = f"results: expected one of {list(RESULTS)}, got {results!r}"
         raise ValueError(msg)
-    columns, arrow, _ = encode_rows(rows, schema)
+    if not isinstance(arrow, bool):
+        msg = f"arrow: expected True or False, got {type(arrow).__name__} {arrow!r}"  # type: ignore[unreachable,unused-ignore]
+        raise TypeError(msg)
+    if arrow and mode != pb.PER_ROW:
+        msg = (
+            f'arrow=True asks for per-row results as Arrow tables: it needs results="per_row", '
+            f"got results={results!r}"
+        )
+        raise ValueError(msg)
+    columns, ipc, _ = encode_rows(rows, schema)
     return pb.AppendRequest(
         stream=stream,
         columns=columns,
-        arrow_ipc=arrow,
+        arrow_ipc=ipc,
         producer_id=producer_id or "",
         sequence=sequence or 0,
         results=mode,
         windows=list(windows),
+        arrow_results=arrow,
     )
 
 

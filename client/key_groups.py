@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mtawindows.v1 import convert
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1.keys import key_group, key_groups, key_text
 
@@ -345,6 +346,7 @@ def merge_append(
     out = pb.AppendResponse()
     out.duplicate = bool(answers) and all(a.duplicate for _, a in answers)
     windows: dict[str, list[tuple[list[int], pb.WindowRowResults]]] = {}
+    tables: dict[str, list[Any]] = {}
     for i, (rows, a) in enumerate(answers):
         out.rows_applied += a.rows_applied
         out.rows_late += a.rows_late
@@ -352,11 +354,45 @@ def merge_append(
         out.results.extend(a.results)
         target = targets[i] if i < len(targets) else ""
         for rr in a.row_results:
+            if rr.arrow_ipc:
+                tables.setdefault(rr.window, []).append(_arrow_share(rr, rows))
+                continue
             origin = _origins(rr, rows, n_rows, target)
             windows.setdefault(rr.window, []).append((origin, rr))
     for window, shares in windows.items():
         out.row_results.append(_merge_rows(window, shares, n_rows))
+    for window, parts in tables.items():
+        out.row_results.append(_merge_arrow(window, parts))
     return out
+
+
+def _arrow_share(rr: pb.WindowRowResults, rows: list[int] | None) -> Any:
+    """A part's Arrow per-row results with ``_row`` the input's row (``rows``: the part's
+    rows of the input, None: every row)."""
+    import pyarrow as pa
+
+    table = convert.arrow_table(rr.arrow_ipc)
+    if rows is None:
+        return table
+    i = table.schema.get_field_index("_row")
+    origin = pa.array(rows, pa.int64()).take(table.column(i))
+    return table.set_column(i, table.schema.field(i), origin)
+
+
+def _merge_arrow(window: str, parts: Sequence[Any]) -> pb.WindowRowResults:
+    """One window's Arrow per-row results of every part, in input order (by ``_row``)."""
+    import pyarrow as pa
+
+    try:
+        table = pa.concat_tables(parts, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as ex:
+        msg = f"Append: the parts' per-row results of window {window!r} do not agree ({ex})"
+        raise InternalError(msg) from None
+    table = table.sort_by("_row")
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return pb.WindowRowResults(window=window, arrow_ipc=sink.getvalue().to_pybytes())
 
 
 # --------------------------------------------------------------------------- one split Append

@@ -15,7 +15,7 @@ import contextlib
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mtawindows.client import AppendResult, NotFoundError, StreamSpec, WindowClient, WindowSpec
 from mtawindows.v1.keys import key_text
@@ -46,23 +46,47 @@ class ResultColumn:
     parts: tuple[tuple[str, str], ...] = ()  # a struct's (name, kind) parts
 
 
-def _result_array(
-    r: ResultColumn, got: dict[str, list[Any]], applied: Sequence[bool] | None, n: int
-) -> pa.Array:
-    """Column ``r`` of a chunk of ``n`` rows: the per-row results ``got`` of the rows
-    ``applied`` (None: all of them), in order; null for the others (late or replayed)."""
+def _spark_array(r: ResultColumn, col: pa.Array) -> pa.Array:
+    """A result column as the server sends it (Arrow, ``WindowRowResults.arrow_ipc``) in the
+    type Spark takes for ``r``: timestamps in UTC microseconds, structs' parts too."""
     import pyarrow as pa
 
-    def values(name: str) -> list[Any]:
-        if applied is None:
-            return list(got.get(name, [None] * n))
-        it = iter(got.get(name, ()))
-        return [next(it, None) if a else None for a in applied]
+    if r.kind == "STRUCT":
+        children = [_spark_array(ResultColumn(r.window, p, p, t), col.field(p)) for p, t in r.parts]
+        mask = col.is_null() if col.null_count else None
+        return pa.StructArray.from_arrays(children, names=[p for p, _ in r.parts], mask=mask)
+    if r.kind == "TIMESTAMP":
+        return col.cast(pa.timestamp("us", tz="UTC"), safe=False)
+    return col
 
-    if r.kind != "STRUCT":
-        return arrow_column(r.kind, values(r.output))
-    children = [arrow_column(t, values(f"{r.output}.{p}")) for p, t in r.parts]
-    mask = pa.array([v is None for v in values(f"{r.output}.{r.parts[0][0]}")])
+
+def _result_array(
+    r: ResultColumn, table: pa.Table | None, applied: Sequence[bool] | None, n: int
+) -> pa.Array:
+    """Column ``r`` of a chunk of ``n`` rows from the window's per-row results ``table`` (one
+    entry per row sent, its row of the rows sent in ``_row``; None: no result): each row's
+    own result, null for the rows not sent (``applied`` False; None: every row was sent)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if table is None or not table.num_rows:
+        return arrow_column(r.kind, [None] * n) if r.kind != "STRUCT" else _null_struct(r, n)
+    col = _spark_array(r, table.column(r.output).combine_chunks())
+    sent = table.column("_row").to_numpy()
+    if applied is not None:
+        sent = np.flatnonzero(np.asarray(applied, dtype=bool))[sent]
+    if len(sent) == n and (sent == np.arange(n)).all():
+        return col
+    where = np.full(n, -1, dtype=np.int64)
+    where[sent] = np.arange(len(sent), dtype=np.int64)
+    return col.take(pa.array(where, mask=where < 0))
+
+
+def _null_struct(r: ResultColumn, n: int) -> pa.Array:
+    import pyarrow as pa
+
+    children = [arrow_column(t, [None] * n) for _, t in r.parts]
+    mask = pa.array([True] * n, pa.bool_())
     return pa.StructArray.from_arrays(children, names=[p for p, _ in r.parts], mask=mask)
 
 
@@ -73,14 +97,15 @@ def with_results(
     applied: Sequence[bool] | None = None,
 ) -> pa.Table:
     """The input rows ``part``, then a column per result, then :data:`APPLIED`; ``applied``
-    says which rows the results are of (None: every row)."""
+    says which rows were sent (None: every row); ``res``: their Append's answer, per-row
+    results as Arrow tables (``row_tables``)."""
     import pyarrow as pa
 
     n = part.num_rows
     arrays = list(part.columns)
     names = list(part.column_names)
     for r in results:
-        arrays.append(_result_array(r, res.row_results.get(r.window, {}), applied, n))
+        arrays.append(_result_array(r, res.row_tables.get(r.window), applied, n))
         names.append(r.column)
     arrays.append(pa.array([True] * n if applied is None else list(applied), pa.bool_()))
     names.append(APPLIED)
@@ -211,6 +236,7 @@ class Sliding:
                 sequence=seq,
                 results="per_row",
                 windows=self.windows,
+                arrow=True,
             )
         if res.duplicate:  # a replayed chunk: applied before, its results are not known
             return with_results(part, res, self.results, [False] * part.num_rows)

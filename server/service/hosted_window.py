@@ -26,6 +26,7 @@ from .cel import CelPolicy
 from .columnar_lift import columnar_lifter
 from .compiled import Built, Output
 from .refusals import lower_failed
+from .row_results import RowResults
 
 log = logging.getLogger("mtawindows.service")
 
@@ -244,25 +245,14 @@ class HostedWindow:
             self.shadow = _new_shadow(self.built)
             self.shadow_synced = self.engine.inserted
 
-    def row_results_from(self, table: Any, sizes: Any) -> dict[str, Any]:
-        """:meth:`row_results` from a shadow's per-row results."""
-        cols: dict[str, tuple[str, list[Any]]] = {}
-        size_list = sizes.tolist()
-        empty = 0 in size_list
-        for o in self.outputs:
-            vs = table.column(o.name).to_pylist()
-            if empty and o.nullable_when_empty:
-                vs = [None if n == 0 else v for v, n in zip(vs, size_list, strict=True)]
-            if o.split is None:
-                cols[o.name] = (o.type, vs)
-                continue
-            for p, t in o.parts:
-                cols[f"{o.name}.{p}"] = (t, [None if v is None else v[p] for v in vs])
-        return cols | {"__size": (FieldType.INT64.value, size_list)}
+    def row_results_from(self, table: Any, sizes: Any) -> RowResults:
+        """:meth:`row_results` from a shadow's per-row results (a pyarrow Table, sizes)."""
+        return RowResults(self.outputs, sizes, table=table)
 
-    def row_results(self, totals: list[tuple[Any, ...]], sizes: list[int]) -> dict[str, Any]:
-        """:meth:`columns`, and the window's size after each row as ``__size``."""
-        return self.columns(totals, sizes) | {"__size": (FieldType.INT64.value, sizes)}
+    def row_results(self, totals: list[tuple[Any, ...]], sizes: list[int]) -> RowResults:
+        """The per-row results of a batch from the window's lifted aggregate and size after
+        each row (lowered by :meth:`columns` when asked as columns)."""
+        return RowResults(self.outputs, sizes, totals=totals, lower=self.columns)
 
     def stats(self, late_rows: int) -> dict[str, int]:
         if self.engine is None:  # a keyed stream's: its instances are per key (GetKey)

@@ -42,6 +42,7 @@ from ..service.keyed import KeyedStream, not_keyed
 from ..service.ownership import Ownership
 from ..service.refusals import ServiceError, group_refusal, invalid, not_found
 from ..service.registry import Registry
+from ..service.row_results import RowResults, arrow_ipc
 from ..service.stream import Stream
 from ..storage.protocol import StoreError
 from . import decode, status
@@ -417,7 +418,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
                     return self._append(stream, request, mode, nonblocking=True)
                 except Deferred as d:
                     self.metrics.deferred.labels(stream.spec.name).inc()
-                    return await self.run(self._resume, stream, d.batch)
+                    return await self.run(self._resume, stream, d.batch, request.arrow_results)
             return await self.run(self._append, stream, request, mode)
 
     def _append(
@@ -439,13 +440,17 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
                 nonblocking=nonblocking,
                 **extra,
             ),
+            request.arrow_results,
         )
 
-    def _resume(self, stream: Stream, batch: Batch) -> pb.AppendResponse:
-        return self._respond(stream, lambda: stream.resume(batch))
+    def _resume(self, stream: Stream, batch: Batch, arrow: bool) -> pb.AppendResponse:
+        return self._respond(stream, lambda: stream.resume(batch), arrow)
 
-    def _respond(self, stream: Stream, apply: Callable[[], AppendResult]) -> pb.AppendResponse:
-        """Run ``apply`` (an append or a resumed one), count its outcome, build the answer."""
+    def _respond(
+        self, stream: Stream, apply: Callable[[], AppendResult], arrow: bool = False
+    ) -> pb.AppendResponse:
+        """Run ``apply`` (an append or a resumed one), count its outcome, build the answer
+        (``arrow``: per-row results as Arrow IPC, ``AppendRequest.arrow_results``)."""
         name = stream.spec.name
         try:
             res = apply()
@@ -468,14 +473,25 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             out.results.append(convert.result_to_proto(r, stream.windows[wname].type_tags))
         for r in res.key_results:  # a keyed stream's: one per (window, key) changed
             out.results.append(convert.result_to_proto(r, stream.windows[r.window].type_tags))
-        rows = pb.Int64List(values=res.row_positions) if res.row_positions is not None else None
-        for wname, cols in res.row_results.items():
-            sizes = cols.pop("__size")[1]
+        positions = res.row_positions
+        if arrow:  # one Arrow IPC stream per window: no value becomes a Python object
+            for wname, rr in res.row_results.items():
+                assert isinstance(rr, RowResults)
+                table = rr.arrow(positions)
+                out.row_results.append(
+                    pb.WindowRowResults(window=wname, arrow_ipc=arrow_ipc(table))
+                )
+            return out
+        rows = pb.Int64List(values=positions) if positions is not None else None
+        for wname, rr in res.row_results.items():
+            assert isinstance(rr, RowResults)
             out.row_results.append(
                 pb.WindowRowResults(
                     window=wname,
-                    columns=[convert.column_to_proto(c, t, vs) for c, (t, vs) in cols.items()],
-                    sizes=pb.Int64List(values=sizes),
+                    columns=[
+                        convert.column_to_proto(c, t, vs) for c, (t, vs) in rr.typed().items()
+                    ],
+                    sizes=pb.Int64List(values=rr.sizes()),
                     rows=rows,
                 )
             )

@@ -145,6 +145,14 @@ def spread_holders(c: WindowClient, name: str, timeout: float = 30.0) -> tuple[s
 def check_per_row(got: Any, want: list[tuple[float, int]], late: int) -> None:
     assert got.rows_late == late
     assert got.rows_applied == len(want)
+    if got.row_tables:  # asked as Arrow: the parts' tables merged in input order by _row
+        table = got.row_tables["w"]
+        assert table.column("s").to_pylist() == [s for s, _ in want]
+        assert table.column("n").to_pylist() == [n for _, n in want]
+        assert table.column("_size").to_pylist() == [n for _, n in want]
+        rows = table.column("_row").to_pylist()
+        assert rows == sorted(set(rows)) and len(rows) == len(want)
+        return
     rows = got.row_results["w"]
     assert rows["s"] == [s for s, _ in want]
     assert rows["n"] == [n for _, n in want]
@@ -166,7 +174,11 @@ def test_split_appends_match_one_server_and_every_key_is_listed_once(
             if seq == 2:  # the first went while the groups were being taken: placement
                 spread_holders(c, name)
             want, late = oracle.apply(batch)
-            got = c.append(name, batch, producer_id="split", sequence=seq, results="per_row")
+            arrow = seq % 2 == 0  # every other batch's per-row results as Arrow tables
+            got = c.append(
+                name, batch, producer_id="split", sequence=seq, results="per_row", arrow=arrow
+            )
+            assert bool(got.row_tables) == arrow
             check_per_row(got, want, late)
             assert not got.duplicate
 

@@ -558,6 +558,13 @@ def column_from_proto(col: pb.Column) -> tuple[str, list[Any]]:
     return type_name, values
 
 
+def arrow_table(payload: bytes) -> Any:
+    """A ``pyarrow.Table`` from one Arrow IPC stream (``WindowRowResults.arrow_ipc``)."""
+    import pyarrow as pa
+
+    return pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
+
+
 def append_result_from_proto(m: pb.AppendResponse) -> AppendResult:
     out = AppendResult(
         rows_applied=m.rows_applied,
@@ -568,10 +575,15 @@ def append_result_from_proto(m: pb.AppendResponse) -> AppendResult:
         # a keyed stream's FINAL results: one per (window, key) the batch changed
         key_results=[result_from_proto(r) for r in m.results if r.key],
     )
+    rows: dict[str, Mapping[str, Any]] = {}
+    out.row_results = rows
     for rr in m.row_results:
+        if rr.arrow_ipc:  # AppendRequest.arrow_results
+            out.row_tables[rr.window] = arrow_table(rr.arrow_ipc)
+            continue
         cols = {c.name: column_from_proto(c)[1] for c in rr.columns}
         cols["__size"] = list(rr.sizes.values)
-        out.row_results[rr.window] = cols
+        rows[rr.window] = cols
         if rr.HasField("rows"):  # not every row applied: the request's row of each entry
             out.row_positions = list(rr.rows.values)
     return out

@@ -391,9 +391,13 @@ class AppendResult:
     rows_buffered: int = 0
     duplicate: bool = False
     results: dict[str, WindowResult] = dc_field(default_factory=dict)
-    # per-row mode: window -> column name -> values (structs flattened as "peak.value")
-    row_results: dict[str, dict[str, list[Any]]] = dc_field(default_factory=dict)
+    # per-row mode: window -> column name -> values (structs flattened as "peak.value";
+    # "__size": the window's size after each row)
+    row_results: dict[str, Mapping[str, Any]] = dc_field(default_factory=dict)
     # a keyed stream's FINAL results: one per (window, key) the batch changed
     key_results: list[WindowResult] = dc_field(default_factory=list)
     # per-row mode, when not every row was applied: the request's row of each entry
     row_positions: list[int] | None = None
+    # per-row mode asked as Arrow: window -> a pyarrow.Table, one row per applied row (output
+    # columns, structs as struct columns, then "_size" and "_row": the request's row)
+    row_tables: dict[str, Any] = dc_field(default_factory=dict)

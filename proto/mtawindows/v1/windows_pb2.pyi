@@ -476,16 +476,18 @@ class WindowResult(_message.Message):
     def __init__(self, window: _Optional[str] = ..., values: _Optional[_Mapping[str, Value]] = ..., size: _Optional[int] = ..., evicted: _Optional[int] = ..., sequence: _Optional[int] = ..., timestamp: _Optional[int] = ..., key: _Optional[str] = ...) -> None: ...
 
 class WindowRowResults(_message.Message):
-    __slots__ = ("window", "columns", "sizes", "rows")
+    __slots__ = ("window", "columns", "sizes", "rows", "arrow_ipc")
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     COLUMNS_FIELD_NUMBER: _ClassVar[int]
     SIZES_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
+    ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
     window: str
     columns: _containers.RepeatedCompositeFieldContainer[Column]
     sizes: Int64List
     rows: Int64List
-    def __init__(self, window: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., sizes: _Optional[_Union[Int64List, _Mapping]] = ..., rows: _Optional[_Union[Int64List, _Mapping]] = ...) -> None: ...
+    arrow_ipc: bytes
+    def __init__(self, window: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., sizes: _Optional[_Union[Int64List, _Mapping]] = ..., rows: _Optional[_Union[Int64List, _Mapping]] = ..., arrow_ipc: _Optional[bytes] = ...) -> None: ...
 
 class CreateStreamRequest(_message.Message):
     __slots__ = ("spec",)
@@ -558,7 +560,7 @@ class ListWindowsResponse(_message.Message):
     def __init__(self, windows: _Optional[_Iterable[_Union[WindowInfo, _Mapping]]] = ...) -> None: ...
 
 class AppendRequest(_message.Message):
-    __slots__ = ("stream", "columns", "arrow_ipc", "producer_id", "sequence", "results", "windows", "continuation")
+    __slots__ = ("stream", "columns", "arrow_ipc", "producer_id", "sequence", "results", "windows", "continuation", "arrow_results")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     COLUMNS_FIELD_NUMBER: _ClassVar[int]
     ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
@@ -567,6 +569,7 @@ class AppendRequest(_message.Message):
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     WINDOWS_FIELD_NUMBER: _ClassVar[int]
     CONTINUATION_FIELD_NUMBER: _ClassVar[int]
+    ARROW_RESULTS_FIELD_NUMBER: _ClassVar[int]
     stream: str
     columns: _containers.RepeatedCompositeFieldContainer[Column]
     arrow_ipc: bytes
@@ -575,7 +578,8 @@ class AppendRequest(_message.Message):
     results: ResultMode
     windows: _containers.RepeatedScalarFieldContainer[str]
     continuation: bool
-    def __init__(self, stream: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., arrow_ipc: _Optional[bytes] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., results: _Optional[_Union[ResultMode, str]] = ..., windows: _Optional[_Iterable[str]] = ..., continuation: _Optional[bool] = ...) -> None: ...
+    arrow_results: bool
+    def __init__(self, stream: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., arrow_ipc: _Optional[bytes] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., results: _Optional[_Union[ResultMode, str]] = ..., windows: _Optional[_Iterable[str]] = ..., continuation: _Optional[bool] = ..., arrow_results: _Optional[bool] = ...) -> None: ...
 
 class AppendResponse(_message.Message):
     __slots__ = ("rows_applied", "rows_late", "rows_buffered", "duplicate", "results", "row_results")

@@ -30,6 +30,7 @@ import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -119,11 +120,16 @@ def time_per_row(ts: np.ndarray, v: np.ndarray, range_s: int) -> float:
     return time.perf_counter() - t0
 
 
-def time_service(ts: np.ndarray, v: np.ndarray, columnar: bool, mode: str) -> float:
+def time_service(
+    ts: np.ndarray, v: np.ndarray, columnar: bool, mode: str, arrow: bool = False
+) -> float:
     """Seconds for the rows through gRPC into one server (its own embedded Redis), one
     Redis-backed window of max + sum over 60 s, 10,000-row batches, results ``mode``; with
     ``columnar`` False the server computes per-row results on the per-row engine
-    (``MTAWINDOWS_COLUMNAR=0``)."""
+    (``MTAWINDOWS_COLUMNAR=0``); with ``arrow`` the batches go as Arrow tables (IPC) and
+    per-row results come back as Arrow tables (``arrow=True``), else as lists and protobuf."""
+    import pyarrow as pa
+
     env = {"MTAWINDOWS_COLUMNAR": "1" if columnar else "0"}
     with (
         tempfile.TemporaryDirectory(prefix="mtaw-bc-") as d,
@@ -136,6 +142,14 @@ def time_service(ts: np.ndarray, v: np.ndarray, columnar: bool, mode: str) -> fl
         c.create_window(WindowSpec("s", "w", aggs, policy, "AMTA", Storage("redis")))
         t0 = time.perf_counter()
         for i in range(0, len(ts), BATCH):
+            batch: Any
+            if arrow:
+                stamps = pa.array(ts[i : i + BATCH]).cast(pa.timestamp("ns"))
+                batch = pa.table({"ts": stamps, "v": v[i : i + BATCH]})
+                res = c.append("s", batch, results=mode, arrow=mode == "per_row")
+                if mode == "per_row":
+                    assert res.row_tables["w"].num_rows == batch.num_rows
+                continue
             batch = {"ts": ts[i : i + BATCH].tolist(), "v": v[i : i + BATCH].tolist()}
             res = c.append("s", batch, results=mode)
             if mode == "per_row":
@@ -234,8 +248,13 @@ def main() -> None:
     k = min(n, 200_000)
     tp, _ = time_pandas(ts[:k], v[:k], 60)
     case = "max + sum, 60 s, Redis-backed, gRPC"
-    for columnar, name in ((True, "columnar shadow"), (False, "per-row engine")):
-        t = time_service(ts[:k], v[:k], columnar, "per_row")
+    services = (
+        (True, True, "columnar shadow, Arrow both ways"),
+        (True, False, "columnar shadow, lists and protobuf"),
+        (False, False, "per-row engine, lists and protobuf"),
+    )
+    for columnar, arrow, name in services:
+        t = time_service(ts[:k], v[:k], columnar, "per_row", arrow)
         report.add("through gRPC", case, f"per-row results, {name}", k / t, "rows/s", n=k)
         report.add(
             "through gRPC",
@@ -244,11 +263,14 @@ def main() -> None:
             tp / t,
             "x",
             n=k,
-            target=">= 0.2" if columnar else "",
-            met=(tp / t >= 0.2) if columnar else None,
+            target=">= 0.2" if arrow else "",
+            met=(tp / t >= 0.2) if arrow else None,
         )
-    t = time_service(ts[:k], v[:k], True, "none")
-    report.add("through gRPC", case, "batched ingest (no results)", k / t, "rows/s", n=k)
+    for arrow, name in ((True, "Arrow"), (False, "lists and protobuf")):
+        t = time_service(ts[:k], v[:k], True, "none", arrow)
+        report.add(
+            "through gRPC", case, f"batched ingest (no results), {name}", k / t, "rows/s", n=k
+        )
     header = [
         f"in process, {n:,} rows at ~1,000 rows/s, {BATCH:,}-row batches (and {BIG:,}), per-row results; "
         f"numpy {np.__version__}, pandas {pd.__version__}"

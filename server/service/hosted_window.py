@@ -20,6 +20,7 @@ from mtawindows.v1.types import (
     WindowInfo,
     WindowResult,
     WindowSpec,
+    clip,
 )
 
 from .cel import CelPolicy
@@ -81,7 +82,13 @@ class HostedWindow:
         # engine), made when a batch first asks for per-row results (a window nobody asks
         # keeps only its engine's local parts in memory): see :meth:`feed_shadow`
         self.shadow: Any = None
-        self.shadow_possible = engine is not None and _shadow_possible(built)
+        # why per-row results take the general path ("": the columnar path is possible; None:
+        # not known yet, found on first ask: the columnar engine loads on first use)
+        self._general: str | None = (
+            _general_reason(built)
+            if engine is not None
+            else ("a keyed stream's windows (an instance per key) compute them row by row")
+        )
         self.shadow_results = 0  # batches whose per-row results it gave
         # the engine's inserted count when the shadow last caught up with it: any other count
         # before a batch means the engine changed behind it (reloaded from a checkpoint after a
@@ -185,6 +192,22 @@ class HostedWindow:
         return cols
 
     # -- the columnar shadow
+    @property
+    def shadow_possible(self) -> bool:
+        return self._general is None or self._general == ""
+
+    @property
+    def path(self) -> str:
+        """How per-row results are computed (``WindowInfo.path``): "columnar", or
+        "general: " and why not."""
+        if self._general is None:
+            self._general = _columnar_refusal(self.built) or ""
+        return "columnar" if not self._general else f"general: {self._general}"
+
+    def _go_general(self, why: str) -> None:
+        self.shadow = None
+        self._general = why
+
     def want_shadow(self) -> None:
         """A batch asks for this window's per-row results: a shadow from now on, if the
         window can have one (empty: it gives results once it holds what the engine holds)."""
@@ -192,7 +215,7 @@ class HostedWindow:
             self.shadow = _new_shadow(self.built)
             self.shadow_synced = self.engine.inserted
             if self.shadow is None:
-                self.shadow_possible = False
+                self._go_general(_columnar_refusal(self.built) or "its columnar window failed")
 
     def feed_shadow(self, batch: Any, *, per_row: bool) -> tuple[Any, Any] | None:
         """Give the shadow the batch's rows (before the engine: all or nothing). With
@@ -218,12 +241,12 @@ class HostedWindow:
                 ex,
                 extra={"stream": self.stream.name},
             )
-            self.shadow = None
-            self.shadow_possible = False
+            self._go_general(f"its columnar shadow failed ({clip(str(ex))})")
             return None
         if len(shadow) > SHADOW_MAX_ROWS:
-            self.shadow = None
-            self.shadow_possible = False
+            self._go_general(
+                f"its columnar shadow was dropped past {SHADOW_MAX_ROWS:,} rows (memory)"
+            )
         if not ready or not self._fits(got.rows):
             return None
         self.shadow_results += 1
@@ -279,7 +302,7 @@ class HostedWindow:
         }
 
     def info(self, late_rows: int) -> WindowInfo:
-        return WindowInfo(self.spec, self.stats(late_rows), self.output_specs)
+        return WindowInfo(self.spec, self.stats(late_rows), self.output_specs, self.path)
 
 
 # the most rows a window's columnar shadow holds (in memory, beside the engine's Redis tier:
@@ -288,12 +311,23 @@ class HostedWindow:
 SHADOW_MAX_ROWS = 1_000_000
 
 
-def _shadow_possible(built: Built) -> bool:
-    """Whether a window of ``built`` may have a columnar shadow (not when
-    ``$MTAWINDOWS_COLUMNAR`` is ``0``: every per-row result from the engine)."""
+def _general_reason(built: Built) -> str | None:
+    """Why a window of ``built`` may not have a columnar shadow, as far as known without
+    loading the columnar engine ("" or None: it may; None: ask :func:`_columnar_refusal`)."""
     if os.environ.get("MTAWINDOWS_COLUMNAR", "1") == "0":
-        return False
-    return built.batch_safe and not any(o.plugin for o in built.outputs)
+        return "the columnar path is turned off ($MTAWINDOWS_COLUMNAR=0)"
+    plugins = [o.name for o in built.outputs if o.plugin]
+    if plugins:
+        return f"output {plugins[0]!r} is a plugin monoid's"
+    if not built.batch_safe:
+        return "its policy is not a count or a time range"
+    return None
+
+
+def _columnar_refusal(built: Built) -> str | None:
+    from ..engine.columnar import columnar_refusal
+
+    return columnar_refusal(built.monoid, built.policy)
 
 
 def _new_shadow(built: Built) -> Any:

@@ -98,9 +98,13 @@ def test_arrow_tables_equal_the_columns_and_the_oracle(tmp_path: Path) -> None:
                     oracles[name].push(row)
                     per_row.append(expected(oracles[name].rows))
                 _check(type("R", (), {"row_results": {name: flat}})(), name, per_row, f"b{b}")
-        # the shadow answered the count and time-range windows, the engine the bounded sum
+        # the shadow answered the count and time-range windows, the engine the bounded sum,
+        # and GetWindow says which path each takes and why
         assert c.get_window("arrow", "c7").stats["columnar_batches"] == 14
-        assert c.get_window("arrow", "s20").stats["columnar_rows"] == -1
+        assert c.get_window("arrow", "c7").path == "columnar"
+        s20 = c.get_window("arrow", "s20")
+        assert s20.stats["columnar_rows"] == -1
+        assert s20.path == "general: its policy is not a count or a time range"
 
 
 def test_late_rows_of_a_keyed_stream_have_no_entry_and_row_says_which_did(
@@ -132,6 +136,7 @@ def test_late_rows_of_a_keyed_stream_have_no_entry_and_row_says_which_did(
             assert table.column("_row").to_pylist() == positions
             assert flatten(table) == dict(want.row_results["w"])
         assert got.rows_late == 2 and table.column("_row").to_pylist() == [1, 3]
+        assert c.get_window("arrow", "w").path.startswith("general: a keyed stream's windows")
         # key a holds 9 s and 10 s; key b only 11 s (6 s is 3 s older or more)
         assert table.column("n").to_pylist() == [2, 1]
         assert table.column("mx").to_pylist() == [4.0, 5.0]

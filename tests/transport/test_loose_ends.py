@@ -350,6 +350,8 @@ def test_a_plugin_lower_that_raises_refuses_the_batch_and_changes_nothing(
         c.append("pk", xs(1, 2, 3, start=1), producer_id="prod", sequence=1)
         want = {"n": 3, "p": 6.0}
         assert values(c, "pk", STORAGES) == want
+        # a plugin's window keeps the general path (the engine), and GetWindow says why
+        assert c.get_window("pk", "mem").path == "general: output 'p' is a plugin monoid's"
         before = c.get_stream("pk")
 
         for _ in range(2):  # the retry gets the same answer: nothing was recorded

@@ -299,6 +299,7 @@ def window_info_to_proto(i: WindowInfo) -> pb.WindowInfo:
             )
             for o in i.outputs
         ],
+        path=i.path,
     )
 
 
@@ -323,6 +324,7 @@ def window_info_from_proto(m: pb.WindowInfo) -> WindowInfo:
         spec=window_spec_from_proto(m.spec),
         stats={k: getattr(m.stats, k) for k in _STAT_FIELDS},
         outputs=outputs,
+        path=m.path,
     )
 
 

@@ -363,6 +363,8 @@ class WindowInfo:
     spec: WindowSpec
     stats: dict[str, int] = dc_field(default_factory=dict)
     outputs: list[OutputSpec] = dc_field(default_factory=list)
+    # how per-row results are computed: "columnar", or "general: <why not columnar>"
+    path: str = ""
 
 
 @dataclass

@@ -348,14 +348,16 @@ class WindowStats(_message.Message):
     def __init__(self, size: _Optional[int] = ..., levels: _Optional[int] = ..., inserted: _Optional[int] = ..., evicted: _Optional[int] = ..., bulk_evictions: _Optional[int] = ..., store_round_trips: _Optional[int] = ..., cache_misses: _Optional[int] = ..., late_rows: _Optional[int] = ..., policy_errors: _Optional[int] = ..., store_bytes_read: _Optional[int] = ..., store_bytes_written: _Optional[int] = ..., columnar_rows: _Optional[int] = ..., columnar_batches: _Optional[int] = ...) -> None: ...
 
 class WindowInfo(_message.Message):
-    __slots__ = ("spec", "stats", "outputs")
+    __slots__ = ("spec", "stats", "outputs", "path")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
     spec: WindowSpec
     stats: WindowStats
     outputs: _containers.RepeatedCompositeFieldContainer[OutputSpec]
-    def __init__(self, spec: _Optional[_Union[WindowSpec, _Mapping]] = ..., stats: _Optional[_Union[WindowStats, _Mapping]] = ..., outputs: _Optional[_Iterable[_Union[OutputSpec, _Mapping]]] = ...) -> None: ...
+    path: str
+    def __init__(self, spec: _Optional[_Union[WindowSpec, _Mapping]] = ..., stats: _Optional[_Union[WindowStats, _Mapping]] = ..., outputs: _Optional[_Iterable[_Union[OutputSpec, _Mapping]]] = ..., path: _Optional[str] = ...) -> None: ...
 
 class OutputSpec(_message.Message):
     __slots__ = ("name", "type", "parts")

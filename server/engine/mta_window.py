@@ -138,6 +138,17 @@ class MTAWindow(LevelForest):
                 raise
         return None
 
+    def wait_flushed(self, queued: Any) -> None:
+        """Wait for a checkpoint :meth:`flush` queued (``wait=False``, its return value): a
+        failure marks the window as a waiting flush does, and raises."""
+        if queued is None:
+            return
+        try:
+            queued.result()
+        except StoreError as ex:
+            self._store_failed(ex)
+            raise
+
     def close(self) -> None:
         """Flush, then release the store's thread and connections."""
         if self._hook is not None:

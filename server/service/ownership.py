@@ -37,7 +37,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from mtawindows.v1.keys import group_unit, split_unit
@@ -317,11 +317,28 @@ class Ownership:
             self.membership.beat(0, leave=True)
         except StoreError:  # pragma: no cover - the member times out instead
             log.warning("could not leave the cluster: it forgets this member after its TTL")
+        try:  # a fresh lease for the hand-over (no tick renews it from here on)
+            self.renew()
+        except StoreError:
+            log.warning("could not renew the leases before handing the streams over")
+        # a keyed stream's groups go together, one last flush for all: well within the lease
+        # (no tick renews it any more: one group after the other, the last ones would run
+        # out and be taken before their flush, which their new holder's fence then refuses)
+        groups: dict[str, list[str]] = {}
         for name in list(self.fences):
+            stream, group = split_unit(name)
+            if group is not None:
+                groups.setdefault(stream, []).append(name)
+                continue
             try:
                 self.release(name)
             except Exception:  # pragma: no cover - logged; the lease runs out instead
                 log.exception("releasing stream %s at shutdown", name)
+        for stream, units in groups.items():
+            try:
+                self.release_groups(units)
+            except Exception:  # pragma: no cover - logged; the leases run out instead
+                log.exception("releasing the key groups of stream %s at shutdown", stream)
 
     def _loop(self, step: Callable[[], None]) -> None:
         while not self._stop.wait(self.interval):
@@ -413,6 +430,85 @@ class Ownership:
                 extra={"stream": name, "members": self.live()},
             )
             return s
+
+    def adopt_groups(self, units: list[str], why: str = "placed here") -> list[str]:
+        """Take the leases of key-group units of **one** stream and open them here together:
+        two pipelined round trips for the leases and one for the groups' state (a member
+        taking many groups at once, as when it joins or another leaves, does one round of
+        Redis work, not one per group). The units held here now (those another member holds
+        are left to it)."""
+        if not units:
+            return []
+        stream = split_unit(units[0])[0]
+        with self.lock:
+            held = [u for u in units if u in self.fences and self.registry.held(u) is not None]
+            todo = [u for u in units if u not in held]
+            if not todo:
+                return held
+            sent = time.monotonic()
+            taken: dict[int, Fence] = {}
+            for unit, (ours, _other) in zip(
+                todo, self.leases.acquire_groups(todo, force=self._forcing), strict=True
+            ):
+                if ours is not None:
+                    taken[int(split_unit(unit)[1] or 0)] = self._hold(unit, ours.token, sent)
+            if not taken:
+                return held
+            try:
+                s = self.registry.adopt_groups(stream, taken)
+            except BaseException:
+                self._let_go_groups(stream, taken)
+                raise
+            if s is None:
+                self._let_go_groups(stream, taken)
+                return held
+            self.adopted += len(taken)
+            log.info(
+                "%d key groups of stream %s adopted: %s",
+                len(taken),
+                stream,
+                why,
+                extra={"stream": stream, "groups": sorted(taken), "members": self.live()},
+            )
+            return held + [group_unit(stream, g) for g in taken]
+
+    def release_groups(self, units: list[str]) -> None:
+        """:meth:`release` of key-group units of one stream: one last flush for all of them,
+        their leases let go in one round trip, their callers sent to the new holders."""
+        if not units:
+            return
+        stream = split_unit(units[0])[0]
+
+        def go() -> None:
+            with self.lock:
+                fences = {int(split_unit(u)[1] or 0): f for u in units if (f := self.fences.get(u))}
+                if not fences:
+                    return
+                self.registry.release_groups(stream, fences)
+                self._let_go_groups(stream, fences)
+                self.moves += len(fences)
+
+        self.serialize(stream, go)
+        for unit in units:
+            self.on_moved(unit, self._where(unit))
+        log.info(
+            "%d key groups of stream %s released",
+            len(units),
+            stream,
+            extra={"stream": stream, "members": self.live()},
+        )
+
+    def _let_go_groups(self, stream: str, fences: Mapping[int, Fence]) -> None:
+        held = []
+        for g, fence in fences.items():
+            unit = group_unit(stream, g)
+            self.fences.pop(unit, None)
+            self.deadlines.pop(unit, None)
+            held.append((unit, fence.token))
+        try:
+            self.leases.release_groups(held)
+        except StoreError:  # the leases run out instead
+            log.warning("could not release %d key groups of stream %s", len(held), stream)
 
     def claim(self, name: str) -> Fence:
         """The lease of a stream about to be created here (CreateStream): NOT_OWNER when
@@ -513,10 +609,17 @@ class Ownership:
     def rebalance(self) -> None:
         """Release the streams placed elsewhere now; adopt the free ones placed here."""
         live = self.live()
+        going: dict[str, list[str]] = {}  # key groups to hand over, by stream: together
         for name in list(self.fences):
             target = place(name, live)
             if target is not None and target != self.member:
-                self.release(name)
+                stream, group = split_unit(name)
+                if group is None:
+                    self.release(name)
+                else:
+                    going.setdefault(stream, []).append(name)
+        for units in going.values():
+            self.release_groups(units)
         try:
             names = self.registry.units()
         except Exception as ex:
@@ -526,16 +629,23 @@ class Ownership:
         self._sync_definitions()
         mine = [n for n in names if n not in self.fences and place(n, live) == self.member]
         if mine:
+            groups: dict[str, list[str]] = {}  # key groups to take, by stream: together
             for name, holder in zip(mine, self.leases.holders(mine), strict=True):
                 if holder is not None and holder.member != self.member and not self._forcing:
                     continue  # the holder lets it go (or its lease runs out)
+                stream, group = split_unit(name)
+                if group is not None:
+                    groups.setdefault(stream, []).append(name)
+                    continue
                 try:
-                    if split_unit(name)[1] is None:
-                        self.adopt(name)
-                    else:  # a key group: between the calls of its stream (they may adopt it)
-                        self.serialize(name, functools.partial(self.adopt, name))
+                    self.adopt(name)
                 except (StoreError, ServiceError) as ex:
                     log.warning("could not adopt stream %s: %s", name, ex)
+            for stream, units in groups.items():
+                try:  # between the calls of its stream (they may adopt groups too)
+                    self.serialize(stream, functools.partial(self.adopt_groups, units))
+                except (StoreError, ServiceError) as ex:
+                    log.warning("could not adopt key groups of stream %s: %s", stream, ex)
         # its subscribers go where its keys are
         for name in self.registry.prune(self.fences, self.serialize):
             self.on_moved(name, self._where(name))
@@ -636,7 +746,12 @@ class Ownership:
         else NOT_OWNER naming the group's holder, or STREAM_MOVING (nothing was done)."""
         if self.isolated() and not self.beat_now():
             raise self.isolation()
-        for g in groups:
+        stale = [g for g in groups if not self.fresh(group_unit(stream, g))]
+        if not stale:
+            return
+        if len(stale) > 1:
+            self._take_groups(stream, stale)
+        for g in stale:
             unit = group_unit(stream, g)
             if self.fresh(unit):
                 continue
@@ -644,6 +759,29 @@ class Ownership:
                 self.route(unit)
             except ServiceError as ex:
                 raise group_refusal(ex, stream, g) from None
+
+    def _take_groups(self, stream: str, stale: list[int]) -> None:
+        """Before a call's groups are routed one by one: renew those held here together, and
+        adopt together those free and placed here (a call that meets many groups being handed
+        over to this member takes them in one round of Redis work, not one per group)."""
+        units = [group_unit(stream, g) for g in stale]
+        ours = [u for u in units if u in self.fences]
+        if ours:
+            self.renew(ours)
+        rest = [u for u in units if not self.fresh(u)]
+        if len(rest) < 2:
+            return
+        try:
+            holders = self.leases.holders(rest)
+        except StoreError:
+            return  # each is routed on its own, and refused as its own
+        free = [
+            u
+            for u, h in zip(rest, holders, strict=True)
+            if (h is None or h.member == self.member) and self.placed(u) == self.member
+        ]
+        if len(free) > 1 and self.registry.unit_exists(stream):
+            self.adopt_groups(free, "a call came")
 
     def group_members(self, stream: str) -> list[str]:
         """The member holding each key group of ``stream`` ("" for none live); [] for a stream

@@ -16,10 +16,10 @@ import functools
 import logging
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from mtawindows.v1.keys import DEFAULT_KEY_GROUPS, split_unit
+from mtawindows.v1.keys import DEFAULT_KEY_GROUPS, group_unit, split_unit
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import StreamSpec, WindowInfo, WindowResult, WindowSpec
 
@@ -481,6 +481,31 @@ class Registry:
                 raise
             self.streams[name] = s
             return s
+
+    def adopt_groups(self, stream: str, fences: Mapping[int, Fence | None]) -> Any:
+        """:meth:`adopt` of several key groups of keyed stream ``stream`` (a cluster's) at once,
+        under their fences: opened together (one round of Redis work); the stream, or None
+        when there is no such keyed stream."""
+        if not fences:
+            return self.streams.get(stream)
+        first, *rest = fences.items()
+        s = self.adopt(group_unit(stream, first[0]), first[1])
+        if not isinstance(s, KeyedStream):
+            return None
+        if rest:
+            s.open_groups(dict(rest))
+        return s
+
+    def release_groups(self, stream: str, fences: Mapping[int, Fence | None]) -> None:
+        """Let several key groups of ``stream`` go with one last flush for all of them."""
+        with self.guard:
+            s = self.streams.get(stream)
+        if not isinstance(s, KeyedStream) or not self.clustered:
+            for g, fence in fences.items():
+                self._let_go_keyed(group_unit(stream, g), flush=True, fence=fence)
+            return
+        with s.lock:
+            s.close_groups(fences, flush=True)
 
     def _adopt_keyed(
         self, s: KeyedStream, stored: Any, group: int | None, fence: Fence | None

@@ -128,6 +128,75 @@ class GroupLeases:
         self.checked[unit] = int(reply[3])
         return lease, None
 
+    def acquire_many(self, units: Sequence[str], *, force: bool = False) -> list[tuple[Any, Any]]:
+        """:meth:`acquire` of several groups of **one** stream in two pipelined round trips
+        (not two per group): ``(ours, None)`` or ``(None, the holder's)`` per unit, in order;
+        a unit whose script failed is ``(None, None)`` (not taken)."""
+        if not units:
+            return []
+        from .connect import pipeline_on_key_node
+
+        parsed = [_split(u) for u in units]
+        streams = {stream for stream, _ in parsed}
+        if len(streams) != 1:
+            msg = f"acquire_many: groups of one stream at a time, got {sorted(streams)}"
+            raise ValueError(msg)
+        stream = parsed[0][0]
+        holders, gen = group_lease_keys(self.prefix, stream)
+        seen_all = self.client.hmget(holders, [g for _, g in parsed])
+        script = registered(self.client, _TAKE)
+        pipe = pipeline_on_key_node(self.client, holders)
+        for (_, g), cur in zip(parsed, seen_all, strict=True):
+            seen = text(cur) if cur is not None else ""
+            keys = [
+                holders,
+                GroupKeys.of(self.prefix, stream, g).fence,
+                member_group_lease(self.prefix, stream, self.member),
+                gen,
+            ]
+            other = seen.split("\t", 1)[0] if seen else ""
+            if other and other != self.member:
+                keys.append(member_group_lease(self.prefix, stream, other))
+            args = [g, self.member, self.incarnation, self.ttl_ms, self.address, int(force), seen]
+            script(keys=keys, args=args, client=pipe)
+        out: list[tuple[Any, Any]] = []
+        for unit, reply in zip(units, pipe.execute(raise_on_error=False), strict=True):
+            if isinstance(reply, Exception):
+                out.append((None, None))
+                continue
+            ok, raw, ttl = reply[:3]
+            if int(ttl) == -2:
+                ttl = self.ttl_ms
+            lease = self.lease_type.parse(unit, raw, max(0, int(ttl)))
+            if int(ok) != 1:
+                out.append((None, lease))
+                continue
+            self.checked[unit] = int(reply[3])
+            out.append((lease, None))
+        return out
+
+    def release_many(self, held: Sequence[tuple[str, int]]) -> list[bool]:
+        """:meth:`release` of several groups of one stream (unit, token), one round trip."""
+        if not held:
+            return []
+        from .connect import pipeline_on_key_node
+
+        script = registered(self.client, _RELEASE)
+        stream = _split(held[0][0])[0]
+        holders, _gen = group_lease_keys(self.prefix, stream)
+        pipe = pipeline_on_key_node(self.client, holders)
+        for unit, token in held:
+            s, g = _split(unit)
+            if s != stream:
+                msg = f"release_many: groups of one stream at a time, got {s!r} and {stream!r}"
+                raise ValueError(msg)
+            record = f"{self.member}\t{self.incarnation}\t{self.address}\t{token}"
+            self.checked.pop(unit, None)
+            script(keys=[holders], args=[g, record], client=pipe)
+        return [
+            not isinstance(r, Exception) and int(r) == 1 for r in pipe.execute(raise_on_error=False)
+        ]
+
     def renew(self, fences: dict[str, Fence], pipe_of: Any) -> dict[str, bool]:
         """Renew this member's lease of every stream of ``fences`` (group units -> our
         fences), one script per stream; where a group of the stream was taken since the last

@@ -220,6 +220,25 @@ class Leases:
             raise self._fail(failed, f"renew {len(fences)} leases")
         return out
 
+    def acquire_groups(
+        self, units: Sequence[str], *, force: bool = False
+    ) -> list[tuple[Lease | None, Lease | None]]:
+        """:meth:`acquire` of several key groups of one stream, pipelined."""
+        try:
+            out: list[tuple[Lease | None, Lease | None]] = self.groups.acquire_many(
+                units, force=force
+            )
+        except redis.RedisError as ex:
+            raise self._fail(ex, f"take key groups {list(units)[:3]!r}...") from ex
+        return out
+
+    def release_groups(self, held: Sequence[tuple[str, int]]) -> list[bool]:
+        """:meth:`release` of several key groups of one stream ((unit, token) each)."""
+        try:
+            return self.groups.release_many(held)
+        except redis.RedisError as ex:
+            raise self._fail(ex, f"release key groups {[u for u, _ in held][:3]!r}...") from ex
+
     def release(self, stream: str, token: int) -> bool:
         if split_unit(stream)[1] is not None:
             try:

@@ -543,6 +543,7 @@ class Server:
     async def stop(self) -> None:
         """Graceful: NOT_SERVING, in-flight calls finish (grace), buffers flush, Redis stops."""
         log.info("shutting down")
+        t0 = time.monotonic()
         self._stopping = True
         await self.health.enter_graceful_shutdown()
         await self._cancel_tasks()
@@ -550,10 +551,12 @@ class Server:
             self.servicer.fanout.shutdown()  # Subscribe calls never end by themselves
         if self.server is not None:
             await self.server.stop(self.config.grace)
+        log.info("stop: in-flight calls done after %.3f s", time.monotonic() - t0)
         if self.forwarder is not None:
             await self.forwarder.close()
         if self.cluster is not None:  # hand every stream over (flushed), leave the cluster
             await asyncio.to_thread(self.cluster.stop)
+            log.info("stop: streams handed over after %.3f s", time.monotonic() - t0)
         if self.registry is not None:
             await asyncio.to_thread(self.registry.close)
         if self.servicer is not None:

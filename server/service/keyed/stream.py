@@ -26,6 +26,7 @@ A flush writes the groups that changed, nothing else: an idle stream costs no Re
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import heapq
 import itertools
@@ -321,6 +322,41 @@ class KeyedStream:
             raise
 
     @_locked
+    def open_groups(self, fences: Mapping[int, Fence | None]) -> None:
+        """:meth:`open_group` of several groups together: their states, keys' names and
+        journals read in one pipeline (a member taking many groups at once, as when it joins,
+        does one round of Redis work, not one per group). All or nothing."""
+        tables: list[GroupTable] = []
+        for g, fence in fences.items():
+            old = self.groups.get(g)
+            if old is not None:
+                if old.fence is fence:
+                    continue
+                self._close_tables([old], flush=False)
+            table = self._table(g, fence)
+            self.groups[g] = table
+            tables.append(table)
+        if not tables:
+            return
+        try:
+            self._load_tables(tables)
+        except BaseException:
+            self._close_tables(tables, flush=False)
+            raise
+
+    @_locked
+    def close_groups(self, groups: Mapping[int, Fence | None], *, flush: bool) -> None:
+        """:meth:`close_group` of several groups (each only when held under its fence, when
+        given): one last flush for all of them."""
+        tables = [
+            t
+            for g, fence in groups.items()
+            if (t := self.groups.get(g)) is not None and (fence is None or t.fence is fence)
+        ]
+        if tables:
+            self._close_tables(tables, flush=flush)
+
+    @_locked
     def close_group(self, g: int, *, flush: bool, fence: Fence | None = None) -> None:
         """Let key group ``g`` go: a last flush (``flush``), then its keys' memory; only when
         held under ``fence`` (when given: not one taken back meanwhile)."""
@@ -336,11 +372,11 @@ class KeyedStream:
                 log.warning(
                     "last flush of groups of keyed stream %s failed: %s", self.spec.name, ex
                 )
-        for table in tables:
-            for st in table.hot.values():
-                if flush:
-                    _close_full(st)
-                else:
+        if flush:
+            _close_full([st for table in tables for st in table.hot.values()])
+        else:
+            for table in tables:
+                for st in table.hot.values():
                     _abandon_full(st)
         self._forget_tables(tables)
         for table in tables:
@@ -1073,7 +1109,7 @@ class KeyedStream:
                     self._checkpoint_full(table, st)  # may raise: the key stays
                 blob = st.pack(self.packers)
                 del table.hot[key]
-                _close_full(st)
+                _close_full([st])
                 table.packed[key] = blob
                 size = _size(st)
                 cache.add(len(blob) + _PACKED_BYTES - size, hot=-1, objects=-size)
@@ -1095,14 +1131,36 @@ class KeyedStream:
         cache.evictions += n
         return n
 
-    def _checkpoint_full(self, table: GroupTable, st: KeyState) -> None:
+    def _checkpoint_full(
+        self, table: GroupTable, st: KeyState, queued: list[Any] | None = None
+    ) -> None:
+        """Checkpoint the key's full-form windows; with ``queued``, queue the checkpoints and
+        note them there (:meth:`_await_checkpoints` waits for them: many keys' checkpoints go
+        at once instead of one round trip after the other)."""
         for kw in st.windows.values():
             if kw.engine is not None:
                 # a tree opened ahead of its group (a replay skips the entries it holds)
                 # keeps its own lsn: the group's is behind it until the replay catches up
                 lsn = max(kw.lsn, table.state.lsn)
-                kw.engine.flush(wait=True, meta={"lsn": lsn})
+                if queued is None:
+                    kw.engine.flush(wait=True, meta={"lsn": lsn})
+                else:
+                    queued.append((kw, kw.lsn, kw.engine.flush(wait=False, meta={"lsn": lsn})))
                 kw.lsn = lsn
+
+    @staticmethod
+    def _await_checkpoints(queued: list[Any]) -> None:
+        """Wait for the checkpoints :meth:`_checkpoint_full` queued; a window whose checkpoint
+        failed keeps its lsn as it was, and the first failure is raised (after all)."""
+        failed: StoreError | None = None
+        for kw, old, fut in queued:
+            try:
+                kw.engine.wait_flushed(fut)
+            except StoreError as ex:
+                kw.lsn = old
+                failed = failed or ex
+        if failed is not None:
+            raise failed
 
     # -- reads
     @_locked
@@ -1324,6 +1382,7 @@ class KeyedStream:
         doomed = {wid for t in tables for wid in t.doomed}
         trees = self._tree_keys(doomed) if doomed else {}
         jobs: list[_GroupWrite] = []
+        queued: list[Any] = []  # the full-form windows' checkpoints, all at once
         try:
             for table in tables:
                 if not table.changed and not (final and table.journaled):
@@ -1331,7 +1390,7 @@ class KeyedStream:
                 for key in table.dirty:
                     st = table.hot.get(key)
                     if st is not None:
-                        self._checkpoint_full(table, st)
+                        self._checkpoint_full(table, st, queued)
                 ops = table.flush_ops(self.packers, ttl)
                 for wid in table.doomed:
                     ops += [("UNLINK", k, ()) for k in trees.get(wid, ())]
@@ -1339,7 +1398,11 @@ class KeyedStream:
                 jobs.append(_GroupWrite(table, ops, blob, self.journal))
                 table.clean()
                 table.journaled = False
+            # every checkpoint in Redis before any group's keys name it (written after this)
+            self._await_checkpoints(queued)
         except BaseException:
+            with contextlib.suppress(StoreError):  # those that failed keep their lsn
+                self._await_checkpoints(queued)
             for job in jobs:
                 job.undo()
             raise
@@ -1495,7 +1558,7 @@ class KeyedStream:
             for table in self.groups.values():
                 for st in table.hot.values():
                     if flush:
-                        _close_full(st)
+                        _close_full([st])
                     else:
                         _abandon_full(st)
             self._forget_memory()
@@ -1585,16 +1648,32 @@ def _window_bytes(kw: KeyWindow) -> int:
     return _FULL_BYTES if kw.engine is not None else _ITEM_BYTES * len(kw.items or ())
 
 
-def _close_full(st: KeyState) -> None:
-    for kw in st.windows.values():
-        if kw.engine is not None:
+def _close_full(states: Sequence[KeyState]) -> None:
+    """Close the full-form windows of ``states``: a last checkpoint of each, all queued at
+    once and then waited for (not one round trip after the other: a member handing over
+    groups of many large keys would outlive its lease), then their stores."""
+    engines = [kw.engine for st in states for kw in st.windows.values() if kw.engine is not None]
+    queued: list[tuple[Any, Any]] = []
+    for st in states:
+        for kw in st.windows.values():
+            if kw.engine is None:
+                continue
             try:
                 # its last checkpoint still says which journal entry the tree holds (the
                 # engine's own close() writes one without: a replay would apply them again)
-                kw.engine.flush(meta={"lsn": kw.lsn})
-                kw.engine.store.close()
+                queued.append((kw.engine, kw.engine.flush(wait=False, meta={"lsn": kw.lsn})))
             except Exception:  # pragma: no cover - logged; its data is in Redis
                 log.exception("closing a key's window")
+    for engine, fut in queued:
+        try:
+            engine.wait_flushed(fut)
+        except Exception:  # pragma: no cover - logged; its data is in Redis
+            log.exception("closing a key's window")
+    for engine in engines:
+        try:
+            engine.store.close()
+        except Exception:  # pragma: no cover - logged
+            log.exception("closing a key's window")
 
 
 def _abandon_full(st: KeyState) -> None:

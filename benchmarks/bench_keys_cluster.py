@@ -70,6 +70,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 import redis
@@ -496,13 +497,16 @@ class Bench:
     unavailability: dict[str, list[float]] = field(default_factory=dict)
     kill_first: list[float] = field(default_factory=list)
     idle_commands: float = 0.0
+    probes: list[tuple[str, Probe]] = field(default_factory=list)  # each phase's session
 
     @property
     def case(self) -> str:
         return f"{len(self.keys):,} keys, {self.args.groups} groups"
 
-    def probe(self) -> Probe:
-        return Probe(self.router, self.probe_model, self.args.probe_threads)
+    def probe(self, phase: str) -> Probe:
+        p = Probe(self.router, self.probe_model, self.args.probe_threads)
+        self.probes.append((phase, p))
+        return p
 
     # ---------------------------------------------------------------- 1. ingest
     def ingest(self, deadline: Deadline) -> None:
@@ -542,7 +546,7 @@ class Bench:
     def move(self, what: str, act: Callable[[], None], deadline: Deadline) -> None:
         """The probe around ``act`` (a member joins or leaves): per-group unavailability."""
         before = list(self.router.refresh(0.0, wait=True))
-        with self.probe() as probe:
+        with self.probe(what) as probe:
             time.sleep(0.5)  # the probe's rounds before the move
             t_act, wall = time.monotonic(), time.time()
             act()
@@ -660,7 +664,7 @@ class Bench:
         holders = list(self.router.refresh(0.0, wait=True))
         dead = [g for g, h in enumerate(holders) if h == victim_target]
         durable = 0
-        with self.probe() as probe:
+        with self.probe("kill") as probe:
             time.sleep(0.5)
             for first in range(0, n_durable, BATCH):
                 idx = range(first, min(n_durable, first + BATCH))
@@ -689,6 +693,18 @@ class Bench:
         r.add("kill", case, "dead_groups_never_served", never, "groups", n=len(dead))
         r.sample("kill", "kill to first append per dead group", served, "s")
         self.verify(n_durable, deadline)
+
+    def _holders(self, g: int) -> str:
+        """Group ``g``'s probe rows by the member that took them, run by run."""
+        runs: list[list[Any]] = []
+        for phase, p in self.probes:
+            for who in p.by[g]:
+                who = f"{phase}:{who.rsplit(':', 1)[-1]}"
+                if runs and runs[-1][0] == who:
+                    runs[-1][1] += 1
+                else:
+                    runs.append([who, 1])
+        return ", ".join(f"{w} x{n}" for w, n in runs) or "none"
 
     def verify(self, n_durable: int, deadline: Deadline) -> None:
         """Every durable key, every probe key and a sample of the other keys, queried at
@@ -753,7 +769,8 @@ class Bench:
                 if wrong[kind] <= 3:
                     self.report.notes.append(
                         f"verify: {kind} key {key!r}: got n={got_n} s={got_s}, model n={n} "
-                        f"s={s} (+{unsure} rows of unknown outcome)"
+                        f"s={s} (+{unsure} rows of unknown outcome); rows taken by "
+                        + self._holders(_g)
                     )
         secs = time.perf_counter() - t0
         r, case = self.report, self.case

@@ -19,12 +19,12 @@ Deviations from the paper shared by both algorithms, and why:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar, NoReturn
 
 from ..sentinels import UNSET
 from ..storage import reopen_store
-from ..storage.protocol import PairStore, StoreError
+from ..storage.protocol import PairStore, StoreError, StoreUnavailableError
 from . import checkpoint
 from .forest import LevelForest
 from .ledger import Ledger
@@ -57,6 +57,7 @@ class MTAWindow(LevelForest):
         "bulk_evictions",
         "debug",
         "monoid",
+        "on_stale",
         "policy",
         "recomputes",
     )
@@ -91,6 +92,10 @@ class MTAWindow(LevelForest):
         self.recomputes = 0
         self._ledger = Ledger()  # idempotency: last sequence applied per producer
         self._stale = False  # a store failure: reload the durable state before the next op
+        # set by an owner that reloads the window itself (with what its own journal holds
+        # beyond the checkpoint): called on a store failure; the window then refuses use
+        # (StoreUnavailableError) instead of reloading its last checkpoint by itself
+        self.on_stale: Callable[[], None] | None = None
         self._reset_results()
         if self._hook is not None:
             self._hook.attach(self)
@@ -208,6 +213,12 @@ class MTAWindow(LevelForest):
     def _check_usable(self) -> None:
         if self._broken is not None:
             if self._stale:
+                if self.on_stale is not None:
+                    msg = (
+                        f"{type(self).__name__}: its store failed ({self._broken}); its owner "
+                        "reloads it"
+                    )
+                    raise StoreUnavailableError(msg) from self._broken
                 self._reload()
                 return
             msg = (
@@ -241,6 +252,8 @@ class MTAWindow(LevelForest):
         """The store failed: the local state may be ahead of what Redis holds durably."""
         self._broken = ex
         self._stale = True
+        if self.on_stale is not None:
+            self.on_stale()
 
     # ------------------------------------------------------------------ idempotency
     def last_sequence(self, producer_id: str) -> int | None:

@@ -154,7 +154,10 @@ class Registry:
 
     def _new_keyed(self, spec: StreamSpec, fence: Fence | None) -> KeyedStream:
         def engine(w: HostedWindow, wid: str, group_fence: Fence | None) -> Any:
-            return self._engine(ks, w.spec, w.built, f"s:{wid}", group_fence)
+            e = self._engine(ks, w.spec, w.built, f"s:{wid}", group_fence)
+            if hasattr(e, "on_stale"):  # the stream reloads it, with its group's journal
+                e.on_stale = ks.engine_failed
+            return e
 
         def serve(groups: Any) -> None:
             if self.serve_groups is not None:

@@ -283,7 +283,14 @@ def connect(url: str, *, timeout: float = 5.0, retries: int = 1, **kw: Any) -> A
     if cluster is None:
         cluster = _detect(plain, timeout)
     if not cluster:
-        return redis.Redis.from_url(plain, retry=Retry(NoBackoff(), retries), **options)
+        # a blocking pool: a burst past its connections (many windows' checkpoints at once)
+        # waits up to ``timeout`` for one instead of failing with "Too many connections"
+        pool = redis.BlockingConnectionPool.from_url(
+            plain, retry=Retry(NoBackoff(), retries), timeout=timeout, **options
+        )
+        client = redis.Redis(connection_pool=pool)
+        client.auto_close_connection_pool = True
+        return client
     # The first seed comes with the URL (its credentials and options): RedisCluster adds it
     # to the startup nodes (for a redis:// URL it is the only one).
     try:

@@ -365,6 +365,14 @@ class KeyedStream:
             self._close_tables([table], flush=flush)
 
     def _close_tables(self, tables: list[GroupTable], *, flush: bool) -> None:
+        if flush and self.stale and not self.gone:
+            # memory is unsure (a store failure): Redis keeps the last flush and the journal
+            log.warning(
+                "groups of keyed stream %s let go without a last flush: a store failure "
+                "left memory unsure (Redis holds the last flush and the journal)",
+                self.spec.name,
+            )
+            flush = False
         if flush and not self.gone:
             try:
                 self._flush_tables(tables, final=True)
@@ -498,6 +506,12 @@ class KeyedStream:
     @property
     def key_count(self) -> int:
         return len(self.where)
+
+    def engine_failed(self) -> None:
+        """A key's tree lost its store (a write failed): it holds its last checkpoint only,
+        so the stream reloads from Redis (every group's state, the trees' checkpoints, the
+        journal replayed) before its next call. Any thread (a store's writer) may call it."""
+        self.stale = True
 
     def ensure_current(self) -> None:
         # on a cluster the stream's own fence guards its definitions only: its key groups'
@@ -1138,6 +1152,17 @@ class KeyedStream:
         note them there (:meth:`_await_checkpoints` waits for them: many keys' checkpoints go
         at once instead of one round trip after the other)."""
         for kw in st.windows.values():
+            if kw.engine is not None and kw.engine.stale:
+                # its store failed: the tree holds its last checkpoint, not what the key's
+                # lsn says (a checkpoint now would skip journal entries it lacks); the
+                # stream reloads from Redis (checkpoints and the journal) before its next call
+                self.stale = True
+                msg = (
+                    f"stream {self.spec.name!r}: key {st.key!r}'s window failed to write "
+                    "earlier; the stream reloads from Redis before its next call"
+                )
+                raise StoreError(msg)
+        for kw in st.windows.values():
             if kw.engine is not None:
                 # a tree opened ahead of its group (a replay skips the entries it holds)
                 # keeps its own lsn: the group's is behind it until the replay catches up
@@ -1148,10 +1173,10 @@ class KeyedStream:
                     queued.append((kw, kw.lsn, kw.engine.flush(wait=False, meta={"lsn": lsn})))
                 kw.lsn = lsn
 
-    @staticmethod
-    def _await_checkpoints(queued: list[Any]) -> None:
+    def _await_checkpoints(self, queued: list[Any]) -> None:
         """Wait for the checkpoints :meth:`_checkpoint_full` queued; a window whose checkpoint
-        failed keeps its lsn as it was, and the first failure is raised (after all)."""
+        failed keeps its lsn as it was (its tree reloads with the stream: see
+        :meth:`_checkpoint_full`), and the first failure is raised (after all)."""
         failed: StoreError | None = None
         for kw, old, fut in queued:
             try:
@@ -1160,6 +1185,7 @@ class KeyedStream:
                 kw.lsn = old
                 failed = failed or ex
         if failed is not None:
+            self.stale = True
             raise failed
 
     # -- reads
@@ -1656,7 +1682,9 @@ def _close_full(states: Sequence[KeyState]) -> None:
     queued: list[tuple[Any, Any]] = []
     for st in states:
         for kw in st.windows.values():
-            if kw.engine is None:
+            if kw.engine is None or kw.engine.stale:
+                # (a tree whose store failed is not checkpointed: its last good checkpoint
+                # and the journal hold it; see KeyedStream._checkpoint_full)
                 continue
             try:
                 # its last checkpoint still says which journal entry the tree holds (the

@@ -305,12 +305,14 @@ class Ownership:
     def stop(self, *, release: bool = True) -> None:
         """Stop ticking; with ``release`` let every stream go (flushed) and leave the cluster,
         so the others take the streams at once instead of after the lease."""
+        t0 = time.monotonic()
         self._stop.set()
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join(timeout=10)
         if not release or self.usurped:  # a usurped member leaves its id to the newer one
             return
+        stopped = time.monotonic() - t0
         # out of the members first: the others place its streams and key groups on themselves
         # at once and take each as soon as it is released here (not after all of them)
         try:
@@ -334,11 +336,19 @@ class Ownership:
                 self.release(name)
             except Exception:  # pragma: no cover - logged; the lease runs out instead
                 log.exception("releasing stream %s at shutdown", name)
+        streams = time.monotonic() - t0
         for stream, units in groups.items():
             try:
                 self.release_groups(units)
             except Exception:  # pragma: no cover - logged; the leases run out instead
                 log.exception("releasing the key groups of stream %s at shutdown", stream)
+        log.info(
+            "left the cluster in %.3f s (its ticks stopped after %.3f s, its streams released "
+            "after %.3f s, then its key groups)",
+            time.monotonic() - t0,
+            stopped,
+            streams,
+        )
 
     def _loop(self, step: Callable[[], None]) -> None:
         while not self._stop.wait(self.interval):
@@ -463,12 +473,19 @@ class Ownership:
                 self._let_go_groups(stream, taken)
                 return held
             self.adopted += len(taken)
+            took = time.monotonic() - sent
             log.info(
-                "%d key groups of stream %s adopted: %s",
+                "%d key groups of stream %s adopted in %.3f s: %s",
                 len(taken),
                 stream,
+                took,
                 why,
-                extra={"stream": stream, "groups": sorted(taken), "members": self.live()},
+                extra={
+                    "stream": stream,
+                    "groups": sorted(taken),
+                    "members": self.live(),
+                    "seconds": round(took, 3),
+                },
             )
             return held + [group_unit(stream, g) for g in taken]
 
@@ -479,23 +496,32 @@ class Ownership:
             return
         stream = split_unit(units[0])[0]
 
+        took: list[float] = []  # the last flush, the leases let go
+
         def go() -> None:
             with self.lock:
                 fences = {int(split_unit(u)[1] or 0): f for u in units if (f := self.fences.get(u))}
                 if not fences:
                     return
+                t0 = time.monotonic()
                 self.registry.release_groups(stream, fences)
+                took.append(time.monotonic() - t0)
                 self._let_go_groups(stream, fences)
+                took.append(time.monotonic() - t0)
                 self.moves += len(fences)
 
         self.serialize(stream, go)
         for unit in units:
             self.on_moved(unit, self._where(unit))
+        self.registry.reap(stream)  # their memory, once their leases are let go
+        flushed, total = took or (0.0, 0.0)
         log.info(
-            "%d key groups of stream %s released",
+            "%d key groups of stream %s released in %.3f s (last flush %.3f s)",
             len(units),
             stream,
-            extra={"stream": stream, "members": self.live()},
+            total,
+            flushed,
+            extra={"stream": stream, "members": self.live(), "seconds": round(total, 3)},
         )
 
     def _let_go_groups(self, stream: str, fences: Mapping[int, Fence]) -> None:
@@ -570,6 +596,7 @@ class Ownership:
 
         self.serialize(name, go)
         self.on_moved(name, self._where(name))
+        self.registry.reap(split_unit(name)[0])  # a group's memory, once its lease is let go
         log.info("stream %s released", name, extra={"stream": name, "members": self.live()})
 
     def lost(self, name: str, fence: Fence | None = None) -> ServiceError:
@@ -593,6 +620,7 @@ class Ownership:
                 self.moves += 1
         if keyed:
             self.registry.drop(name, had)  # only what it held under that fence
+            self.registry.reap(split_unit(name)[0])
         answer = self._where(name)
         if had is not None:
             self.on_moved(name, answer)

@@ -510,6 +510,15 @@ class Registry:
         with s.lock:
             s.close_groups(fences, flush=True)
 
+    def reap(self, stream: str) -> None:
+        """Forget the memory of the key groups of ``stream`` let go here, a slice at a time
+        (the lock free in between: the groups still held serve meanwhile)."""
+        with self.guard:
+            s = self.streams.get(stream)
+        if isinstance(s, KeyedStream):
+            while s.reap():
+                pass
+
     def _adopt_keyed(
         self, s: KeyedStream, stored: Any, group: int | None, fence: Fence | None
     ) -> KeyedStream:

@@ -89,7 +89,7 @@ class StreamJournal:
             return self.wait(self._client, ops[0][1], write)
         return fenced(self._client, self.fence, ops)
 
-    def _fail(self, ex: Exception, doing: str) -> Exception:
+    def _fail(self, ex: BaseException, doing: str) -> Exception:
         if isinstance(ex, StoreError):
             return ex
         if is_fenced(ex):
@@ -160,21 +160,39 @@ class StreamJournal:
     def commit_state(self, blob: str | bytes, lsn: int, extra: Sequence[Op] = ()) -> None:
         """Save the state at ``lsn`` and drop the entries it covers, atomically (with the
         writes ``extra``: a key group's keys)."""
+        try:
+            fenced(self._client, self.fence, self.commit_ops(blob, lsn, extra))
+        except (redis.RedisError, StoreError) as ex:
+            raise self.failed(ex, f"save the stream's state at lsn {lsn}") from ex
+        self.committed(lsn)
+
+    def commit_ops(self, blob: str | bytes, lsn: int, extra: Sequence[Op] = ()) -> list[Op]:
+        """:meth:`commit_state`'s writes, for a caller that sends many at once (it calls
+        :meth:`committed` once they are applied)."""
         drop = lsn - self.first + 1
         ops: list[Op] = [*extra, ("SET", self.state_key, (blob,))]
         if drop > 0:
             ops.append(("LTRIM", self.journal_key, (drop, -1)))
-        try:
-            fenced(self._client, self.fence, ops)
-        except (redis.RedisError, StoreError) as ex:
-            raise self._fail(ex, f"save the stream's state at lsn {lsn}") from ex
-        if drop > 0:
+        return ops
+
+    def committed(self, lsn: int) -> None:
+        """The writes of :meth:`commit_ops` at ``lsn`` are applied."""
+        if lsn >= self.first:
             self.first = lsn + 1
+
+    def state_ops(self, blob: str | bytes, extra: Sequence[Op] = ()) -> list[Op]:
+        """:meth:`save_state`'s writes."""
+        return [*extra, ("SET", self.state_key, (blob,))]
+
+    def failed(self, ex: BaseException, doing: str) -> Exception:
+        """The error to raise for a failed write of ``doing``: a :class:`FencedError` for a
+        newer owner's refusal (the fence marked lost), else a :class:`StoreError`."""
+        return self._fail(ex, doing)
 
     def save_state(self, blob: str | bytes, extra: Sequence[Op] = ()) -> None:
         """Save the state of a stream that keeps no journal (with the writes ``extra``)."""
         try:
-            fenced(self._client, self.fence, [*extra, ("SET", self.state_key, (blob,))])
+            fenced(self._client, self.fence, self.state_ops(blob, extra))
         except (redis.RedisError, StoreError) as ex:
             raise self._fail(ex, "save the stream's state") from ex
 

@@ -166,7 +166,10 @@ class WindowStore(PairStore, Protocol):
         """Whether one more block write would wait for the writer (back-pressure)."""
         ...
 
-    def close(self) -> None: ...
+    def close(self, *, wait: bool = True) -> None:
+        """Stop the store's I/O (``wait``: after the queued writes; else they are done
+        already and the writer thread ends by itself) and release its connections."""
+        ...
 
 
 class CheckpointLevel(Protocol):

@@ -678,9 +678,10 @@ class RedisStore:
         if self._owns_client:
             self._client.close()
 
-    def close(self) -> None:
-        """Stop the background thread (after the queued I/O) and close the connections."""
-        self._exec.shutdown(wait=True)
+    def close(self, *, wait: bool = True) -> None:
+        """Stop the background thread (after the queued I/O; ``wait=False``: the caller
+        waited for it, the thread ends by itself) and close the connections."""
+        self._exec.shutdown(wait=wait)
         if self._owns_client:
             self._client.close()
 

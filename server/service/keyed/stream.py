@@ -244,7 +244,10 @@ class KeyedStream:
         self.stale = False
         self.recover: Callable[[], None] = self.load
         self.journal: bool = False  # a durable window: every group journals
-        self.where: dict[str, GroupTable] = {}  # every key held -> its group
+        # every key held -> its group (a group let go: until its memory is reaped, its keys
+        # may still name it, a closed table)
+        self.where: dict[str, GroupTable] = {}
+        self._retired: list[GroupTable] = []  # groups let go, their memory not yet reaped
         # the key groups held here: every one (a server on its own), or on a cluster those
         # this server holds (open_group / close_group), each under its own fence
         self.groups: dict[int, GroupTable] = (
@@ -373,23 +376,72 @@ class KeyedStream:
                 self.spec.name,
             )
             flush = False
+        flushed = False
         if flush and not self.gone:
             try:
                 self._flush_tables(tables, final=True)
+                flushed = True
             except (StoreError, ServiceError) as ex:
                 log.warning(
                     "last flush of groups of keyed stream %s failed: %s", self.spec.name, ex
                 )
         if flush:
-            _close_full([st for table in tables for st in table.hot.values()])
+            # after the last flush every tree's checkpoint is current (those of the keys it
+            # wrote were just taken; the others' at their last change)
+            states = [st for table in tables for st in table.hot.values()]
+            _close_full(states, checkpoint=not flushed)
         else:
             for table in tables:
                 for st in table.hot.values():
                     _abandon_full(st)
-        self._forget_tables(tables)
         for table in tables:
+            table.closed = True
             if self.groups.get(table.group) is table:
                 del self.groups[table.group]
+        # their memory goes in slices (:meth:`reap`): a member handing groups over lets their
+        # leases go first, and the other groups' calls wait for a slice, not for all of it
+        self._retired.extend(tables)
+        self.batches = sum(t.state.batches for t in self.groups.values())
+
+    @_locked
+    def reap(self, max_keys: int = 20_000) -> bool:
+        """Forget the memory of groups let go (their keys' names and states), ``max_keys``
+        keys at most; whether some is left (call again: the lock is free in between)."""
+        self._reap(max_keys)
+        return bool(self._retired)
+
+    def _reap(self, max_keys: int | None) -> None:
+        self._settle()  # a flush being written keeps its keys until it is
+        left = max_keys
+        while self._retired:
+            table = self._retired[0]
+            n = len(table.index) + len(table.hot)
+            if left is not None and n > left:
+                if left <= 0:
+                    return
+                self._forget_part(table, left)
+                return
+            self._forget_tables([table])
+            self._retired.pop(0)
+            if left is not None:
+                left -= n
+
+    def _forget_part(self, table: GroupTable, n: int) -> None:
+        """Forget ``n`` of a retired table's keys (their names, then their states)."""
+        where, cache = self.where, self.cache
+        index = table.index
+        for k in list(itertools.islice(index, n)):
+            del index[k]
+            if where.get(k) is table:
+                del where[k]
+            blob = table.packed.pop(k, None)
+            if blob is not None:
+                cache.add(-(len(blob) + _PACKED_BYTES), objects=0)
+            st = table.hot.pop(k, None)
+            if st is not None:
+                _abandon_full(st)
+                cache.add(-_size(st), hot=-1)
+            cache.add(0, keys=-1)
 
     @_locked
     def define(self, w: HostedWindow) -> None:
@@ -455,7 +507,7 @@ class KeyedStream:
         rows = late = batches = dups = expired = 0
         newest = 0
         states = [t.state for t in self.groups.values()]
-        keys = len(self.where)
+        keys = self.key_count
         if self.serve is not None and len(self.groups) < self.n_groups:
             others, n_keys = self._stored_states(
                 [g for g in range(self.n_groups) if g not in self.groups]
@@ -505,7 +557,7 @@ class KeyedStream:
 
     @property
     def key_count(self) -> int:
-        return len(self.where)
+        return sum(len(t.index) for t in self.groups.values())
 
     def engine_failed(self) -> None:
         """A key's tree lost its store (a write failed): it holds its last checkpoint only,
@@ -607,7 +659,7 @@ class KeyedStream:
         new_keys = 0
         for key in rows_of:
             table = known.get(key)
-            if table is None:
+            if table is None or table.closed:
                 table = groups[key_group(key, n)]
                 where[key] = table
                 new_keys += 1
@@ -765,7 +817,8 @@ class KeyedStream:
 
     def _index_of(self, key: str) -> GroupTable | None:
         """The table of ``key`` when the key exists."""
-        return self.where.get(key)
+        table = self.where.get(key)
+        return None if table is None or table.closed else table
 
     def _journal(
         self,
@@ -1386,6 +1439,8 @@ class KeyedStream:
             return None
         self.ensure_current()
         self._settle()
+        if self._retired:  # groups let go whose memory nobody reaped yet: a slice of it
+            self._reap(20_000)
         jobs = self._prepare(list(self.groups.values()), final=False)
         if not jobs:
             return None
@@ -1436,7 +1491,11 @@ class KeyedStream:
 
     def _write(self, jobs: list[_GroupWrite]) -> None:
         """Write prepared groups, one fenced script each; a group not written is marked
-        back (its keys dirty again, as they are in memory, for the next flush)."""
+        back (its keys dirty again, as they are in memory, for the next flush). Fenced
+        groups (a cluster's) go in one pipeline: one round trip for all of them."""
+        if len(jobs) > 1 and all(j.table.fence is not None and j.table.fence.active for j in jobs):
+            self._write_pipelined(jobs)
+            return
         lost: GroupTable | None = None
         for i, job in enumerate(jobs):
             table = job.table
@@ -1460,6 +1519,43 @@ class KeyedStream:
                     rest.undo()
                 raise
             job.done()
+        if lost is not None:
+            raise self._fenced_out(lost)
+
+    def _write_pipelined(self, jobs: list[_GroupWrite]) -> None:
+        """:meth:`_write` of fenced groups: each group's writes one script (atomic, refused
+        whole by a newer holder's token), all scripts in one round trip."""
+        pipe = self._script_pipeline()
+        for job in jobs:
+            j = job.table.journal
+            if job.journal:
+                ops = j.commit_ops(job.blob, job.lsn, job.ops)
+            else:
+                ops = j.state_ops(job.blob, job.ops)
+            fenced(self.client, job.table.fence, ops, pipe=pipe)
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except (redis.RedisError, StoreError) as ex:
+            for job in jobs:  # none, some or all were applied: written again next time
+                job.undo()
+            raise jobs[0].table.journal.failed(ex, "save key groups' states") from ex
+        lost: GroupTable | None = None
+        failed: BaseException | None = None
+        for job, reply in zip(jobs, replies, strict=True):
+            table = job.table
+            if isinstance(reply, Exception):
+                job.undo()
+                err = check_reply(reply, table.fence)
+                if isinstance(err, FencedError):  # the group moved on: the others still flush
+                    lost = lost or table
+                else:
+                    failed = failed or table.journal.failed(err, "save a key group's state")
+                continue
+            if job.journal:
+                table.journal.committed(job.lsn)
+            job.done()
+        if failed is not None:
+            raise failed
         if lost is not None:
             raise self._fenced_out(lost)
 
@@ -1553,6 +1649,7 @@ class KeyedStream:
         self._apply(plan, cols, e.producer_id, e.sequence, "NONE", (), replay=True)
 
     def _forget_memory(self) -> None:
+        self._reap(None)
         self._forget_tables(list(self.groups.values()))
 
     def _forget_tables(self, tables: list[GroupTable]) -> None:
@@ -1674,13 +1771,14 @@ def _window_bytes(kw: KeyWindow) -> int:
     return _FULL_BYTES if kw.engine is not None else _ITEM_BYTES * len(kw.items or ())
 
 
-def _close_full(states: Sequence[KeyState]) -> None:
-    """Close the full-form windows of ``states``: a last checkpoint of each, all queued at
-    once and then waited for (not one round trip after the other: a member handing over
-    groups of many large keys would outlive its lease), then their stores."""
+def _close_full(states: Sequence[KeyState], *, checkpoint: bool = True) -> None:
+    """Close the full-form windows of ``states``: a last checkpoint of each (``checkpoint``;
+    False: a flush just wrote every changed one), all queued at once and then waited for
+    (not one round trip after the other: a member handing over groups of many large keys
+    would outlive its lease), then their stores (their writer threads end by themselves)."""
     engines = [kw.engine for st in states for kw in st.windows.values() if kw.engine is not None]
     queued: list[tuple[Any, Any]] = []
-    for st in states:
+    for st in states if checkpoint else ():
         for kw in st.windows.values():
             if kw.engine is None or kw.engine.stale:
                 # (a tree whose store failed is not checkpointed: its last good checkpoint
@@ -1699,7 +1797,7 @@ def _close_full(states: Sequence[KeyState]) -> None:
             log.exception("closing a key's window")
     for engine in engines:
         try:
-            engine.store.close()
+            engine.store.close(wait=False)  # its writes are done (waited for above)
         except Exception:  # pragma: no cover - logged
             log.exception("closing a key's window")
 

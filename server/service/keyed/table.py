@@ -192,6 +192,7 @@ class GroupTable:
         # the Redis ids of the full windows of keys dropped since the last flush: their keys
         # go in the flush that drops the keys (before it, a replay may still need them)
         self.doomed: set[str] = set()
+        self.closed = False  # let go: out of its stream's groups, its memory being reaped
         self.state_changed = False  # the state changed besides its keys (counters, producers)
         self.journaled = False  # entries after state.lsn may exist (a durable window)
         self.key_moves = 0  # keys added or dropped (a change of the key set: sorted_keys)

@@ -5,18 +5,18 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint typecheck unit bench bench-quick format clean
+.PHONY: demo test test-fast lint typecheck docs unit bench bench-quick format clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,lint,bench,spark]'
+	$(BIN)/python -m pip install -q -e '.[test,lint,bench,spark,docs]'
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m mtawindows.spark_connector.demo
 
-test: lint typecheck unit
+test: lint typecheck docs unit
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
@@ -25,6 +25,10 @@ lint: $(STAMP)
 # mypy sees the packages under their import names through .typecheck/ (links; see pyproject)
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# the documentation site into site/, strictly: a broken link or a stale reference fails it
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest
@@ -49,4 +53,4 @@ bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/bench_cluster.py --quick
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis site

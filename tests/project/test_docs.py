@@ -1,32 +1,36 @@
-"""The README's code runs as written (issue 20), and every import it shows is canonical.
+"""The documentation's code runs as written: the README and every page of ``docs/`` (issues
+20 and 23), every import it shows is canonical, and the output a page shows is what comes.
 
-How the README's blocks run here:
+How the blocks run here:
 
-* **```python blocks are the cells of one notebook**: they run in README order in one
-  namespace, so a block may use what an earlier block defined (the cluster block appends to the
-  stream the SDK block created). Each test runs one group of cells in a fresh interpreter
-  (``sys.executable``), every cell compiled under README.md's own path and line numbers: a
-  failure's traceback shows the README line, and the test names the block that failed. A cell
-  belongs to a group by the heading it sits under (:data:`GROUPS`):
+* **```python blocks are the cells of one notebook per group**: they run in the pages' order
+  (:data:`PAGES`) in one namespace, so a block may use what an earlier block defined (the
+  cluster page appends to the stream the service page created). Each test runs one group of
+  cells in a fresh interpreter (``sys.executable``), every cell compiled under its page's path
+  and line numbers: a failure's traceback shows the page's line, and the test names the block
+  that failed. A cell belongs to the group of its page (:data:`PAGES`):
 
-  - ``engine``: "## Usage" and "### Redis-backed windows": no server; the Redis block uses the
-    session's Redis (the ``redis_url`` fixture);
-  - ``service``: "### The gRPC service, SDK and CLI", against a fresh server;
-  - ``cluster``: the ``service`` cells, then "## The cluster"'s (it goes on with their stream
-    ``cpu`` and producer ``agent-1``), against a real cluster of two servers on one Redis;
-  - ``spark``: "### From Spark ..." on a real local Spark (``local[2]``) and a fresh server,
+  - ``readme``: README.md's taste, against a fresh server;
+  - ``start``: docs/getting-started.md, against a fresh server; what it prints must be the
+    ```text block the page shows after it ("It prints:");
+  - ``engine``: docs/guides/engine.md: no server; the Redis block uses the session's Redis
+    (the ``redis_url`` fixture);
+  - ``service``: docs/guides/service.md and keyed.md, against a fresh server;
+  - ``cluster``: the ``service`` cells, then docs/guides/cluster.md's (it goes on with their
+    stream ``cpu`` and producer ``agent-1``), against a real cluster of two servers on one Redis;
+  - ``spark``: docs/guides/spark.md on a real local Spark (``local[2]``) and a fresh server,
     marked ``spark`` and ``slow``;
-  - ``kit``: "### Testing your code against real servers": the block starts its own servers
-    with :mod:`mtawindows.testing`, as a user's test would.
+  - ``kit``: docs/guides/testing.md: the block starts its own servers with
+    :mod:`mtawindows.testing`, as a user's test would.
 
-  A ```python block under any other heading fails :func:`test_every_block_is_run_or_skipped`
-  until it is given a group here: every python block runs.
-* **Addresses**: the README says ``localhost:50051`` (the default port of ``mtawindows serve``)
+  A ```python block on any other page fails :func:`test_every_block_is_run_or_skipped`
+  until its page is given a group here: every python block runs.
+* **Addresses**: the pages say ``localhost:50051`` (the default port of ``mtawindows serve``)
   for a server, ``host1:50051,host2:50051`` for a cluster's seeds and
   ``redis://localhost:6379/0`` for a Redis; the test replaces those strings in the block text
   with the real servers' addresses (:class:`Addresses`) before it runs a block.
 * **```bash blocks**: each command (continuation lines joined) is classified by
-  :func:`classify`. Run, in README order, through ``bash -c`` in one temporary directory, with
+  :func:`classify`. Run, in the pages' order, through ``bash -c`` in one temporary directory, with
   ``$MTAWINDOWS_TARGET`` set to a fresh server and this interpreter's ``bin`` first on PATH:
   every ``mtawindows`` client command, and the ``printf`` that writes the file they read.
   ``mtawindows watch`` follows a window until stopped: it runs in the background until it
@@ -35,12 +39,16 @@ How the README's blocks run here:
   ``tests/spark/test_spark_demo.py``), ``docker`` (no Docker engine here;
   ``tests/project/test_deploy.py`` runs the compose topology as processes) and
   ``mtawindows serve`` (it runs until stopped; the servers here are the same command, started
-  by :mod:`mtawindows.testing`). A command of any other kind fails
+  by :mod:`mtawindows.testing`), ``pip`` (it installs into the environment: this one has
+  the package). A ```text block right after a bash block shows the output of its last
+  command: each of its lines (but ``...``) must come, in order. A command of any other kind fails
   :func:`test_every_block_is_run_or_skipped` until it is classified.
-* **Imports**: README code imports only from the package faces (:data:`FACES`), and every
+* **Imports**: the pages' code imports only from the package faces (:data:`FACES`), and every
   dotted ``mtawindows.`` name in the prose resolves to a module or a module's attribute
-  (except the "## Architecture" section, whose layout names files, and the entry-point
+  (except the contributors' architecture page, whose layout names files, and the entry-point
   group ``mtawindows.monoids`` and ErrorInfo's domain ``mtawindows.dev``).
+* **Generated pages**: docs/reference/configuration.md and errors.md are what
+  ``docs/generate.py`` writes from the code now.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import itertools
 import json
 import os
 import queue
@@ -71,17 +80,26 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent
 
-# the heading a ```python block sits under -> the group that runs it
-GROUPS = {
-    "## Usage": "engine",
-    "### Redis-backed windows": "engine",
-    "### The columnar path (in process)": "engine",
-    "### The gRPC service, SDK and CLI": "service",
-    "### Keyed streams: a window per key": "service",
-    "### From Spark (`mtawindows.spark_connector`)": "spark",
-    "## The cluster": "cluster",
-    "### Testing your code against real servers (`mtawindows.testing`)": "kit",
+# every page with code, in reading order -> the group that runs its ```python blocks
+PAGES = {
+    "README.md": "readme",
+    "docs/getting-started.md": "start",
+    "docs/guides/service.md": "service",
+    "docs/guides/keyed.md": "service",
+    "docs/guides/spark.md": "spark",
+    "docs/guides/cluster.md": "cluster",
+    "docs/guides/engine.md": "engine",
+    "docs/guides/testing.md": "kit",
 }
+
+
+def all_pages() -> list[Path]:
+    """README.md and every page of docs/, the pages of :data:`PAGES` first in their order."""
+    listed = [ROOT / p for p in PAGES]
+    rest = sorted(p for p in (ROOT / "docs").rglob("*.md") if p not in listed)
+    return listed + rest
+
+
 # where README code may import from: the package faces, never a module behind them
 FACES = {
     "mtawindows.server.engine",
@@ -97,7 +115,7 @@ NOT_MODULES = {
     "mtawindows.monoids",  # the entry-point group of monoid plugins
     "mtawindows.dev",  # ErrorInfo's domain
 }
-PROSE_UNCHECKED = "## Architecture"  # the layout section: the lead rewrites it after the renames
+PROSE_UNCHECKED = ROOT / "docs/contributing/architecture.md"  # its layout names files
 
 
 # ----------------------------------------------------------------------------- the README
@@ -106,16 +124,21 @@ PROSE_UNCHECKED = "## Architecture"  # the layout section: the lead rewrites it 
 @dataclass(frozen=True)
 class Block:
     lang: str  # the fence's info string: "python", "bash", "" (a diagram)
-    line: int  # the README line of the block's first line (the one after the fence)
+    line: int  # the page's line of the block's first line (the one after the fence)
     source: str
-    heading: str  # the last heading above the block, "### Redis-backed windows"
+    heading: str  # the last heading above the block, "## Redis-backed windows"
+    path: Path = README
+
+    @property
+    def name(self) -> str:
+        return str(self.path.relative_to(ROOT))
 
     def __str__(self) -> str:
-        return f"README.md:{self.line} (```{self.lang} under {self.heading!r})"
+        return f"{self.name}:{self.line} (```{self.lang} under {self.heading!r})"
 
 
-def read_blocks(text: str) -> list[Block]:
-    """The fenced blocks of a Markdown text, in order."""
+def read_blocks(text: str, path: Path = README) -> list[Block]:
+    """The fenced blocks of a Markdown text (the page ``path``), in order."""
     blocks: list[Block] = []
     heading = ""
     lang: str | None = None
@@ -128,24 +151,33 @@ def read_blocks(text: str) -> list[Block]:
             elif line.startswith("#"):
                 heading = line.strip()
         elif line.startswith("```"):
-            blocks.append(Block(lang, start, "\n".join(body) + "\n", heading))
+            blocks.append(Block(lang, start, "\n".join(body) + "\n", heading, path))
             lang = None
         else:
             body.append(line)
-    assert lang is None, f"README.md:{start - 1}: a ``` fence that never closes"
+    assert lang is None, f"{path.name}:{start - 1}: a ``` fence that never closes"
     return blocks
 
 
+def page_blocks(path: Path) -> list[Block]:
+    return read_blocks(path.read_text(), path)
+
+
+def every_block() -> list[Block]:
+    return [b for page in all_pages() for b in page_blocks(page)]
+
+
 def python_blocks(group: str) -> list[Block]:
-    """The README's python blocks of ``group``, in order."""
-    blocks = read_blocks(README.read_text())
-    return [b for b in blocks if b.lang == "python" and GROUPS.get(b.heading) == group]
+    """The python blocks of ``group``'s pages, in order."""
+    pages = [ROOT / p for p, g in PAGES.items() if g == group]
+    return [b for page in pages for b in page_blocks(page) if b.lang == "python"]
 
 
 @dataclass(frozen=True)
 class Command:
-    line: int  # the README line it starts on
+    line: int  # the page's line it starts on
     text: str  # continuation lines joined
+    page: str = "README.md"
 
 
 def commands(block: Block) -> list[Command]:
@@ -159,10 +191,10 @@ def commands(block: Block) -> list[Command]:
         if line.rstrip().endswith("\\"):
             pending.append(line.rstrip()[:-1])
             continue
-        out.append(Command(first, " ".join([*pending, line]).strip()))
+        out.append(Command(first, " ".join([*pending, line]).strip(), block.name))
         pending = []
     if pending:
-        out.append(Command(first, " ".join(pending).strip()))
+        out.append(Command(first, " ".join(pending).strip(), block.name))
     return [c for c in out if c.text and not c.text.startswith("#")]
 
 
@@ -177,11 +209,13 @@ def classify(command: Command) -> tuple[str, str]:
         return "skip", "no Docker engine here (test_deploy.py runs the topology as processes)"
     if program == "mtawindows" and sub == "serve":
         return "skip", "runs until stopped; the servers here are the same command"
+    if program == "pip":
+        return "skip", "installs into the environment: this one has the package"
     if program == "mtawindows" and sub == "watch":
         return "watch", "follows until stopped: run until it prints a batch's result"
     if program in ("mtawindows", "printf"):
         return "run", ""
-    return "unknown", "neither run nor skipped: classify it in test_readme.py"
+    return "unknown", "neither run nor skipped: classify it in test_docs.py"
 
 
 # ----------------------------------------------------------------------------- running
@@ -189,7 +223,7 @@ def classify(command: Command) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class Addresses:
-    """What replaces the README's placeholder addresses in a block's text."""
+    """What replaces the pages' placeholder addresses in a block's text."""
 
     server: str = ""  # for "localhost:50051"
     seeds: str = ""  # for "host1:50051,host2:50051"
@@ -207,7 +241,7 @@ class Addresses:
         return text
 
 
-# runs the cells in one namespace, each compiled under README.md's path and line numbers
+# runs the cells in one namespace, each compiled under its page's path and line numbers
 DRIVER = """
 import json, sys, traceback
 namespace = {"__name__": "__main__"}
@@ -231,11 +265,12 @@ def child_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def run_cells(blocks: list[Block], addresses: Addresses, cwd: Path, timeout: float) -> None:
-    """Run ``blocks`` as one notebook in a fresh interpreter; fail naming the block."""
-    assert blocks, "no README block in this group"
+def run_cells(blocks: list[Block], addresses: Addresses, cwd: Path, timeout: float) -> str:
+    """Run ``blocks`` as one notebook in a fresh interpreter; fail naming the block. Returns
+    what they printed."""
+    assert blocks, "no block in this group"
     cells = cwd / "cells.json"
-    cells.write_text(json.dumps([[str(README), b.line, addresses.apply(b.source)] for b in blocks]))
+    cells.write_text(json.dumps([[str(b.path), b.line, addresses.apply(b.source)] for b in blocks]))
     proc = subprocess.run(
         [sys.executable, "-c", DRIVER, str(cells)],
         cwd=cwd,
@@ -245,23 +280,24 @@ def run_cells(blocks: list[Block], addresses: Addresses, cwd: Path, timeout: flo
         timeout=timeout,
     )
     assert proc.returncode == 0, (
-        f"README blocks {', '.join(str(b) for b in blocks)}:\n{proc.stderr[-6000:]}"
+        f"blocks {', '.join(str(b) for b in blocks)}:\n{proc.stderr[-6000:]}"
     )
+    return proc.stdout
 
 
 # ----------------------------------------------------------------------------- the tests
 
 
 def test_every_block_is_run_or_skipped() -> None:
-    """Every python block belongs to a group, every group has a block, and every bash command
-    is run or skipped for a named reason."""
-    blocks = read_blocks(README.read_text())
-    orphans = [str(b) for b in blocks if b.lang == "python" and b.heading not in GROUPS]
-    assert not orphans, f"python blocks in no group (add their heading to GROUPS): {orphans}"
-    for group in set(GROUPS.values()):
-        assert python_blocks(group), f"group {group!r} has no README block"
+    """Every python block is on a page of a group, every group has a block, and every bash
+    command is run or skipped for a named reason."""
+    blocks = every_block()
+    orphans = [str(b) for b in blocks if b.lang == "python" and b.name not in PAGES]
+    assert not orphans, f"python blocks on pages of no group (add the page to PAGES): {orphans}"
+    for group in set(PAGES.values()):
+        assert python_blocks(group), f"group {group!r} has no block"
     unknown = [
-        f"README.md:{c.line}: {c.text}"
+        f"{c.page}:{c.line}: {c.text}"
         for b in blocks
         if b.lang == "bash"
         for c in commands(b)
@@ -271,10 +307,10 @@ def test_every_block_is_run_or_skipped() -> None:
     assert any(classify(c)[0] == "run" for b in blocks if b.lang == "bash" for c in commands(b))
 
 
-def test_readme_imports_only_from_the_package_faces() -> None:
+def test_docs_import_only_from_the_package_faces() -> None:
     """Every import in a python block is from a face of :data:`FACES` (or not first-party),
     and every name it imports is there."""
-    for block in read_blocks(README.read_text()):
+    for block in every_block():
         if block.lang != "python":
             continue
         for node in ast.walk(ast.parse(block.source)):
@@ -314,24 +350,62 @@ def resolves(dotted: str) -> bool:
     return False
 
 
-def test_readme_prose_names_resolve() -> None:
-    """Every dotted ``mtawindows.*`` name in the README's prose (outside code blocks and the
-    Architecture section) is a module or a module's attribute."""
-    text = README.read_text()
-    start = text.find(f"\n{PROSE_UNCHECKED}\n")
-    end = text.find("\n## ", start + 1)
-    if start >= 0:
-        text = text[:start] + text[end if end >= 0 else len(text) :]
-    prose = re.sub(r"```.*?```", "", text, flags=re.S)
-    names = {m.group(0) for m in re.finditer(r"mtawindows(?:\.[A-Za-z_]\w*)+", prose)}
+def test_docs_prose_names_resolve() -> None:
+    """Every dotted ``mtawindows.*`` name in the pages' prose (outside code blocks; not the
+    contributors' architecture page) is a module or a module's attribute."""
+    names: set[str] = set()
+    for page in all_pages():
+        if page == PROSE_UNCHECKED:
+            continue
+        prose = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        names |= {m.group(0) for m in re.finditer(r"mtawindows(?:\.[A-Za-z_]\w*)+", prose)}
     assert names
     unresolved = sorted(n for n in names - NOT_MODULES if not resolves(n))
-    assert not unresolved, f"README names that are no module or attribute: {unresolved}"
+    assert not unresolved, f"names in the docs that are no module or attribute: {unresolved}"
+
+
+def test_generated_reference_pages_are_current() -> None:
+    """docs/reference/configuration.md and errors.md are what docs/generate.py writes now
+    (a flag or an error reason changed: run ``python docs/generate.py``)."""
+    spec = importlib.util.spec_from_file_location("docs_generate", ROOT / "docs/generate.py")
+    assert spec is not None and spec.loader is not None
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    for rel, make in gen.PAGES.items():
+        committed = (ROOT / "docs" / rel).read_text()
+        assert committed == make(), f"docs/{rel} is stale: run python docs/generate.py"
+
+
+def shown_output(group: str) -> str | None:
+    """The ```text block a group's page shows after its python blocks ("It prints:")."""
+    for page in [ROOT / p for p, g in PAGES.items() if g == group]:
+        blocks = page_blocks(page)
+        for before, after in itertools.pairwise(blocks):
+            if before.lang == "python" and after.lang == "text":
+                return after.source
+    return None
+
+
+@pytest.mark.server
+def test_readme_block_runs(tmp_path: Path) -> None:
+    """The README's taste against a fresh server."""
+    with LocalServer(tmp_path / "server") as srv:
+        run_cells(python_blocks("readme"), Addresses(server=srv.target), tmp_path, timeout=120)
+
+
+@pytest.mark.server
+def test_getting_started_runs_and_prints_what_it_shows(tmp_path: Path) -> None:
+    """Getting started's SDK block against a fresh server prints what the page shows."""
+    with LocalServer(tmp_path / "server") as srv:
+        out = run_cells(python_blocks("start"), Addresses(server=srv.target), tmp_path, 120)
+    shown = shown_output("start")
+    assert shown is not None, "docs/getting-started.md shows no output after its python block"
+    assert out == shown, f"it printed {out!r}, the page shows {shown!r}"
 
 
 def test_engine_blocks_run(tmp_path: Path, redis_url: str) -> None:
-    """The blocks of "## Usage" and "### Redis-backed windows": the engine in process, no
-    server; the Redis block on the session's Redis."""
+    """docs/guides/engine.md: the engine in process, no server; the Redis block on the
+    session's Redis."""
     run_cells(python_blocks("engine"), Addresses(redis=redis_url), tmp_path, timeout=120)
 
 
@@ -369,7 +443,7 @@ def test_spark_block_runs(tmp_path: Path) -> None:
 
 
 def some_row(schema: dict[str, str]) -> dict[str, list[Any]]:
-    """One row of a stream with these column types, stamped now (newer than the README's)."""
+    """One row of a stream with these column types, stamped now (newer than the pages')."""
     values = {"DOUBLE": 0.5, "INT64": 1, "STRING": "x", "BOOL": True}
     now = datetime.now(UTC)
     return {name: [values.get(kind, now)] for name, kind in schema.items()}
@@ -407,45 +481,70 @@ def watch(command: Command, target: str, cwd: Path) -> None:
                     break
                 except queue.Empty:
                     assert proc.poll() is None, (
-                        f"README.md:{command.line}: {command.text} ended: {err.read()}"
+                        f"{command.page}:{command.line}: {command.text} ended: {err.read()}"
                     )
-                    assert time.monotonic() < deadline, f"README.md:{command.line}: no output"
+                    assert time.monotonic() < deadline, f"{command.page}:{command.line}: no output"
         assert "values" in json.loads(printed), printed
     finally:
         proc.terminate()
         proc.wait(timeout=30)
 
 
+def expect_lines(shown: str, printed: str, where: str) -> None:
+    """Each line of ``shown`` (but ``...``) comes in ``printed``, in order."""
+    lines = printed.splitlines()
+    at = 0
+    for want in (w.rstrip() for w in shown.splitlines()):
+        if want.strip() in ("...", ""):
+            continue
+        while at < len(lines) and lines[at].rstrip() != want:
+            at += 1
+        assert at < len(lines), f"{where}: the page shows {want!r}; it printed:\n{printed}"
+        at += 1
+
+
 @pytest.mark.server
 def test_cli_commands_run(tmp_path: Path) -> None:
-    """The ``mtawindows`` commands of the bash blocks, in order, against a fresh server (see
-    the module docstring for what runs and what is skipped)."""
+    """The ``mtawindows`` commands of the bash blocks, in the pages' order, against a fresh
+    server (see the module docstring for what runs and what is skipped); the output a page
+    shows after a block is what its last command printed."""
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     ran: list[str] = []
+    checked = 0
     with LocalServer(tmp_path / "server") as srv:
         addresses = Addresses(server=srv.target, seeds=srv.target)
-        for block in read_blocks(README.read_text()):
-            if block.lang != "bash":
-                continue
-            for command in commands(block):
-                kind, _ = classify(command)
-                text = addresses.apply(command.text)
-                if kind == "watch":
-                    watch(Command(command.line, text), srv.target, cwd)
-                elif kind == "run":
-                    proc = subprocess.run(
-                        ["bash", "-c", text],
-                        cwd=cwd,
-                        env=child_env(MTAWINDOWS_TARGET=srv.target),
-                        capture_output=True,
-                        text=True,
-                        timeout=120,
-                    )
-                    assert proc.returncode == 0, (
-                        f"README.md:{command.line}: {command.text}\n{proc.stdout}{proc.stderr}"
-                    )
-                else:
+        for page in all_pages():
+            last: tuple[Command, str] | None = None  # a bash block's last command, its output
+            for block in page_blocks(page):
+                if block.lang == "text" and last is not None:
+                    expect_lines(block.source, last[1], f"{block.name}:{last[0].line}")
+                    checked += 1
+                last = None
+                if block.lang != "bash":
                     continue
-                ran.append(command.text)
+                for command in commands(block):
+                    kind, _ = classify(command)
+                    text = addresses.apply(command.text)
+                    if kind == "watch":
+                        watch(Command(command.line, text, command.page), srv.target, cwd)
+                    elif kind == "run":
+                        proc = subprocess.run(
+                            ["bash", "-c", text],
+                            cwd=cwd,
+                            env=child_env(MTAWINDOWS_TARGET=srv.target),
+                            capture_output=True,
+                            text=True,
+                            timeout=120,
+                        )
+                        assert proc.returncode == 0, (
+                            f"{command.page}:{command.line}: {command.text}\n"
+                            f"{proc.stdout}{proc.stderr}"
+                        )
+                        last = (command, proc.stdout)
+                    else:
+                        last = None
+                        continue
+                    ran.append(command.text)
     assert any(c.startswith("mtawindows append") for c in ran), ran
+    assert checked, "no page shows a command's output"

@@ -54,6 +54,10 @@ EPILOG_QUERY = """examples:
   mtawindows query hosts last_hour --key web-1                  # a keyed stream: one key's
   mtawindows watch hosts last_hour --key web-1 --key web-2      # those keys' (default: all)
 """
+EPILOG_CLUSTER = """examples:
+  mtawindows cluster                                # members, and the owner of every stream
+  mtawindows cluster orders --target localhost:50051,localhost:50052,localhost:50053
+"""
 EPILOG_KEYS = """examples:
   mtawindows keys list hosts                        # every key: key, rows, newest_timestamp
   mtawindows keys list hosts --prefix web- --limit 10
@@ -155,6 +159,19 @@ def add_commands(sub: Any) -> None:
     _add_windows(sub)
     _add_keys(sub)
     _add_append(sub)
+    c = sub.add_parser(
+        "cluster",
+        help="print the cluster's members and which one owns each stream",
+        epilog=EPILOG_CLUSTER,
+        formatter_class=_FMT,
+    )
+    _client_flags(c)
+    c.add_argument(
+        "streams",
+        nargs="*",
+        metavar="STREAM",
+        help="streams whose owner to print (default: every stream)",
+    )
     for name, helptext in (
         ("query", "print a window's result"),
         ("watch", "follow a window's results"),
@@ -513,6 +530,8 @@ def run(args: argparse.Namespace) -> int:
                 _print(c.create_window(wspec))
         elif args.command == "keys":
             _keys(c, args)
+        elif args.command == "cluster":
+            _print(_cluster(c, args.streams))
         elif args.command == "query":
             _print(c.query(args.stream, args.window, key=args.key))
         elif args.command == "watch":
@@ -525,6 +544,29 @@ def run(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:
                 return 0
     return 0
+
+
+def _cluster(c: Any, streams: list[str]) -> dict[str, Any]:
+    """The members (address, streams owned, heartbeat age) and each stream's owner ("" while
+    it moves: its old owner died and the lease has not run out yet)."""
+    m = c.cluster_map()
+    names = streams or [info.spec.name for info in c.list_streams()]
+    owners: dict[str, str] = {}
+    for name in names:
+        try:
+            owners[name] = c.owner(name)
+        except MtaWindowsError as ex:
+            if ex.reason != "STREAM_NOT_FOUND":
+                raise
+            owners[name] = "(no such stream)"
+    return {
+        "members": [
+            {"address": x.address, "streams": x.streams, "heartbeat_age_ms": x.heartbeat_age_ms}
+            for x in m.members
+        ],
+        "lease_ms": m.lease_ms,
+        "owners": owners,
+    }
 
 
 def guarded(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 
 from .service.limits import Limits
 from .storage.embedded import EmbeddedRedisError
-from .transport.app import ServeConfig, serve
+from .transport.app import SUPERVISED_ENV, ServeConfig, serve
 from .transport.metrics import setup_logging
 from .transport.tokens import load_tokens
 
@@ -283,6 +283,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         lease_ms=args.lease_ms,
         wait_replicas=args.redis_wait_replicas,
         wait_ms=args.redis_wait_ms,
+        banner=not os.environ.get(SUPERVISED_ENV),
     )
     try:
         serve(cfg)

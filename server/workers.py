@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import shutil
 import signal
 import socket
@@ -59,7 +60,7 @@ from types import FrameType
 from .storage.datadir import DataDirLock
 from .storage.embedded import EmbeddedRedis, EmbeddedRedisError
 from .storage.processes import RestartBudget, describe_exit, dying_with_parent, spawn
-from .transport.app import default_data_dir
+from .transport.app import SUPERVISED_ENV, default_data_dir, ready_banner
 
 __all__ = [
     "STOP_MARGIN",
@@ -319,7 +320,8 @@ class Supervisor:
 
         def popen() -> subprocess.Popen[bytes]:
             # stdout and stderr shared with the supervisor: one log stream for the node
-            return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
+            env = {**os.environ, SUPERVISED_ENV: "1"}  # its banner is the supervisor's
+            return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
 
         w.proc = spawn(popen)
         w.ready = False
@@ -388,6 +390,20 @@ class Supervisor:
         )
         if self.args.port_file:
             Path(self.args.port_file).write_text(str(ports[0]))
+        if not os.environ.get(SUPERVISED_ENV):
+            members = [f"{w.advertise} (pid {w.proc.pid if w.proc else '?'})" for w in self.workers]
+            banner = ready_banner([w.advertise for w in self.workers], self._store_text())
+            lines = banner.splitlines()
+            lines[1] = f"  members  {', '.join(members)}"
+            print("\n".join(lines), flush=True)
+
+    def _store_text(self) -> str:
+        if self.embedded is None:
+            return self.redis_url
+        return (
+            f"embedded, its data in {self.embedded.data_dir} (run by this supervisor: it "
+            "outlives any one server)"
+        )
 
     # -- stop
     def _stop_all(self) -> None:

@@ -86,9 +86,38 @@ class ServeConfig:
     lease_ms: int = 2000
     wait_replicas: int = 0
     wait_ms: int = 1000
+    # print a few lines for people on stdout once serving (where, and how to call it); not
+    # for a worker of ``--workers N`` (its supervisor prints one for all of them)
+    banner: bool = False
 
 
 _ADVERTISE = re.compile(r"^(?:[A-Za-z0-9_.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]):(\d{1,5})$")
+
+
+SUPERVISED_ENV = "MTAWINDOWS_SUPERVISED"  # set by ``--workers N`` for its server processes
+
+
+def ready_banner(members: list[str], store: str, *, server: bool = False) -> str:
+    """What ``mtawindows serve`` prints for people once it serves: where, on which Redis, and
+    a line each to call it from the SDK and the CLI (``members``: the servers' addresses;
+    several: a local cluster)."""
+    target = ",".join(members)
+    if server:
+        head = f"mtawindows: serving on {target} (Ctrl-C stops it)"
+    else:
+        head = (
+            f"mtawindows: a local cluster of {len(members)} servers on one Redis "
+            "(Ctrl-C stops them all; a server that dies is started again)"
+        )
+    return "\n".join(
+        [
+            head,
+            f"  {'address' if server else 'members'}  {', '.join(members)}",
+            f"  Redis    {store}",
+            f'  SDK      WindowClient("{target}")',
+            f"  CLI      export MTAWINDOWS_TARGET={target}",
+        ]
+    )
 
 
 def check_advertise(value: str) -> str:
@@ -239,6 +268,9 @@ class Server:
         )
         if cfg.port_file:
             Path(cfg.port_file).write_text(str(self.port))
+        if cfg.banner:
+            store = url if cfg.redis_url else f"embedded, its data in {data}"
+            print(ready_banner([member], store, server=True), flush=True)
         return self.port
 
     def _grpc_server(self) -> grpc.aio.Server:

@@ -93,6 +93,10 @@ PAGES = {
 }
 
 
+# its commands need a cluster of their own: run by test_local_cluster_walkthrough
+LOCAL_CLUSTER = ROOT / "docs/guides/local-cluster.md"
+
+
 def all_pages() -> list[Path]:
     """README.md and every page of docs/, the pages of :data:`PAGES` first in their order."""
     listed = [ROOT / p for p in PAGES]
@@ -299,7 +303,7 @@ def test_every_block_is_run_or_skipped() -> None:
     unknown = [
         f"{c.page}:{c.line}: {c.text}"
         for b in blocks
-        if b.lang == "bash"
+        if b.lang == "bash" and b.path != LOCAL_CLUSTER
         for c in commands(b)
         if classify(c)[0] == "unknown"
     ]
@@ -515,6 +519,8 @@ def test_cli_commands_run(tmp_path: Path) -> None:
     with LocalServer(tmp_path / "server") as srv:
         addresses = Addresses(server=srv.target, seeds=srv.target)
         for page in all_pages():
+            if page == LOCAL_CLUSTER:
+                continue
             last: tuple[Command, str] | None = None  # a bash block's last command, its output
             for block in page_blocks(page):
                 if block.lang == "text" and last is not None:
@@ -548,3 +554,103 @@ def test_cli_commands_run(tmp_path: Path) -> None:
                     ran.append(command.text)
     assert any(c.startswith("mtawindows append") for c in ran), ran
     assert checked, "no page shows a command's output"
+
+
+def free_ports(n: int) -> int:
+    """The first of ``n`` consecutive free loopback ports."""
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1]
+        if base + n > 65535:
+            continue
+        try:
+            socks = []
+            for i in range(n):
+                sk = socket.socket()
+                socks.append(sk)
+                sk.bind(("127.0.0.1", base + i))
+        except OSError:
+            continue
+        finally:
+            for sk in socks:
+                sk.close()
+        return base
+    raise AssertionError("no free consecutive ports")
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_local_cluster_walkthrough(tmp_path: Path) -> None:
+    """docs/guides/local-cluster.md as a user follows it: ``mtawindows serve --workers 3`` (on
+    free ports instead of 50051..50053), its banner as shown, then every command of the page
+    in order in one shell's environment: the durable window's result, its owner named, kill -9
+    of that owner (the page's port replaced by the owner's), the same result from another
+    member; each ```text block (but the owner's address) is what the command before printed."""
+    base = free_ports(3)
+    ports = {50051 + i: base + i for i in range(3)}
+    members = [f"127.0.0.1:{p}" for p in ports.values()]
+    env = child_env(MTAWINDOWS_PORT=str(base))  # no --port in the supervisor's command line
+    proc = subprocess.Popen(
+        [str(BIN / "mtawindows"), "serve", "--workers", "3", "--data-dir", str(tmp_path / "d")],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        banner = [proc.stdout.readline().rstrip("\n") for _ in range(5)]
+        blocks = page_blocks(LOCAL_CLUSTER)
+        shown = next(b for b in blocks if b.lang == "text").source.splitlines()
+        assert banner[0] == shown[0], banner
+        for got, want in zip(banner[1:], shown[1:], strict=True):  # the same lines, values ours
+            assert got.split()[0] == want.split()[0], (got, want)
+        assert banner[1].count("(pid ") == 3 and all(m in banner[1] for m in members), banner
+        assert banner[3] == f'  SDK      WindowClient("{",".join(members)}")', banner
+        target = ""
+        owner = ""
+        last = ""
+        cwd = tmp_path / "cwd"
+        cwd.mkdir()
+        checked = 0
+        after_banner = blocks.index(next(b for b in blocks if b.lang == "text")) + 1
+        for block in blocks[after_banner:]:
+            if block.lang == "text":
+                if '"owners"' in block.source:  # the owner is whichever member placement chose
+                    assert owner in members, last
+                else:
+                    expect_lines(block.source, last, f"{block.name}:{block.line}")
+                checked += 1
+                continue
+            assert block.lang == "bash", block
+            for command in commands(block):
+                text = command.text
+                for page_port, port in ports.items():
+                    text = text.replace(f"localhost:{page_port}", f"127.0.0.1:{port}")
+                if text.startswith("export MTAWINDOWS_TARGET="):
+                    target = text.split("=", 1)[1]
+                    continue
+                if text.startswith("pkill"):
+                    assert owner, "the page kills the owner before it named one"
+                    text = text.replace("50053", owner.rsplit(":", 1)[1])
+                run = subprocess.run(
+                    ["bash", "-c", text],
+                    cwd=cwd,
+                    env=child_env(MTAWINDOWS_TARGET=target),
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
+                assert run.returncode == 0, f"{block.name}:{command.line}: {text}\n{run.stderr}"
+                last = run.stdout
+                if text.startswith("mtawindows cluster"):
+                    owner = json.loads(last)["owners"]["orders"]
+        assert checked == 3, checked
+        assert proc.poll() is None, "the supervisor stopped"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)

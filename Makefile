@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint typecheck docs unit bench bench-quick format clean
+.PHONY: demo test test-fast lint typecheck docs unit dist bench bench-quick format clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,12 @@ typecheck: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
+# a wheel of the package into dist/ (pip install dist/mtawindows-*.whl, or
+# pip install '.[spark]' straight from a checkout)
+dist: $(STAMP)
+	rm -rf dist build
+	$(BIN)/python -m pip wheel --no-deps --no-build-isolation -q -w dist .
+
 unit: $(STAMP)
 	$(BIN)/python -m pytest
 
@@ -53,4 +59,4 @@ bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/bench_cluster.py --quick
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis site
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis site dist build

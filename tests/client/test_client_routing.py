@@ -568,7 +568,7 @@ def test_the_cli_takes_seeds_and_routes(
             c.create_stream(pb_stream(n))
             c.append(n, {"ts": [1], "x": [1.0]}, producer_id="p", sequence=1)
     m0.kill()
-    seeds = ["--target", f"{m0.address},{m1.address}", "--timeout", "10"]
+    seeds = ["--target", f"{m0.address},{m1.address}", "--timeout", "10", "--json", "--raw"]
     assert main(["streams", "list", *seeds]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert sorted(s["spec"]["name"] for s in listed) == names

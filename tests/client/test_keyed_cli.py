@@ -129,7 +129,7 @@ def stand_in(monkeypatch: pytest.MonkeyPatch) -> StandIn:
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
+    code = cli.main([*argv, "--json", "--raw"])  # what scripts read: JSON, int timestamps
     out = capsys.readouterr()
     return code, out.out, out.err
 

@@ -173,7 +173,11 @@ def test_the_async_client_routes_the_same_way(cluster: LocalCluster) -> None:
 
 def cli(*args: str, timeout: float = 120) -> Any:
     out = subprocess.run(
-        [*mtawindows_command(), *args], capture_output=True, text=True, timeout=timeout, check=False
+        [*mtawindows_command(), *args, "--json", "--raw"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout) if out.stdout.strip() else None

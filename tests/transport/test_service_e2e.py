@@ -360,7 +360,7 @@ def test_drop_policy_counts_late_rows_and_reorders_within_lateness(client: Windo
 
 def _cli(target: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*mtawindows_command(), *args, "--target", target]
+        [*mtawindows_command(), *args, "--target", target, "--json", "--raw"]
         if args[0] not in ("serve",)
         else [*mtawindows_command(), *args],
         input=stdin,
@@ -443,7 +443,7 @@ def test_cli_watch_follows_subscribe(server: LocalServer, client: WindowClient) 
     make_stream(client, "watched")
     client.create_window(WindowSpec("watched", "w", AGGS[:1], Policy.count(10**6)))
     proc = subprocess.Popen(
-        [*mtawindows_command(), "watch", "watched", "w", "--target", server.target],
+        [*mtawindows_command(), "watch", "watched", "w", "--target", server.target, "--json"],
         stdout=subprocess.PIPE,
         text=True,
     )

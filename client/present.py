@@ -1,0 +1,203 @@
+"""How the CLI prints what the service answers: short summaries for people by default, JSON
+with ``--json`` (for scripts), timestamps as RFC 3339 text unless ``--raw`` (int nanoseconds
+since the epoch, as on the wire).
+
+One word per idea everywhere: a window result's ``batch`` is the stream's count of applied
+batches when it was computed (the ``sequence`` of :class:`~mtawindows.v1.types.WindowResult`,
+not a producer's sequence), the word ``watch`` prints too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+__all__ = ["Presenter", "rfc3339"]
+
+# fields that hold a timestamp: int nanoseconds since the epoch (0: none yet)
+_NS_FIELDS = {"timestamp", "newest_timestamp"}
+_MS_FIELDS = {"last_append_ms"}
+
+
+def rfc3339(ns: int) -> str:
+    """``ns`` (nanoseconds since the epoch) as RFC 3339 text in UTC, to the nanosecond where
+    it has one (``2026-01-01T12:00:00Z``, ``2026-01-01T12:00:00.000000001Z``)."""
+    seconds, frac = divmod(int(ns), 1_000_000_000)
+    try:
+        base = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    except (OverflowError, OSError, ValueError):  # past datetime's years: the number
+        return str(ns)
+    if frac:
+        digits = f"{frac:09d}".rstrip("0")
+        return f"{base}.{digits}Z"
+    return f"{base}Z"
+
+
+def _duration(td: timedelta) -> str:
+    s = td.total_seconds()
+    for unit, n in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if s >= n and s % n == 0:
+            return f"{int(s // n)}{unit}"
+    return f"{s:g}s"
+
+
+def _plain(obj: Any) -> Any:
+    """Dataclasses as dicts, durations as seconds: what JSON holds."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, timedelta):
+        return obj.total_seconds()
+    if isinstance(obj, str | int | float | bool) or obj is None:
+        return obj
+    return str(obj)
+
+
+class Presenter:
+    """Prints for people (``json=False``) or as JSON, timestamps as text unless ``raw``;
+    ``time_outputs``: names of window outputs that are timestamps (TIMESTAMP outputs)."""
+
+    def __init__(self, *, json_out: bool = False, raw: bool = False) -> None:
+        self.json = json_out
+        self.raw = raw
+
+    # -- the values
+    def when(self, ns: int) -> Any:
+        if self.raw:
+            return ns
+        return rfc3339(ns) if ns else None
+
+    def _times(self, d: Any, time_outputs: Iterable[str] = ()) -> Any:
+        """``d`` (plain) with its timestamps as text (unless raw); a result's ``sequence``
+        named ``batch``."""
+        if isinstance(d, list):
+            return [self._times(v, time_outputs) for v in d]
+        if not isinstance(d, dict):
+            return d
+        out: dict[str, Any] = {}
+        outs = set(time_outputs)
+        for k, v in d.items():
+            if k in _NS_FIELDS and isinstance(v, int) and not isinstance(v, bool):
+                v = self.when(v)
+            elif k in _MS_FIELDS and isinstance(v, int) and not isinstance(v, bool):
+                v = v if self.raw else (rfc3339(v * 1_000_000) if v else None)
+            elif k == "values" and isinstance(v, dict) and outs:
+                v = {
+                    n: self.when(x) if n in outs and isinstance(x, int) else self._times(x)
+                    for n, x in v.items()
+                }
+            else:
+                v = self._times(v, time_outputs)
+            if k == "sequence" and "window" in d:
+                k = "batch"
+            out[k] = v
+        return out
+
+    def emit(self, obj: Any, text: str | None = None, time_outputs: Iterable[str] = ()) -> None:
+        """JSON of ``obj`` (``--json``), else ``text``."""
+        if self.json or text is None:
+            data = self._times(_plain(obj), time_outputs)
+            print(json.dumps(data, indent=None if isinstance(data, list) else 2))
+        else:
+            print(text)
+
+    # -- summaries
+    def value(self, v: Any) -> str:
+        if isinstance(v, float):
+            return repr(v)
+        if isinstance(v, dict | list):
+            return json.dumps(_plain(v))
+        return str(v)
+
+    def values(self, values: Mapping[str, Any], time_outputs: Iterable[str] = ()) -> list[str]:
+        outs = set(time_outputs)
+        width = max((len(n) for n in values), default=0)
+        return [
+            f"  {n:<{width}}  {self.when(v) if n in outs and isinstance(v, int) else self.value(v)}"
+            for n, v in sorted(values.items())
+        ]
+
+    def stream(self, info: Any, head: str = "stream") -> str:
+        spec = info.spec
+        fields = ", ".join(
+            [f"{spec.timestamp_field} TIMESTAMP"] + [f"{f.name} {f.type}" for f in spec.fields]
+        )
+        lines = [f"{head} {spec.name}: {fields}"]
+        extra = [f"late rows {spec.late_policy}"]
+        if spec.allowed_lateness:
+            extra.append(f"reordered up to {_duration(spec.allowed_lateness)}")
+        if spec.key:
+            groups = spec.key_groups or 256
+            extra.append(f"keyed by {spec.key} ({groups} key groups)")
+            if spec.key_ttl:
+                extra.append(f"a key leaves after {_duration(spec.key_ttl)} without rows")
+        lines.append("  " + "; ".join(extra))
+        lines.append(f"  windows: {', '.join(info.windows) or '(none)'}")
+        newest = self.when(info.newest_timestamp) if info.newest_timestamp else "none yet"
+        counts = (
+            f"  rows {info.rows_appended:,} (late {info.rows_late:,}), batches "
+            f"{info.batches_appended:,} (duplicates {info.batches_duplicate:,}), newest row "
+            f"{newest}"
+        )
+        lines.append(counts)
+        if spec.key:
+            lines.append(f"  keys {info.keys:,} (expired {info.keys_expired:,})")
+        return "\n".join(lines)
+
+    def window(self, info: Any, head: str = "window") -> str:
+        spec = info.spec
+        aggs = ", ".join(
+            f"{a.name}={a.monoid}" + (f"({a.field})" if a.field else "") for a in spec.aggregations
+        )
+        p = spec.policy
+        policy = {
+            "count": f"the last {p.size:,} rows",
+            "time_range": f"a time range of {_duration(p.range)}",
+            "bounded_sum": f"a sum of {p.field} up to {p.bound:g}",
+            "max_sub_window": f"max sub-window over {p.field}",
+            "cel": f"cel: {p.cel}",
+        }.get(p.kind, p.kind)
+        storage = spec.storage.kind + (", durable" if spec.storage.durable else "")
+        lines = [
+            f"{head} {spec.stream}/{spec.name}: {aggs}",
+            f"  over {policy}; {spec.algorithm}, {storage}",
+        ]
+        st = info.stats
+        if st:
+            lines.append(
+                f"  size {st.get('size', 0):,}, rows in {st.get('inserted', 0):,}, rows out "
+                f"{st.get('evicted', 0):,}, late rows {st.get('late_rows', 0):,}"
+            )
+        if info.path:
+            lines.append(f"  per-row results: {info.path}")
+        return "\n".join(lines)
+
+    def result(self, stream: str, r: Any, time_outputs: Iterable[str] = ()) -> str:
+        key = f" key {r.key}" if r.key else ""
+        newest = self.when(r.timestamp) if r.timestamp else "none"
+        head = (
+            f"{stream}/{r.window}{key}: {r.size:,} rows after batch {r.sequence} "
+            f"(newest row {newest})"
+        )
+        return "\n".join([head, *self.values(r.values, time_outputs)])
+
+    def result_line(self, batch: int, r: Any, time_outputs: Iterable[str] = ()) -> str:
+        outs = set(time_outputs)
+        vals = " ".join(
+            f"{n}={self.when(v) if n in outs and isinstance(v, int) else self.value(v)}"
+            for n, v in sorted(r.values.items())
+        )
+        key = f"key {r.key}  " if r.key else ""
+        return f"batch {batch}  {key}size {r.size}  {vals}"
+
+    def table(self, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+        rows = [[str(c) for c in row] for row in rows]
+        widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
+        fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+        return "\n".join(fmt.format(*r).rstrip() for r in [list(header), *rows])

@@ -1,0 +1,124 @@
+"""What the CLI prints (issue 23): summaries for people by default, JSON with ``--json``,
+timestamps as RFC 3339 text unless ``--raw``, ``batch`` for the stream's batch counter
+everywhere, a hint naming ``--target`` when nothing answers, help text on every flag. Against
+a real server (``mtawindows serve`` from :mod:`mtawindows.testing`), the CLI as a subprocess."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mtawindows.cli import build_parser
+from mtawindows.client.present import rfc3339
+from mtawindows.testing import LocalServer, mtawindows_command
+
+pytestmark = [pytest.mark.server]
+
+T = "2026-01-01T12:00:00Z"
+
+
+def cli(target: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MTAWINDOWS_")}
+    return subprocess.run(
+        [*mtawindows_command(), *args, "--target", target],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+        cwd=cwd,
+    )
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    with LocalServer(tmp_path_factory.mktemp("cli-output")) as srv:
+        yield srv
+
+
+def test_rfc3339_text_to_the_nanosecond() -> None:
+    assert rfc3339(0) == "1970-01-01T00:00:00Z"
+    assert rfc3339(1_767_268_800_000_000_000) == T
+    assert rfc3339(1_767_268_800_000_000_001) == "2026-01-01T12:00:00.000000001Z"
+    assert rfc3339(1_767_268_800_250_000_000) == "2026-01-01T12:00:00.25Z"
+    assert rfc3339(-1) == "1969-12-31T23:59:59.999999999Z"
+
+
+def test_summaries_json_and_raw(server: LocalServer, tmp_path: Path) -> None:
+    t = server.target
+    r = cli(t, "streams", "create", "rooms", "--field", "temp:DOUBLE", "--field", "room:STRING")
+    assert r.returncode == 0, r.stderr
+    assert (
+        r.stdout.splitlines()[0] == "created stream rooms: ts TIMESTAMP, temp DOUBLE, room STRING"
+    )
+    r = cli(
+        t, "windows", "create", "rooms", "w", "--agg", "n=count", "--agg", "hot=max:temp",
+        "--agg", "last=max:ts", "--policy", "time:5m",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[:2] == [
+        "created window rooms/w: n=count, hot=max(temp), last=max(ts)",
+        "  over a time range of 5m; AMTA, redis",
+    ]
+    rows = tmp_path / "rows.csv"
+    rows.write_text(
+        f"ts,temp,room\n{T},20.5,a\n2026-01-01T12:03:00Z,22.0,b\n2026-01-01T12:06:00.5Z,21.0,a\n"
+    )
+    r = cli(t, "append", "rooms", str(rows))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("appended 3 rows to rooms in 1 batch"), r.stdout
+    r = cli(t, "query", "rooms", "w")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "rooms/w: 2 rows after batch 1 (newest row 2026-01-01T12:06:00.5Z)",
+        "  hot   22.0",
+        "  last  2026-01-01T12:06:00.5Z",
+        "  n     2",
+    ]
+    got = json.loads(cli(t, "query", "rooms", "w", "--json").stdout)
+    assert got["batch"] == 1 and "sequence" not in got
+    assert got["timestamp"] == "2026-01-01T12:06:00.5Z"
+    assert got["values"] == {"n": 2, "hot": 22.0, "last": "2026-01-01T12:06:00.5Z"}
+    raw = json.loads(cli(t, "query", "rooms", "w", "--json", "--raw").stdout)
+    assert raw["timestamp"] == 1_767_269_160_500_000_000 == raw["values"]["last"]
+    r = cli(t, "streams", "get", "rooms")
+    assert "newest row 2026-01-01T12:06:00.5Z" in r.stdout, r.stdout
+    info = json.loads(cli(t, "streams", "get", "rooms", "--json").stdout)
+    assert info["newest_timestamp"] == "2026-01-01T12:06:00.5Z"
+    assert info["rows_appended"] == 3
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_hint_names_target_when_nothing_answers() -> None:
+    nobody = f"127.0.0.1:{free_port()}"
+    r = cli(nobody, "streams", "list", "--timeout", "5")
+    assert r.returncode == 1
+    assert f"hint: nothing answers at {nobody}" in r.stderr and "--target" in r.stderr
+
+
+def _flags(parser: argparse.ArgumentParser, path: str) -> list[tuple[str, str]]:
+    out = []
+    for action in parser._actions:  # argparse keeps no public list of them
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out += _flags(sub, f"{path} {name}")
+        elif action.option_strings and not isinstance(action, argparse._HelpAction):
+            out.append((path, "/".join(action.option_strings)) if not action.help else ("", ""))
+    return [f for f in out if f[0]]
+
+
+def test_every_flag_has_help_text() -> None:
+    missing = _flags(build_parser(), "mtawindows")
+    assert not missing, f"flags without help text: {missing}"

@@ -489,9 +489,11 @@ def _rows(stream: Iterable[str], fmt: str, schema: dict[str, str]) -> Iterator[d
             if isinstance(v, str):
                 if re.fullmatch(r"-?\d+", v.strip()):
                     return int(v)
-                from datetime import datetime
-
-                return to_nanos(datetime.fromisoformat(v.replace("Z", "+00:00")))
+                try:
+                    return to_nanos(v)
+                except TypeError as ex:
+                    msg = f"line {line}: column {name!r}: {ex}"
+                    raise ValueError(msg) from None
             return v
         if t == "DOUBLE":
             return double(name, v, line)

@@ -48,12 +48,30 @@ def _arrow_ipc(table: pa.Table | pa.RecordBatch) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
+def _listed(values: Any) -> list[Any]:
+    """A column's values as a list; numpy / pandas datetimes as int nanoseconds at once."""
+    dtype = getattr(values, "dtype", None)
+    if dtype is not None and getattr(dtype, "kind", "") == "M":  # datetime64, tz or not
+        import pandas as pd
+
+        index = pd.DatetimeIndex(values)
+        if index.hasnans:
+            msg = "expected timestamps, got NaT (a missing time)"
+            raise TypeError(msg)
+        if index.tz is not None:
+            index = index.tz_convert("UTC").tz_localize(None)
+        return [int(x) for x in index.as_unit("ns").asi8]
+    return list(values)
+
+
 def _columns(
     rows: Mapping[str, Sequence[Any]] | Iterable[Mapping[str, Any]],
 ) -> dict[str, list[Any]]:
     """{name: values}, from a dict of columns or from row dicts (names in order of first use)."""
+    if hasattr(rows, "columns") and hasattr(rows, "to_dict"):  # a pandas DataFrame
+        rows = {str(c): rows[c] for c in rows.columns}  # type: ignore[index]
     if isinstance(rows, Mapping):
-        return {str(k): list(v) for k, v in rows.items()}
+        return {str(k): _listed(v) for k, v in rows.items()}
     listed = list(rows)
     names: list[str] = []
     for r in listed:
@@ -81,7 +99,11 @@ def encode_rows(
         kind = (schema or {}).get(name) or _column_kind(values)
         if kind == "TIMESTAMP" or any(isinstance(v, datetime) for v in values[:1]):
             kind = "TIMESTAMP"
-            values = [convert.to_nanos(v) if isinstance(v, datetime) else v for v in values]
+            try:
+                values = [v if type(v) is int else convert.to_nanos(v) for v in values]
+            except TypeError as ex:
+                msg = f"column {name!r}: {ex}"
+                raise TypeError(msg) from None
         if kind == "DOUBLE":  # ints only where a double holds them exactly (no rounding)
             inexact = convert.first_inexact_int(values)
             if inexact is not None:

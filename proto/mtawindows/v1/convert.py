@@ -6,6 +6,7 @@ import contextlib
 import decimal
 import math
 import numbers
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -37,17 +38,61 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # --------------------------------------------------------------------------- time
 
 
+_ISO = re.compile(r"^(.*T\d\d:\d\d(?::\d\d)?)(?:[.,](\d{1,9}))?(Z|[+-]\d\d:?\d\d)?$", re.I)
+
+
 def to_nanos(value: Any) -> int:
-    """A timestamp as int nanoseconds: ints pass, ``datetime`` (naive = UTC) converts."""
+    """A timestamp as int nanoseconds since the epoch. Ints pass; ``datetime`` (naive = UTC;
+    a pandas ``Timestamp`` to its nanosecond), ``numpy.datetime64`` and RFC 3339 / ISO 8601
+    text (``"2026-01-01T12:00:00Z"``, up to nanoseconds; no offset = UTC) convert. A float is
+    refused: its unit and precision are a guess (TypeError saying what to send)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
     if isinstance(value, datetime):
+        nanos = getattr(value, "nanosecond", 0)  # pandas.Timestamp: below the microsecond
         if value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
         d: timedelta = value - _EPOCH
-        return (d.days * 86_400 + d.seconds) * 1_000_000_000 + d.microseconds * 1_000
-    if isinstance(value, bool) or not isinstance(value, int):
-        msg = f"expected a timestamp (int nanoseconds or datetime), got {type(value).__name__} {value!r}"
+        return (d.days * 86_400 + d.seconds) * 1_000_000_000 + d.microseconds * 1_000 + nanos
+    if isinstance(value, str):
+        return _iso_nanos(value)
+    kind = type(value).__name__
+    if kind == "datetime64":  # numpy's, of any unit (NaT refused)
+        import numpy as np
+
+        if np.isnat(value):
+            msg = "expected a timestamp, got numpy.datetime64('NaT')"
+            raise TypeError(msg)
+        return int(value.astype("datetime64[ns]").astype("int64"))
+    if hasattr(value, "__index__") and not isinstance(value, bool | float):  # numpy ints
+        return int(value.__index__())
+    hint = (
+        ": a float's unit and precision are a guess; send int nanoseconds since the epoch, a "
+        "datetime or RFC 3339 text"
+        if isinstance(value, float)
+        else ""
+    )
+    msg = (
+        "expected a timestamp (int nanoseconds since the epoch, datetime, numpy.datetime64 or "
+        f"RFC 3339 text), got {type(value).__name__} {value!r}{hint}"
+    )
+    raise TypeError(msg)
+
+
+def _iso_nanos(text: str) -> int:
+    """RFC 3339 / ISO 8601 text as int nanoseconds (fractions to the nanosecond; no offset
+    means UTC)."""
+    m = _ISO.match(text.strip())
+    if m is None:
+        msg = f"expected RFC 3339 text such as '2026-01-01T12:00:00Z', got {text!r}"
         raise TypeError(msg)
-    return value
+    base, frac, zone = m.groups()
+    try:
+        when = datetime.fromisoformat(base + ("+00:00" if zone in (None, "Z", "z") else zone))
+    except ValueError:
+        msg = f"expected RFC 3339 text such as '2026-01-01T12:00:00Z', got {text!r}"
+        raise TypeError(msg) from None
+    return to_nanos(when) + int((frac or "0").ljust(9, "0"))
 
 
 def duration_to_proto(td: timedelta) -> Duration:

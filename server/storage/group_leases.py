@@ -105,28 +105,10 @@ class GroupLeases:
     def acquire(self, unit: str, *, force: bool = False) -> tuple[Any, Any]:
         """Take group ``unit``: ``(ours, None)``, or ``(None, the holder's)``."""
         stream, g = _split(unit)
-        holders, gen = group_lease_keys(self.prefix, stream)
+        holders, _gen = group_lease_keys(self.prefix, stream)
         cur = self.client.hget(holders, g)
-        seen = text(cur) if cur is not None else ""
-        keys = [
-            holders,
-            GroupKeys.of(self.prefix, stream, g).fence,
-            member_group_lease(self.prefix, stream, self.member),
-            gen,
-        ]
-        other = seen.split("\t", 1)[0] if seen else ""
-        if other and other != self.member:
-            keys.append(member_group_lease(self.prefix, stream, other))
-        args = [g, self.member, self.incarnation, self.ttl_ms, self.address, int(force), seen]
-        reply = registered(self.client, _TAKE)(keys=keys, args=args)
-        ok, raw, ttl = reply[:3]
-        if int(ttl) == -2:  # taken meanwhile by another: its lease is fresh
-            ttl = self.ttl_ms
-        lease = self.lease_type.parse(unit, raw, max(0, int(ttl)))
-        if int(ok) != 1:
-            return None, lease
-        self.checked[unit] = int(reply[3])
-        return lease, None
+        keys, args = self._take_call(stream, g, cur, force)
+        return self._taken(unit, registered(self.client, _TAKE)(keys=keys, args=args))
 
     def acquire_many(self, units: Sequence[str], *, force: bool = False) -> list[tuple[Any, Any]]:
         """:meth:`acquire` of several groups of **one** stream in two pipelined round trips
@@ -142,38 +124,45 @@ class GroupLeases:
             msg = f"acquire_many: groups of one stream at a time, got {sorted(streams)}"
             raise ValueError(msg)
         stream = parsed[0][0]
-        holders, gen = group_lease_keys(self.prefix, stream)
+        holders, _gen = group_lease_keys(self.prefix, stream)
         seen_all = self.client.hmget(holders, [g for _, g in parsed])
         script = registered(self.client, _TAKE)
         pipe = pipeline_on_key_node(self.client, holders)
         for (_, g), cur in zip(parsed, seen_all, strict=True):
-            seen = text(cur) if cur is not None else ""
-            keys = [
-                holders,
-                GroupKeys.of(self.prefix, stream, g).fence,
-                member_group_lease(self.prefix, stream, self.member),
-                gen,
-            ]
-            other = seen.split("\t", 1)[0] if seen else ""
-            if other and other != self.member:
-                keys.append(member_group_lease(self.prefix, stream, other))
-            args = [g, self.member, self.incarnation, self.ttl_ms, self.address, int(force), seen]
+            keys, args = self._take_call(stream, g, cur, force)
             script(keys=keys, args=args, client=pipe)
-        out: list[tuple[Any, Any]] = []
-        for unit, reply in zip(units, pipe.execute(raise_on_error=False), strict=True):
-            if isinstance(reply, Exception):
-                out.append((None, None))
-                continue
-            ok, raw, ttl = reply[:3]
-            if int(ttl) == -2:
-                ttl = self.ttl_ms
-            lease = self.lease_type.parse(unit, raw, max(0, int(ttl)))
-            if int(ok) != 1:
-                out.append((None, lease))
-                continue
-            self.checked[unit] = int(reply[3])
-            out.append((lease, None))
-        return out
+        return [
+            (None, None) if isinstance(reply, Exception) else self._taken(unit, reply)
+            for unit, reply in zip(units, pipe.execute(raise_on_error=False), strict=True)
+        ]
+
+    def _take_call(self, stream: str, g: int, cur: Any, force: bool) -> tuple[list[Any], list[Any]]:
+        """The keys and arguments of the take script for group ``g`` whose holder's record
+        was ``cur`` (the compare-and-set's expected value)."""
+        holders, gen = group_lease_keys(self.prefix, stream)
+        seen = text(cur) if cur is not None else ""
+        keys = [
+            holders,
+            GroupKeys.of(self.prefix, stream, g).fence,
+            member_group_lease(self.prefix, stream, self.member),
+            gen,
+        ]
+        other = seen.split("\t", 1)[0] if seen else ""
+        if other and other != self.member:
+            keys.append(member_group_lease(self.prefix, stream, other))
+        args = [g, self.member, self.incarnation, self.ttl_ms, self.address, int(force), seen]
+        return keys, args
+
+    def _taken(self, unit: str, reply: Any) -> tuple[Any, Any]:
+        """The take script's reply: ``(ours, None)``, or ``(None, the holder's)``."""
+        ok, raw, ttl = reply[:3]
+        if int(ttl) == -2:  # taken meanwhile by another: its lease is fresh
+            ttl = self.ttl_ms
+        lease = self.lease_type.parse(unit, raw, max(0, int(ttl)))
+        if int(ok) != 1:
+            return None, lease
+        self.checked[unit] = int(reply[3])
+        return lease, None
 
     def release_many(self, held: Sequence[tuple[str, int]]) -> list[bool]:
         """:meth:`release` of several groups of one stream (unit, token), one round trip."""

@@ -93,6 +93,8 @@ PAGES = {
 }
 
 
+# a section of a page whose blocks run in a group of their own (page, heading) -> group
+SECTIONS = {("docs/getting-started.md", "## A first result from Spark"): "start-spark"}
 # its commands need a cluster of their own: run by test_local_cluster_walkthrough
 LOCAL_CLUSTER = ROOT / "docs/guides/local-cluster.md"
 
@@ -171,10 +173,20 @@ def every_block() -> list[Block]:
     return [b for page in all_pages() for b in page_blocks(page)]
 
 
+def group_of(block: Block) -> str | None:
+    """The group that runs ``block`` (its section's, else its page's)."""
+    return SECTIONS.get((block.name, block.heading), PAGES.get(block.name))
+
+
 def python_blocks(group: str) -> list[Block]:
-    """The python blocks of ``group``'s pages, in order."""
-    pages = [ROOT / p for p, g in PAGES.items() if g == group]
-    return [b for page in pages for b in page_blocks(page) if b.lang == "python"]
+    """The python blocks of ``group``, in the pages' order."""
+    pages = [ROOT / p for p in PAGES]
+    return [
+        b
+        for page in pages
+        for b in page_blocks(page)
+        if b.lang == "python" and group_of(b) == group
+    ]
 
 
 @dataclass(frozen=True)
@@ -296,9 +308,9 @@ def test_every_block_is_run_or_skipped() -> None:
     """Every python block is on a page of a group, every group has a block, and every bash
     command is run or skipped for a named reason."""
     blocks = every_block()
-    orphans = [str(b) for b in blocks if b.lang == "python" and b.name not in PAGES]
+    orphans = [str(b) for b in blocks if b.lang == "python" and group_of(b) is None]
     assert not orphans, f"python blocks on pages of no group (add the page to PAGES): {orphans}"
-    for group in set(PAGES.values()):
+    for group in {*PAGES.values(), *SECTIONS.values()}:
         assert python_blocks(group), f"group {group!r} has no block"
     unknown = [
         f"{c.page}:{c.line}: {c.text}"
@@ -381,13 +393,25 @@ def test_generated_reference_pages_are_current() -> None:
 
 
 def shown_output(group: str) -> str | None:
-    """The ```text block a group's page shows after its python blocks ("It prints:")."""
-    for page in [ROOT / p for p, g in PAGES.items() if g == group]:
-        blocks = page_blocks(page)
-        for before, after in itertools.pairwise(blocks):
-            if before.lang == "python" and after.lang == "text":
+    """The ```text block a page shows right after a python block of ``group``."""
+    for page in [ROOT / p for p in PAGES]:
+        for before, after in itertools.pairwise(page_blocks(page)):
+            if before.lang == "python" and group_of(before) == group and after.lang == "text":
                 return after.source
     return None
+
+
+@pytest.mark.server
+@pytest.mark.spark
+@pytest.mark.slow
+def test_getting_started_spark_result_is_what_it_shows(tmp_path: Path) -> None:
+    """Getting started's Spark block on a real local Spark and a fresh server prints the
+    table the page shows."""
+    with LocalServer(tmp_path / "server") as srv:
+        blocks = python_blocks("start-spark")
+        out = run_cells(blocks, Addresses(server=srv.target), tmp_path, 480)
+    shown = shown_output("start-spark")
+    assert shown is not None and out == shown, f"it printed {out!r}, the page shows {shown!r}"
 
 
 @pytest.mark.server

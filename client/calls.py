@@ -43,7 +43,7 @@ from .errors import (
     RedirectLoopError,
     UnavailableError,
 )
-from .rows import Rows, encode_rows
+from .rows import Rows, Schema, encode_rows
 
 if TYPE_CHECKING:
     from .cluster_map import Topology
@@ -303,10 +303,13 @@ def delete_key(stream: str, key: Key) -> Call[pb.DeleteKeyResponse, None]:
     return Call("DeleteKey", req, _nothing, False, stream)
 
 
-def schema_of(info: StreamInfo) -> dict[str, str]:
-    """A stream's column types by name, the timestamp field included (how appends type rows)."""
-    s = {f.name: str(f.type) for f in info.spec.fields}
-    s[info.spec.timestamp_field] = "TIMESTAMP"
+def schema_of(info: StreamInfo) -> Schema:
+    """A stream's column types by name, the timestamp field included (how appends type rows),
+    and how its plain-number timestamps read."""
+    spec = info.spec
+    s = Schema({f.name: str(f.type) for f in spec.fields})
+    s[spec.timestamp_field] = "TIMESTAMP"
+    s.ts_field, s.ts_unit, s.wall_clock = spec.timestamp_field, spec.ts_unit, spec.wall_clock
     return s
 
 

@@ -28,6 +28,7 @@ EPILOG_STREAMS = """examples:
   mtawindows streams list
   mtawindows streams create cpu --field load:DOUBLE --field host:STRING --timestamp ts
   mtawindows streams create sensors --field temp:DOUBLE --late drop --lateness 5s
+  mtawindows streams create ticks --field px:DOUBLE --ts-unit ms   # numbers are milliseconds
   mtawindows streams create hosts --field load:DOUBLE --field host:STRING --key host \\
       --key-groups 64 --key-ttl 1h          # keyed: each window holds one per host
   mtawindows streams get cpu
@@ -47,7 +48,8 @@ EPILOG_APPEND = """examples:
   mtawindows append cpu rows.csv                        # header: ts,load,host
   cat rows.jsonl | mtawindows append cpu - --format jsonl --batch-rows 5000
   mtawindows append cpu rows.csv --producer-id loader-1 --start-sequence 1
-timestamps: integers (nanoseconds) or RFC 3339 text ("2024-05-01T12:00:00Z")
+timestamps: RFC 3339 text ("2024-05-01T12:00:00Z"), or numbers in the stream's unit
+(streams create --ts-unit; default nanoseconds)
 """
 EPILOG_QUERY = """examples:
   mtawindows query cpu last_hour
@@ -247,6 +249,18 @@ def _add_streams(sub: Any) -> None:
         help="name:TYPE[:nan] (DOUBLE INT64 STRING BOOL TIMESTAMP)",
     )
     a.add_argument("--timestamp", default="ts", help="the timestamp column")
+    a.add_argument(
+        "--ts-unit",
+        choices=("s", "ms", "us", "ns"),
+        default="ns",
+        help="the unit of timestamps given as plain numbers (default ns; RFC 3339 text carries "
+        "its own)",
+    )
+    a.add_argument(
+        "--not-wall-clock",
+        action="store_true",
+        help="the timestamps are not dates (sequence numbers): take numbers before 1990 too",
+    )
     a.add_argument(
         "--late",
         choices=("reject", "drop"),
@@ -488,7 +502,9 @@ def _rows(stream: Iterable[str], fmt: str, schema: dict[str, str]) -> Iterator[d
         if t == "TIMESTAMP":
             if isinstance(v, str):
                 if re.fullmatch(r"-?\d+", v.strip()):
-                    return int(v)
+                    return int(v)  # a plain number: read in the stream's ts_unit
+                if re.fullmatch(r"-?\d+\.\d*", v.strip()):
+                    return float(v)  # (refused unless the unit is coarser than ns)
                 try:
                     return to_nanos(v)
                 except TypeError as ex:
@@ -697,6 +713,8 @@ def _streams(c: Any, args: argparse.Namespace, out: Presenter) -> None:
             key=args.key,
             key_groups=args.key_groups,
             key_ttl=args.key_ttl,
+            ts_unit=args.ts_unit,
+            wall_clock=not args.not_wall_clock,
         )
         info = c.create_stream(spec)
         out.emit(info, out.stream(info, "created stream"))
@@ -775,7 +793,7 @@ def guarded(command: Callable[[argparse.Namespace], int], args: argparse.Namespa
                 file=sys.stderr,
             )
         return 1
-    except (OSError, ValueError) as ex:
+    except (OSError, ValueError, TypeError) as ex:  # a bad file, value or type: said once
         print(f"error: {ex}", file=sys.stderr)
         return 1
 

@@ -130,6 +130,10 @@ class Presenter:
         )
         lines = [f"{head} {spec.name}: {fields}"]
         extra = [f"late rows {spec.late_policy}"]
+        if getattr(spec, "ts_unit", "ns") != "ns":
+            extra.append(f"plain-number timestamps in {spec.ts_unit}")
+        if not getattr(spec, "wall_clock", True):
+            extra.append("timestamps are not dates")
         if spec.allowed_lateness:
             extra.append(f"reordered up to {_duration(spec.allowed_lateness)}")
         if spec.key:

@@ -122,3 +122,35 @@ def _flags(parser: argparse.ArgumentParser, path: str) -> list[tuple[str, str]]:
 def test_every_flag_has_help_text() -> None:
     missing = _flags(build_parser(), "mtawindows")
     assert not missing, f"flags without help text: {missing}"
+
+
+def test_plain_number_timestamps_in_the_streams_unit(server: LocalServer, tmp_path: Path) -> None:
+    t = server.target
+    r = cli(t, "streams", "create", "secs", "--field", "v:DOUBLE", "--ts-unit", "s")
+    assert r.returncode == 0, r.stderr
+    assert "plain-number timestamps in s" in r.stdout
+    assert (
+        cli(
+            t, "windows", "create", "secs", "w", "--agg", "n=count", "--policy", "count:9"
+        ).returncode
+        == 0
+    )
+    rows = tmp_path / "secs.csv"
+    rows.write_text("ts,v\n1767268800,1.0\n1767268801.5,2.0\n")
+    r = cli(t, "append", "secs", str(rows))
+    assert r.returncode == 0, r.stderr
+    assert "(newest row 2026-01-01T12:00:01.5Z)" in cli(t, "query", "secs", "w").stdout
+    r = cli(t, "streams", "create", "nanos", "--field", "v:DOUBLE")
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "ints.csv").write_text("ts,v\n1767268800,1.0\n")
+    r = cli(t, "append", "nanos", str(tmp_path / "ints.csv"))  # seconds read as nanoseconds
+    assert r.returncode == 1
+    assert "before 1990" in r.stderr and "1970-01-01T00:00:01.7672688Z" in r.stderr, r.stderr
+    assert json.loads(cli(t, "streams", "get", "nanos", "--json").stdout)["rows_appended"] == 0
+    r = cli(t, "append", "nanos", str(rows))  # a float on a stream of nanoseconds: a guess
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.count("error:") == 1 and "float" in r.stderr, r.stderr
+    r = cli(t, "streams", "create", "seq", "--field", "v:DOUBLE", "--not-wall-clock")
+    assert r.returncode == 0 and "timestamps are not dates" in r.stdout, r.stdout
+    (tmp_path / "seq.csv").write_text("ts,v\n1,1.0\n2,2.0\n")
+    assert cli(t, "append", "seq", str(tmp_path / "seq.csv")).returncode == 0

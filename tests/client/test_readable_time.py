@@ -92,3 +92,74 @@ def test_a_float_timestamp_is_refused_saying_what_to_send(client: WindowClient) 
     assert "column 'ts'" in text and "float" in text and "RFC 3339" in text
     assert text.count("expected a timestamp") == 1  # said once
     assert client.get_stream("t_float").rows_appended == 0
+
+
+# -- plain numbers: the stream's unit, and no row before 1990 by accident
+
+S = 1_767_268_800  # 2026-01-01T12:00:00Z in seconds
+
+
+def _unit_stream(c: WindowClient, name: str, **kw: Any) -> None:
+    c.create_stream(StreamSpec(name, (Field("v", "DOUBLE"),), **kw))
+    c.create_window(WindowSpec(name, "w", (Aggregation("last", "max", "ts"),), Policy.count(100)))
+
+
+@pytest.mark.parametrize(
+    ("unit", "plain", "ns"),
+    [
+        ("s", S, NS),
+        ("s", S + 0.25, NS + 250_000_000),  # a float where the unit is coarser than a ns
+        ("ms", S * 1000 + 7, NS + 7_000_000),
+        ("us", S * 10**6 + 3, NS + 3_000),
+        ("ns", NS + 1, NS + 1),
+    ],
+)
+def test_plain_numbers_read_in_the_streams_unit(
+    client: WindowClient, unit: str, plain: Any, ns: int
+) -> None:
+    name = f"u_{unit}_{type(plain).__name__}"
+    _unit_stream(client, name, ts_unit=unit)
+    assert client.get_stream(name).spec.ts_unit == unit  # kept by the server
+    client.append(name, {"ts": [plain], "v": [1.0]})
+    r = client.query(name, "w")
+    assert (r.timestamp, r.values["last"]) == (ns, ns)
+
+
+def test_arrow_integers_read_in_the_streams_unit(client: WindowClient) -> None:
+    import pyarrow as pa
+
+    _unit_stream(client, "u_arrow", ts_unit="ms")
+    client.append("u_arrow", pa.table({"ts": pa.array([S * 1000], pa.int64()), "v": [1.0]}))
+    assert client.query("u_arrow", "w").timestamp == NS
+    with pytest.raises(ValueError, match="before 1990"):
+        client.append("u_arrow", pa.table({"ts": pa.array([S], pa.int64()), "v": [1.0]}))
+
+
+@pytest.mark.parametrize("rows", [{"ts": [S], "v": [1.0]}, [{"ts": np.int64(S), "v": 1.0}]])
+def test_seconds_on_a_nanosecond_stream_are_refused_naming_unit_and_date(
+    client: WindowClient, rows: Any
+) -> None:
+    name = f"u_default_{type(rows).__name__}"
+    _unit_stream(client, name)
+    with pytest.raises(ValueError) as err:
+        client.append(name, rows)
+    text = str(err.value)
+    assert "read as nanoseconds" in text and "'ns'" in text
+    assert "1970-01-01T00:00:01.7672688Z" in text and "before 1990" in text
+    assert "ts_unit" in text and "wall_clock=False" in text
+    assert client.get_stream(name).rows_appended == 0  # nothing was sent
+
+
+def test_a_stream_of_sequence_numbers_takes_any_number(client: WindowClient) -> None:
+    _unit_stream(client, "u_seq", wall_clock=False)
+    assert client.get_stream("u_seq").spec.wall_clock is False
+    client.append("u_seq", {"ts": [1, 2, 3], "v": [1.0, 2.0, 3.0]})
+    assert client.query("u_seq", "w").values["last"] == 3
+
+
+def test_datetimes_need_no_unit_and_are_not_scaled(client: WindowClient) -> None:
+    _unit_stream(client, "u_dt", ts_unit="s")
+    client.append("u_dt", {"ts": [datetime(2026, 1, 1, 12, tzinfo=UTC)], "v": [1.0]})
+    client.append("u_dt", {"ts": ["2026-01-01T12:00:01Z"], "v": [1.0]})
+    client.append("u_dt", {"ts": np.array([S + 2], "datetime64[s]"), "v": [1.0]})
+    assert client.query("u_dt", "w").timestamp == NS + 2 * 10**9

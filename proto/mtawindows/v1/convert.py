@@ -192,6 +192,8 @@ def stream_spec_to_proto(s: StreamSpec) -> pb.StreamSpec:
         key=s.key,
         key_groups=s.key_groups,
         key_ttl=duration_to_proto(s.key_ttl),
+        ts_unit="" if s.ts_unit == "ns" else s.ts_unit,
+        not_wall_clock=not s.wall_clock,
     )
 
 
@@ -220,6 +222,8 @@ def stream_spec_from_proto(m: pb.StreamSpec) -> StreamSpec:
         key=m.key,
         key_groups=m.key_groups,
         key_ttl=ttl,
+        ts_unit=m.ts_unit or "ns",
+        wall_clock=not m.not_wall_clock,
     )
 
 

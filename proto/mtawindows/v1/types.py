@@ -118,6 +118,8 @@ class FieldType(StrEnum):
 
 FIELD_TYPES = tuple(t.value for t in FieldType)
 LATE_POLICIES = ("REJECT", "DROP")
+# units a stream may read plain-number timestamps in, with nanoseconds per unit
+TS_UNITS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
 ALGORITHMS = ("AMTA", "LMTA")
 STORAGE_KINDS = ("redis", "memory")
 POLICY_KINDS = ("count", "time_range", "bounded_sum", "max_sub_window", "expression")
@@ -152,6 +154,13 @@ class StreamSpec:
     the keys hash into, the unit of ownership and journaling; ``key_ttl`` drops a key that took
     no row for that long.
 
+    ``ts_unit``: how the SDK, the CLI and the connector read a timestamp given as a plain number
+    (``"s"``, ``"ms"``, ``"us"`` or ``"ns"``, the default); ``datetime``, numpy/pandas/Arrow
+    timestamps and RFC 3339 text carry their own. On the wire a timestamp is always int
+    nanoseconds. With ``wall_clock`` (the default) they refuse a plain number that would put a
+    row before 1990 in that unit (seconds read as nanoseconds fall in 1970); a stream whose
+    timestamps are not dates (sequence numbers) says ``wall_clock=False``.
+
     ``late_policy``: ``"REJECT"`` (a batch with a row older than the newest fails, nothing
     applied) or ``"DROP"`` (late rows are skipped and counted); with ``DROP``,
     ``allowed_lateness`` reorders rows up to that much late instead of dropping them."""
@@ -166,9 +175,20 @@ class StreamSpec:
     key: str = ""
     key_groups: int = 0
     key_ttl: timedelta = timedelta(0)
+    # how the SDK, the CLI and the connector read plain numbers as timestamps (the wire is
+    # always nanoseconds); ``wall_clock=False``: the timestamps are not dates (sequence
+    # numbers), so no number is refused as "before 1990"
+    ts_unit: str = "ns"
+    wall_clock: bool = True
 
     def __post_init__(self) -> None:
         _check_type("StreamSpec", "name", self.name, str)
+        object.__setattr__(
+            self,
+            "ts_unit",
+            _enum("StreamSpec", "ts_unit", self.ts_unit, tuple(TS_UNITS), upper=False),
+        )
+        _check_type("StreamSpec", "wall_clock", self.wall_clock, bool)
         _check_type("StreamSpec", "key", self.key, str)
         _check_type("StreamSpec", "key_groups", self.key_groups, int)
         _check_duration("StreamSpec", "key_ttl", self.key_ttl, upper=False)

@@ -161,7 +161,7 @@ class FieldSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[FieldType, str]] = ..., allow_nan: _Optional[bool] = ...) -> None: ...
 
 class StreamSpec(_message.Message):
-    __slots__ = ("name", "timestamp_field", "fields", "late_policy", "allowed_lateness", "key", "key_groups", "key_ttl")
+    __slots__ = ("name", "timestamp_field", "fields", "late_policy", "allowed_lateness", "key", "key_groups", "key_ttl", "ts_unit", "not_wall_clock")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_FIELD_NUMBER: _ClassVar[int]
     FIELDS_FIELD_NUMBER: _ClassVar[int]
@@ -170,6 +170,8 @@ class StreamSpec(_message.Message):
     KEY_FIELD_NUMBER: _ClassVar[int]
     KEY_GROUPS_FIELD_NUMBER: _ClassVar[int]
     KEY_TTL_FIELD_NUMBER: _ClassVar[int]
+    TS_UNIT_FIELD_NUMBER: _ClassVar[int]
+    NOT_WALL_CLOCK_FIELD_NUMBER: _ClassVar[int]
     name: str
     timestamp_field: str
     fields: _containers.RepeatedCompositeFieldContainer[FieldSpec]
@@ -178,7 +180,9 @@ class StreamSpec(_message.Message):
     key: str
     key_groups: int
     key_ttl: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., timestamp_field: _Optional[str] = ..., fields: _Optional[_Iterable[_Union[FieldSpec, _Mapping]]] = ..., late_policy: _Optional[_Union[LatePolicy, str]] = ..., allowed_lateness: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., key: _Optional[str] = ..., key_groups: _Optional[int] = ..., key_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    ts_unit: str
+    not_wall_clock: bool
+    def __init__(self, name: _Optional[str] = ..., timestamp_field: _Optional[str] = ..., fields: _Optional[_Iterable[_Union[FieldSpec, _Mapping]]] = ..., late_policy: _Optional[_Union[LatePolicy, str]] = ..., allowed_lateness: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., key: _Optional[str] = ..., key_groups: _Optional[int] = ..., key_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., ts_unit: _Optional[str] = ..., not_wall_clock: _Optional[bool] = ...) -> None: ...
 
 class StreamInfo(_message.Message):
     __slots__ = ("spec", "windows", "rows_appended", "rows_late", "batches_appended", "batches_duplicate", "newest_timestamp", "rows_buffered", "keys", "keys_expired")

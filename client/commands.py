@@ -775,7 +775,7 @@ def guarded(command: Callable[[argparse.Namespace], int], args: argparse.Namespa
                 file=sys.stderr,
             )
         return 1
-    except (OSError, ValueError) as ex:
+    except (OSError, ValueError, TypeError) as ex:  # a bad file, value or type: said once
         print(f"error: {ex}", file=sys.stderr)
         return 1
 

@@ -122,3 +122,12 @@ def _flags(parser: argparse.ArgumentParser, path: str) -> list[tuple[str, str]]:
 def test_every_flag_has_help_text() -> None:
     missing = _flags(build_parser(), "mtawindows")
     assert not missing, f"flags without help text: {missing}"
+
+
+def test_a_bad_timestamp_in_a_file_is_one_error_line(server: LocalServer, tmp_path: Path) -> None:
+    t = server.target
+    assert cli(t, "streams", "create", "floats", "--field", "v:DOUBLE").returncode == 0
+    (tmp_path / "f.jsonl").write_text('{"ts": 1.5, "v": 1.0}\n')
+    r = cli(t, "append", "floats", str(tmp_path / "f.jsonl"))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.count("error:") == 1 and "float" in r.stderr, r.stderr

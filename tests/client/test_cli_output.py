@@ -154,3 +154,12 @@ def test_plain_number_timestamps_in_the_streams_unit(server: LocalServer, tmp_pa
     assert r.returncode == 0 and "timestamps are not dates" in r.stdout, r.stdout
     (tmp_path / "seq.csv").write_text("ts,v\n1,1.0\n2,2.0\n")
     assert cli(t, "append", "seq", str(tmp_path / "seq.csv")).returncode == 0
+
+
+def test_a_bad_timestamp_in_a_file_is_one_error_line(server: LocalServer, tmp_path: Path) -> None:
+    t = server.target
+    assert cli(t, "streams", "create", "floats", "--field", "v:DOUBLE").returncode == 0
+    (tmp_path / "f.jsonl").write_text('{"ts": 1.5, "v": 1.0}\n')
+    r = cli(t, "append", "floats", str(tmp_path / "f.jsonl"))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.count("error:") == 1 and "float" in r.stderr, r.stderr

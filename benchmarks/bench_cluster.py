@@ -638,7 +638,7 @@ def bench_scaling(cluster: Cluster, report: Report, sizes: Sizes, redis_pid: int
     for name in streams:
         create(
             cluster,
-            StreamSpec(name, (Field("x", "DOUBLE"),)),
+            StreamSpec(name, (Field("x", "DOUBLE"),), wall_clock=False),
             [WindowSpec(name, "w", AGGS, Policy.count(100_000), storage=Storage(durable=True))],
         )  # fmt: skip
     runs: dict[str, list[dict[str, Any]]] = {}
@@ -735,7 +735,7 @@ def bench_failover(cluster: Cluster, report: Report, sizes: Sizes) -> None:
             storage = Storage("redis", durable=durable)
             create(
                 cluster,
-                StreamSpec(name, (Field("x", "DOUBLE"),)),
+                StreamSpec(name, (Field("x", "DOUBLE"),), wall_clock=False),
                 [WindowSpec(name, "w", AGGS, Policy.count(100_000_000), storage=storage)],
             )
             pair.append(FailoverStream(name, durable, f"bench-{name}"))
@@ -893,7 +893,7 @@ def bench_ingest(report: Report, sizes: Sizes, url: str, redis_label: str) -> No
             ours, _ = leases.acquire(c.name)
             assert ours is not None, c.name
             fence = fences[c.name] = Fence(leases.keys(c.name)[1], ours.token)
-        reg.create_stream(StreamSpec(c.name, (Field("x", "DOUBLE"),)), fence)
+        reg.create_stream(StreamSpec(c.name, (Field("x", "DOUBLE"),), wall_clock=False), fence)
         storage = Storage("redis", durable=c.durable)
         reg.create_window(WindowSpec(c.name, "w", AGGS, Policy.count(sizes.ingest_window), storage=storage))  # fmt: skip
         s = reg.stream(c.name)
@@ -1030,7 +1030,7 @@ def filler_main(cfg: dict[str, Any]) -> None:
         ours, _ = leases.acquire(name)
         assert ours is not None, name
         fence = Fence(leases.keys(name)[1], ours.token)
-        reg.create_stream(StreamSpec(name, (Field("x", "DOUBLE"),)), fence)
+        reg.create_stream(StreamSpec(name, (Field("x", "DOUBLE"),), wall_clock=False), fence)
         storage = Storage("redis", durable=True)
         reg.create_window(WindowSpec(name, "w", AGGS, Policy.count(items), storage=storage))
         reg.stream(name).append(cols, max_rows=max(items, 500_000))

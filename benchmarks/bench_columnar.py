@@ -136,7 +136,7 @@ def time_service(
         LocalServer(d, env=env) as srv,
         WindowClient(srv.target, timeout=120) as c,
     ):
-        c.create_stream(StreamSpec("s", (Field("v", "DOUBLE"),)))
+        c.create_stream(StreamSpec("s", (Field("v", "DOUBLE"),), wall_clock=False))
         aggs = (Aggregation("m", "max", "v"), Aggregation("s", "sum", "v"))
         policy = Policy.time_range(timedelta(seconds=60))
         c.create_window(WindowSpec("s", "w", aggs, policy, "AMTA", Storage("redis")))

@@ -161,7 +161,12 @@ def main(argv: list[str] | None = None) -> None:
         with server:
             client = WindowClient(server.target)
             client.create_stream(
-                StreamSpec(STREAM, (Field("host", "STRING"), Field("v", "DOUBLE")), key="host")
+                StreamSpec(
+                    STREAM,
+                    (Field("host", "STRING"), Field("v", "DOUBLE")),
+                    key="host",
+                    wall_clock=False,
+                )
             )
             client.create_window(
                 WindowSpec(

@@ -865,6 +865,7 @@ def run(bench: Bench, args: argparse.Namespace) -> None:
             (Field("host", "STRING"), Field("x", "DOUBLE")),
             key="host",
             key_groups=args.groups,
+            wall_clock=False,
         )
         window = WindowSpec(
             STREAM,

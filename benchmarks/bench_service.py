@@ -57,7 +57,7 @@ def batches(n_batches: int, size: int, t0: int = 0) -> list[Any]:
 
 
 def setup(c: WindowClient, windows: int, stream: str = "s") -> None:
-    c.create_stream(StreamSpec(stream, (Field("v", "DOUBLE"),)))
+    c.create_stream(StreamSpec(stream, (Field("v", "DOUBLE"),), wall_clock=False))
     for i in range(windows):
         c.create_window(WindowSpec(stream, f"w{i}", AGGS, Policy.count(1_000_000)))
 
@@ -118,7 +118,7 @@ def cel_vs_builtin(n: int) -> dict[str, float]:
     from mtawindows.server.engine.amta import AmortizedMTA
     from mtawindows.server.service.window_builder import build_window
 
-    stream = StreamSpec("s", (Field("v", "DOUBLE"),))
+    stream = StreamSpec("s", (Field("v", "DOUBLE"),), wall_clock=False)
     aggs = (Aggregation("n", "count"), Aggregation("ts_max", "max", "ts"))
     rng = timedelta(microseconds=500)  # 500_000 ns: a window of ~500 rows below
     built_in = build_window(stream, WindowSpec("s", "b", aggs, Policy.time_range(rng)))

@@ -99,7 +99,9 @@ def case_mtawindows(df: Any, target: str, c: WindowClient, w: int) -> Callable[[
     from mtawindows.spark_connector import sliding_aggregate
 
     name = f"bench{w}x{target.count(',') + 1}"
-    c.create_stream(StreamSpec(name, (Field("value", "DOUBLE"),), timestamp_field="ts"))
+    c.create_stream(
+        StreamSpec(name, (Field("value", "DOUBLE"),), timestamp_field="ts", wall_clock=False)
+    )
     c.create_window(
         WindowSpec(
             name,

@@ -181,7 +181,9 @@ def subscribers(
         args += ("--max-subscribers", str(n + 10))
     with LocalServer(tmp / f"{mode}{n}", *args) as srv, WindowClient(srv.target) as c:
         pid = srv.pid
-        c.create_stream(StreamSpec("s", (Field("v", "DOUBLE"), Field("tag", "STRING"))))
+        c.create_stream(
+            StreamSpec("s", (Field("v", "DOUBLE"), Field("tag", "STRING")), wall_clock=False)
+        )
         c.create_window(WindowSpec("s", "w", SUB_AGGS, Policy.count(1000)))
         tag = "x" * value_bytes
         for i in range(50):  # warm up
@@ -265,9 +267,9 @@ def cel(label: str, tmp: Path, budget: float) -> list[dict[str, Any]]:
     args = ("--log-level", "warning", "--max-message-mb", "16")
     with LocalServer(tmp / "cel", *args) as srv, WindowClient(srv.target, timeout=120) as c:
         pid = srv.pid
-        c.create_stream(StreamSpec("s", (Field("v", "DOUBLE"),)))
+        c.create_stream(StreamSpec("s", (Field("v", "DOUBLE"),), wall_clock=False))
         c.create_window(WindowSpec("s", "w", AGGS, Policy.count(1000)))
-        c.create_stream(StreamSpec("other", (Field("v", "DOUBLE"),)))
+        c.create_stream(StreamSpec("other", (Field("v", "DOUBLE"),), wall_clock=False))
         c.create_window(WindowSpec("other", "w", AGGS, Policy.count(1000)))
         for k, (name, text) in enumerate(cases.items()):
             stop = threading.Event()

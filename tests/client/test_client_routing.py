@@ -141,7 +141,10 @@ class FakeMember(pb_grpc.WindowServiceServicer):
     def GetStream(self, request: Any, context: grpc.ServicerContext) -> pb.StreamInfo:
         self._check("GetStream", request.name, context)
         spec = pb.StreamSpec(
-            name=request.name, timestamp_field="ts", fields=[pb.FieldSpec(name="x", type=pb.DOUBLE)]
+            name=request.name,
+            timestamp_field="ts",
+            fields=[pb.FieldSpec(name="x", type=pb.DOUBLE)],
+            not_wall_clock=True,  # the tests' timestamps: small numbers
         )
         return pb.StreamInfo(spec=spec)
 
@@ -784,7 +787,7 @@ def test_the_connector_uses_one_cluster_aware_client(cluster: FakeCluster) -> No
 def pb_stream(name: str) -> Any:
     from mtawindows.client import Field, StreamSpec
 
-    return StreamSpec(name, (Field("x", "DOUBLE"),), timestamp_field="ts")
+    return StreamSpec(name, (Field("x", "DOUBLE"),), timestamp_field="ts", wall_clock=False)
 
 
 def pb_window(stream: str) -> Any:

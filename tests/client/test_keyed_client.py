@@ -93,7 +93,9 @@ def client(mtawindows_server: LocalServer) -> Iterator[WindowClient]:
 def _keyed(c: WindowClient) -> Oracle:
     """The stream ``hosts`` keyed by ``host``, its window ``w``, one append of rows of every
     host (their counts differ); the oracle of it."""
-    spec = StreamSpec("hosts", (Field("host", "STRING"), Field("v", "DOUBLE")), key="host")
+    spec = StreamSpec(
+        "hosts", (Field("host", "STRING"), Field("v", "DOUBLE")), key="host", wall_clock=False
+    )
     info = c.create_stream(spec)
     assert info.spec.key == "host"
     c.create_window(WINDOW)
@@ -194,7 +196,7 @@ def test_keyed_and_unkeyed_calls_refuse_the_other_kind(client: WindowClient) -> 
         client.query("hosts", "w")  # a keyed stream's window needs a key
     assert info.value.reason == Reason.NOT_KEYED
 
-    client.create_stream(StreamSpec("plain", (Field("v", "DOUBLE"),)))
+    client.create_stream(StreamSpec("plain", (Field("v", "DOUBLE"),), wall_clock=False))
     client.create_window(WindowSpec("plain", "w", WINDOW.aggregations, WINDOW.policy))
     client.append("plain", {"ts": [1, 2], "v": [1.0, 2.0]})
     assert client.query("plain", "w").values["s"] == 3.0
@@ -210,7 +212,13 @@ def test_keyed_and_unkeyed_calls_refuse_the_other_kind(client: WindowClient) -> 
 
 
 def test_an_int64_key_is_named_by_its_decimal_text(client: WindowClient) -> None:
-    spec = StreamSpec("ids", (Field("id", "INT64"), Field("v", "DOUBLE")), key="id", key_groups=8)
+    spec = StreamSpec(
+        "ids",
+        (Field("id", "INT64"), Field("v", "DOUBLE")),
+        key="id",
+        key_groups=8,
+        wall_clock=False,
+    )
     client.create_stream(spec)
     got = client.get_stream("ids").spec
     assert (got.key, got.key_groups) == ("id", 8)

@@ -87,6 +87,7 @@ def new_stream(c: WindowClient) -> str:
         late_policy="DROP",
         key="host",
         key_groups=GROUPS,
+        wall_clock=False,  # timestamps: small numbers
     )
     c.create_stream(spec)
     c.create_window(
@@ -238,7 +239,11 @@ def test_a_late_row_refused_in_a_part_is_named_by_its_input_row(cluster: LocalCl
         name = f"kr{uuid.uuid4().hex[:8]}"
         c.create_stream(
             StreamSpec(
-                name, (Field("host", "STRING"), Field("v", "DOUBLE")), key="host", key_groups=GROUPS
+                name,
+                (Field("host", "STRING"), Field("v", "DOUBLE")),
+                key="host",
+                key_groups=GROUPS,
+                wall_clock=False,
             )
         )
         c.create_window(WindowSpec(name, "w", (Aggregation("n", "count"),), Policy.count(LAST)))

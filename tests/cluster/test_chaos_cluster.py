@@ -49,7 +49,7 @@ def test_kill_and_restart_servers_at_random_and_lose_no_acknowledged_row(
     names = [f"chaos{i}" for i in range(STREAMS)]
     with WindowClient(seeds, retry_time=30) as c:
         for n in names:
-            c.create_stream(StreamSpec(n, (Field("x", "DOUBLE"),)))
+            c.create_stream(StreamSpec(n, (Field("x", "DOUBLE"),), wall_clock=False))
             c.create_window(
                 WindowSpec(
                     n,

@@ -48,7 +48,11 @@ def test_kill_and_restart_servers_under_a_keyed_stream_of_10k_keys_and_lose_noth
     seeds = ",".join(cluster.targets)
     keys = [f"dev-{i:05d}" for i in range(KEYS)]
     with WindowClient(seeds, retry_time=30) as c:
-        c.create_stream(StreamSpec(NAME, (Field("dev", "STRING"), Field("x", "DOUBLE")), key="dev"))
+        c.create_stream(
+            StreamSpec(
+                NAME, (Field("dev", "STRING"), Field("x", "DOUBLE")), key="dev", wall_clock=False
+            )
+        )
         c.create_window(
             WindowSpec(
                 NAME,

@@ -111,7 +111,7 @@ def test_partitions_at_random_lose_nothing_and_surface_nothing(nodes: list[Node]
     aggs = (Aggregation("n", "count"), Aggregation("s", "sum", "x"))
     with WindowClient(seeds, retry_time=30) as c:
         for name in names:
-            c.create_stream(StreamSpec(name, (Field("x", "DOUBLE"),)))
+            c.create_stream(StreamSpec(name, (Field("x", "DOUBLE"),), wall_clock=False))
             c.create_window(
                 WindowSpec(
                     name, "w", aggs, Policy.count(10**6), storage=Storage("redis", durable=True)

@@ -167,7 +167,7 @@ def _make(reg: Registry, own: Ownership, name: str, durable: bool = True) -> Non
     from mtawindows.v1.types import Aggregation, Policy, Storage, WindowSpec
 
     fence = own.claim(name)
-    reg.create_stream(StreamSpec(name, (Field("x", "DOUBLE"),)), fence)
+    reg.create_stream(StreamSpec(name, (Field("x", "DOUBLE"),), wall_clock=False), fence)
     reg.create_window(
         WindowSpec(
             name,
@@ -260,7 +260,10 @@ def _reason(ex: grpc.RpcError) -> tuple[str, dict[str, str]]:
 
 def _spec(name: str) -> pb.StreamSpec:
     return pb.StreamSpec(
-        name=name, timestamp_field="ts", fields=[pb.FieldSpec(name="x", type=pb.DOUBLE)]
+        name=name,
+        timestamp_field="ts",
+        fields=[pb.FieldSpec(name="x", type=pb.DOUBLE)],
+        not_wall_clock=True,  # timestamps: small numbers
     )
 
 

@@ -72,7 +72,9 @@ def new_name(prefix: str = "c") -> str:
 def make(c: WindowClient, name: str) -> None:
     """Stream ``name`` with window ``w``, durable: every acknowledged batch is journaled in
     Redis before the answer (what a new owner reloads after a crash)."""
-    c.create_stream(StreamSpec(name, (Field("x", "DOUBLE"),), timestamp_field="ts"))
+    c.create_stream(
+        StreamSpec(name, (Field("x", "DOUBLE"),), timestamp_field="ts", wall_clock=False)
+    )
     c.create_window(WindowSpec(name, "w", AGGS, Policy.count(1_000_000), storage=DURABLE))
 
 
@@ -155,7 +157,9 @@ def test_the_async_client_routes_the_same_way(cluster: LocalCluster) -> None:
         async with AsyncWindowClient(seed.target, timeout=30) as c:
             for name in names:
                 await c.create_stream(
-                    StreamSpec(name, (Field("x", "DOUBLE"),), timestamp_field="ts")
+                    StreamSpec(
+                        name, (Field("x", "DOUBLE"),), timestamp_field="ts", wall_clock=False
+                    )
                 )
                 await c.create_window(WindowSpec(name, "w", AGGS, Policy.count(100)))
                 await c.append(name, rows(0), producer_id="p", sequence=1)
@@ -188,7 +192,17 @@ def test_the_cli_takes_seeds_and_routes(cluster: LocalCluster, tmp_path: Path) -
     with WindowClient(seed.target, timeout=30) as c:
         name = other_than(c, seed.target, "cli")
     one = ["--target", seed.target]
-    cli("streams", "create", name, "--field", "x:DOUBLE", "--timestamp", "ts", *one)
+    cli(
+        "streams",
+        "create",
+        name,
+        "--field",
+        "x:DOUBLE",
+        "--timestamp",
+        "ts",
+        "--not-wall-clock",
+        *one,
+    )
     cli("windows", "create", name, "w", "--agg", "n=count", "--agg", "total=sum:x",
         "--policy", "count:1000", *one)  # fmt: skip
     data = tmp_path / "rows.csv"
@@ -352,7 +366,9 @@ def test_spark_works_through_one_seed_of_the_cluster(spark: Any, cluster: LocalC
     name = new_name("spark")
     with WindowClient(seed, timeout=60) as c:
         fields = (Field("host", "STRING"), Field("mem", "DOUBLE"))
-        c.create_stream(StreamSpec(name, fields, timestamp_field="ts", key="host"))
+        c.create_stream(
+            StreamSpec(name, fields, timestamp_field="ts", key="host", wall_clock=False)
+        )
         aggs = (
             Aggregation("mx", "max", "mem"),
             Aggregation("total", "sum", "mem"),

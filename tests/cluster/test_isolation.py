@@ -31,7 +31,7 @@ def test_a_member_cut_off_from_redis_refuses_stream_calls_and_reports_its_view(
 ) -> None:
     with LocalCluster(2, "--lease-ms", str(LEASE_MS), data_dir=tmp_path / "c") as cluster:
         with cluster.client() as c:
-            c.create_stream(StreamSpec("s", (Field("x", "DOUBLE"),)))
+            c.create_stream(StreamSpec("s", (Field("x", "DOUBLE"),), wall_clock=False))
             c.create_window(WindowSpec("s", "n", (Aggregation("n", "count"),), Policy.count(10)))
             c.append("s", {"ts": [1], "x": [1.0]}, producer_id="p", sequence=1)
         owner = cluster.owner("s")

@@ -61,7 +61,11 @@ def _window(name: str = "w", durable: bool = True) -> WindowSpec:
 def _create(cluster: LocalCluster) -> None:
     """The stream and its window, created through the SDK (at the stream's owner)."""
     spec = StreamSpec(
-        NAME, (Field("host", "STRING"), Field("x", "DOUBLE")), key="host", key_groups=GROUPS
+        NAME,
+        (Field("host", "STRING"), Field("x", "DOUBLE")),
+        key="host",
+        key_groups=GROUPS,
+        wall_clock=False,
     )
     with cluster.client() as c:
         c.create_stream(spec)

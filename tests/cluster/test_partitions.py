@@ -88,7 +88,9 @@ def placed_on(member: str, members: list[str], prefix: str) -> str:
 def make(c: WindowClient, name: str) -> None:
     """Stream ``name`` with a durable count window ``n``: every acknowledged batch is in
     Redis before the answer, so the count says how many batches were applied."""
-    c.create_stream(StreamSpec(name, (Field("x", "DOUBLE"),), timestamp_field="ts"))
+    c.create_stream(
+        StreamSpec(name, (Field("x", "DOUBLE"),), timestamp_field="ts", wall_clock=False)
+    )
     c.create_window(
         WindowSpec(name, "n", (Aggregation("n", "count"),), Policy.count(10**9), storage=DURABLE)
     )

@@ -270,6 +270,7 @@ def run_campaign(data_dir: Path, *, seed: int, kills: int, deadline: float) -> C
                     (Field("host", "STRING"), Field("v", "DOUBLE")),
                     key="host",
                     key_groups=groups,
+                    wall_clock=False,
                 )
             )
             for spec, _ in WINDOWS:

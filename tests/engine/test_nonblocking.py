@@ -70,7 +70,7 @@ def test_service_defers_a_batch_and_resumes_it_where_it_stopped(redis_url: str) 
     from mtawindows.v1.types import Aggregation, Field, Policy, Storage, StreamSpec, WindowSpec
 
     reg = Registry(redis_url, prefix=f"nbtest{random.randrange(10**9)}")
-    reg.create_stream(StreamSpec("s", (Field("v", "DOUBLE"),)))
+    reg.create_stream(StreamSpec("s", (Field("v", "DOUBLE"),), wall_clock=False))
     aggs = (Aggregation("n", "count"), Aggregation("s", "sum", "v"), Aggregation("f", "first", "v"))
     tiny = Storage("redis", block_size=2, cache_size=2)
     from datetime import timedelta

@@ -478,7 +478,7 @@ def test_compose_servers_as_local_processes(services: dict[str, Any], tmp_path: 
 
             seeds = ",".join(f"127.0.0.1:{p}" for p in ports)
             with WindowClient(seeds) as c:
-                c.create_stream(StreamSpec("t", (Field("x"),)))
+                c.create_stream(StreamSpec("t", (Field("x"),), wall_clock=False))
                 c.create_window(
                     WindowSpec("t", "w", (Aggregation("n", "count"),), Policy.count(10))
                 )

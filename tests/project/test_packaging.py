@@ -141,7 +141,7 @@ def test_the_wheel_installs_and_serves(tmp_path: Path) -> None:
         code = (
             "from mtawindows.client import *\n"
             f"c = WindowClient({target!r})\n"
-            "c.create_stream(StreamSpec('s', (Field('v', 'DOUBLE'),)))\n"
+            "c.create_stream(StreamSpec('s', (Field('v', 'DOUBLE'),), wall_clock=False))\n"
             "c.create_window(WindowSpec('s', 'w', (Aggregation('m', 'max', 'v'),), Policy.count(2)))\n"
             "c.append('s', {'ts': [1, 2, 3], 'v': [5.0, 1.0, 2.0]})\n"
             "print(c.query('s', 'w').values['m'])\n"

@@ -54,9 +54,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.fixture(scope="module")
 def client(server: LocalServer) -> Any:
     with WindowClient(server.target, timeout=120) as c:
-        c.create_stream(StreamSpec("s", (Field("x", "DOUBLE"),)))
+        c.create_stream(StreamSpec("s", (Field("x", "DOUBLE"),), wall_clock=False))
         c.create_window(WindowSpec("s", "w", AGGS, Policy.count(100)))
-        c.create_stream(StreamSpec("other", (Field("x", "DOUBLE"),)))
+        c.create_stream(StreamSpec("other", (Field("x", "DOUBLE"),), wall_clock=False))
         c.create_window(WindowSpec("other", "w", AGGS, Policy.count(100)))
         c.append("s", {"ts": [1, 2, 3], "x": [1.0, 5.0, 2.0]})
         yield c

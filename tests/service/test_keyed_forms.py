@@ -206,6 +206,7 @@ class Scenario:
                 late_policy=cfg.late,
                 key="host",
                 key_groups=cfg.key_groups,
+                wall_clock=False,
             )
         )
         for spec, _ in self.wins:

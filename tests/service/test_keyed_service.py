@@ -97,6 +97,7 @@ class Keyed:
                 key="host",
                 key_groups=key_groups,
                 key_ttl=key_ttl,
+                wall_clock=False,
             )
         )
         for spec, _ in WINDOWS:
@@ -521,7 +522,9 @@ def test_the_key_limit_is_the_servers_across_streams(redis_url: str) -> None:
     reg = Registry(redis_url, limits=Limits(max_keys=3), prefix=prefix)
     try:
         for name in ("s1", "s2"):
-            reg.create_stream(StreamSpec(name, (Field("k", "INT64"),), key="k", key_groups=2))
+            reg.create_stream(
+                StreamSpec(name, (Field("k", "INT64"),), key="k", key_groups=2, wall_clock=False)
+            )
             reg.create_window(WindowSpec(name, "w", (Aggregation("n", "count"),), Policy.count(2)))
         reg.stream("s1").append({"ts": ("TIMESTAMP", [1, 2]), "k": ("INT64", [1, 2])})
         _refused(

@@ -56,7 +56,9 @@ def make_registry(url: str, prefix: str) -> Registry:
 
 def create(reg: Registry) -> None:
     reg.create_stream(
-        StreamSpec(STREAM, (Field("host", "STRING"), Field("v", "DOUBLE")), key="host")
+        StreamSpec(
+            STREAM, (Field("host", "STRING"), Field("v", "DOUBLE")), key="host", wall_clock=False
+        )
     )
     reg.create_window(
         WindowSpec(

@@ -197,7 +197,12 @@ def test_sliding_aggregate_struct_outputs_and_no_key(
 ) -> None:
     name = f"peak{next(_names)}"
     client.create_stream(
-        StreamSpec(name, (Field("mem", "DOUBLE"), Field("job", "STRING")), timestamp_field="at")
+        StreamSpec(
+            name,
+            (Field("mem", "DOUBLE"), Field("job", "STRING")),
+            timestamp_field="at",
+            wall_clock=False,
+        )
     )
     spec = WindowSpec(
         name,
@@ -534,7 +539,9 @@ def test_a_micro_batch_partition_of_a_keyed_stream_late_rows_and_replays(
     for late_policy in ("REJECT", "DROP"):
         name = f"late{next(_names)}"
         fields = (Field("host", "STRING"), Field("mem", "DOUBLE"))
-        client.create_stream(StreamSpec(name, fields, late_policy=late_policy, key="host"))
+        client.create_stream(
+            StreamSpec(name, fields, late_policy=late_policy, key="host", wall_clock=False)
+        )
         aggs = (Aggregation("total", "sum", "mem"), Aggregation("n", "count"))
         client.create_window(WindowSpec(name, "w", aggs, Policy.count(3)))
         client.append(name, {"ts": [(T0 + 4) * 10**9], "host": ["a"], "mem": [100.0]})

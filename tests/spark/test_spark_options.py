@@ -71,18 +71,20 @@ def test_bad_options_name_the_option(options: dict[str, str], message: str) -> N
 
 def test_key_column_must_be_the_streams_key() -> None:
     fields = (Field("host", "STRING"), Field("mem", "DOUBLE"))
-    check_key(StreamSpec("t", fields, key="host"), "host")
-    check_key(StreamSpec("t", fields, key="host"), "")  # no key_column: the stream's own
+    check_key(StreamSpec("t", fields, key="host", wall_clock=False), "host")
+    check_key(
+        StreamSpec("t", fields, key="host", wall_clock=False), ""
+    )  # no key_column: the stream's own
     with pytest.raises(ConnectorError, match=r"option 'key_column': stream 't' is not keyed"):
-        check_key(StreamSpec("t", fields), "host")
+        check_key(StreamSpec("t", fields, wall_clock=False), "host")
     with pytest.raises(
         ConnectorError, match=r"stream 't' is keyed by field 'host', not by key_col 'mem'"
     ):
-        check_key(StreamSpec("t", fields, key="host"), "mem", option="key_col")
+        check_key(StreamSpec("t", fields, key="host", wall_clock=False), "mem", option="key_col")
 
 
 def test_scratch_spec_is_keyed_by_the_key_column() -> None:
-    template = StreamSpec("t", (Field("mem", "DOUBLE"),), timestamp_field="ts")
+    template = StreamSpec("t", (Field("mem", "DOUBLE"),), timestamp_field="ts", wall_clock=False)
     df = StructType(
         [
             StructField("host", StringType()),

@@ -147,7 +147,7 @@ def test_a_journaled_stream_comes_back_exactly_reorder_buffer_included(
     )
     reg = Registry(redis_url, prefix=prefix)
     spec = StreamSpec("r", (Field("v", "DOUBLE"),), late_policy="DROP",
-                      allowed_lateness=timedelta(seconds=5))  # fmt: skip
+                      allowed_lateness=timedelta(seconds=5), wall_clock=False)  # fmt: skip
     reg.create_stream(spec)
     reg.create_window(WindowSpec("r", "d", aggs, Policy.count(300),
                                  storage=Storage(durable=True, block_size=8, cache_size=8)))  # fmt: skip
@@ -195,7 +195,7 @@ def test_a_stream_without_journal_comes_back_at_its_last_flush_consistently(
     prefix = f"nodur{random.randrange(1 << 30)}"
     aggs = (Aggregation("n", "count"), Aggregation("s", "sum", "v"))
     reg = Registry(redis_url, prefix=prefix)
-    reg.create_stream(StreamSpec("r", (Field("v", "DOUBLE"),)))
+    reg.create_stream(StreamSpec("r", (Field("v", "DOUBLE"),), wall_clock=False))
     reg.create_window(WindowSpec("r", "w", aggs, Policy.count(1000)))
     s = reg.stream("r")
 
@@ -248,7 +248,7 @@ def test_appends_whose_deadline_expires_mid_apply_never_run_beside_the_next(
 
     aggs = (Aggregation("n", "count"), Aggregation("s", "sum", "v"), Aggregation("f", "first", "v"))
     with LocalServer(tmp_path / "deadline") as srv, WindowClient(srv.target, timeout=60) as c:
-        c.create_stream(StreamSpec("d", (Field("v", "DOUBLE"),)))
+        c.create_stream(StreamSpec("d", (Field("v", "DOUBLE"),), wall_clock=False))
         c.create_window(WindowSpec("d", "w", aggs, Policy.count(50_000), "LMTA",
                                    Storage(durable=True, block_size=16)))  # fmt: skip
         c.create_window(WindowSpec("d", "m", aggs, Policy.count(50_000), storage=Storage("memory")))

@@ -258,7 +258,7 @@ def run_campaign(
     srv.start()
     try:
         with WindowClient(srv.target, timeout=30) as c:
-            c.create_stream(StreamSpec(STREAM, (Field("v", "DOUBLE"),)))
+            c.create_stream(StreamSpec(STREAM, (Field("v", "DOUBLE"),), wall_clock=False))
             for spec in _windows():
                 c.create_window(spec)
         for k in range(kills):

@@ -466,7 +466,7 @@ def test_a_server_whose_redis_is_blackholed_stops_serving_and_comes_back(
         ) as srv:
             aggs = (Aggregation("n", "count"),)
             with WindowClient(srv.target, timeout=20) as c:
-                c.create_stream(StreamSpec("m", (Field("x"),)))
+                c.create_stream(StreamSpec("m", (Field("x"),), wall_clock=False))
                 c.create_window(WindowSpec("m", "w", aggs, Policy.count(100)))
                 c.append("m", {"ts": [1], "x": [1.0]}, producer_id="p", sequence=1)
                 proxy.blackhole()

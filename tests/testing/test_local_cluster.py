@@ -26,7 +26,7 @@ def test_a_local_cluster_forms_routes_fails_over_and_leaves_nothing_behind() -> 
         names = [f"s{i}" for i in range(12)]
         with cluster.client() as c:
             for name in names:
-                c.create_stream(StreamSpec(name, (Field("x", "DOUBLE"),)))
+                c.create_stream(StreamSpec(name, (Field("x", "DOUBLE"),), wall_clock=False))
             members = sorted(m.address for m in c.cluster_map().members)
             assert members == sorted(cluster.targets)  # each advertises 127.0.0.1:<port>
             owners = {name: cluster.owner(name).target for name in names}
@@ -56,6 +56,6 @@ def test_a_local_cluster_on_a_given_redis(tmp_path: Path) -> None:
         assert cluster.redis is None and cluster.redis_url == redis.url
         assert all(s.redis_pid is None for s in cluster)
         with cluster.client() as c:
-            c.create_stream(StreamSpec("a", (Field("x", "DOUBLE"),)))
+            c.create_stream(StreamSpec("a", (Field("x", "DOUBLE"),), wall_clock=False))
             assert [s.spec.name for s in c.list_streams()] == ["a"]
     assert (tmp_path / "cluster" / "server0" / "server.log").exists()

@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.server, pytest.mark.redis]
 
 
 def make(c: WindowClient) -> None:
-    c.create_stream(StreamSpec("cpu", (Field("load", "DOUBLE"),)))
+    c.create_stream(StreamSpec("cpu", (Field("load", "DOUBLE"),), wall_clock=False))
     c.create_window(WindowSpec("cpu", "w", (Aggregation("n", "count"),), Policy.count(1000)))
 
 
@@ -110,7 +110,7 @@ def test_flags_pass_through_and_a_refused_start_says_why(tmp_path: Path) -> None
     with LocalServer(tmp_path / "ok", "--max-streams", "1") as srv, srv.client() as c:
         make(c)
         with pytest.raises(ResourceExhaustedError) as info:
-            c.create_stream(StreamSpec("more", (Field("x", "DOUBLE"),)))
+            c.create_stream(StreamSpec("more", (Field("x", "DOUBLE"),), wall_clock=False))
         assert info.value.reason == "TOO_MANY_STREAMS"
     bad = LocalServer(tmp_path / "bad", "--lease-ms", "nonsense")
     with pytest.raises(RuntimeError, match="lease"):

@@ -113,7 +113,7 @@ def test_late_rows_of_a_keyed_stream_have_no_entry_and_row_says_which_did(
     fields = (Field("x", "DOUBLE"), Field("host", "STRING"))
     with LocalServer(tmp_path / "d") as srv, srv.client() as c:
         for s in ("cols", "arrow"):
-            c.create_stream(StreamSpec(s, fields, key="host", late_policy="DROP"))
+            c.create_stream(StreamSpec(s, fields, key="host", late_policy="DROP", wall_clock=False))
             c.create_window(
                 WindowSpec(
                     s,

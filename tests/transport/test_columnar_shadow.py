@@ -131,7 +131,7 @@ def test_the_shadow_starts_anew_when_the_engine_reloads_behind_it() -> None:
     journal in place. The shadow took the replayed rows once before: it must not give results
     over them twice (a count window checks no timestamps, so its length alone would agree)."""
     with LocalServer(flush_interval=3.0) as srv, srv.client() as c:
-        c.create_stream(StreamSpec("s", (Field("v", "DOUBLE"),)))
+        c.create_stream(StreamSpec("s", (Field("v", "DOUBLE"),), wall_clock=False))
         aggs = (Aggregation("first", "first", "v"), Aggregation("sum", "sum", "v"))
         storage = Storage("redis", durable=True)
         c.create_window(WindowSpec("s", "w", aggs, Policy.count(5), storage=storage))
@@ -159,7 +159,9 @@ def test_text_and_large_integers_come_back_as_the_engine_gives_them() -> None:
     """Text keeps its trailing NULs; an INT64 sum the shadow could only carry as doubles is
     the engine's to give (exact), never a failed call."""
     with LocalServer() as srv, srv.client() as c:
-        c.create_stream(StreamSpec("s", (Field("k", "STRING"), Field("i", "INT64"))))
+        c.create_stream(
+            StreamSpec("s", (Field("k", "STRING"), Field("i", "INT64")), wall_clock=False)
+        )
         aggs = (Aggregation("last", "last", "k"), Aggregation("sum", "sum", "i"))
         c.create_window(WindowSpec("s", "w", aggs, Policy.count(1)))
         r = c.append("s", {"ts": [1, 2], "k": ["a\x00", "\x00"], "i": [1, 2]}, results="per_row")

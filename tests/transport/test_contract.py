@@ -191,6 +191,7 @@ def spec(name: str, *fields: tuple[str, Any]) -> pb.StreamSpec:
         name=name,
         timestamp_field="ts",
         fields=[pb.FieldSpec(name=f, type=t) for f, t in fields or (("x", pb.DOUBLE),)],
+        not_wall_clock=True,  # timestamps: small numbers
     )
 
 
@@ -404,7 +405,7 @@ def test_the_cluster_map_tells_a_stream_no_one_knows_from_one_between_owners(
     with WindowClient(server.target, retry_time=10) as c:
         code, reason, _, _ = refused(stub.CreateStream, pb.CreateStreamRequest(spec=spec(fresh)))
         assert (code, reason) == ("UNAVAILABLE", "STREAM_MOVING")
-        created = c.create_stream(StreamSpec(fresh, (Field("x", "DOUBLE"),)))
+        created = c.create_stream(StreamSpec(fresh, (Field("x", "DOUBLE"),), wall_clock=False))
         assert created.spec.name == fresh
         assert c.get_stream(known).spec.name == known  # back with an owner once the lease went
     client.close()

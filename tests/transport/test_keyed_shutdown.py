@@ -32,7 +32,9 @@ def test_a_server_stopped_amid_keyed_flushes_exits_gracefully_with_every_row(
     srv.start()
     with srv.client() as c:
         c.create_stream(
-            StreamSpec("h", (Field("host", "STRING"), Field("v", "DOUBLE")), key="host")
+            StreamSpec(
+                "h", (Field("host", "STRING"), Field("v", "DOUBLE")), key="host", wall_clock=False
+            )
         )
         c.create_window(WindowSpec("h", "w", (Aggregation("n", "count"),), Policy.count(1000)))
     names = [f"k{i:05d}" for i in range(KEYS)]

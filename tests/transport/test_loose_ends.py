@@ -72,7 +72,7 @@ def test_a_frozen_redis_is_seen_and_refused_fast_then_served_again() -> None:
     pid = 0
     try:
         with WindowClient(srv.target, timeout=20, retries=1) as c:
-            c.create_stream(StreamSpec("m", (Field("x"),)))
+            c.create_stream(StreamSpec("m", (Field("x"),), wall_clock=False))
             c.create_window(
                 WindowSpec("m", "durable", AGGS, Policy.count(10**9), storage=Storage(durable=True))
             )
@@ -141,7 +141,7 @@ def test_a_frozen_primary_of_a_redis_cluster_is_seen_too() -> None:
         frozen = None
         try:
             with WindowClient(srv.target, timeout=20, retries=1) as c:
-                c.create_stream(StreamSpec("m", (Field("x"),)))
+                c.create_stream(StreamSpec("m", (Field("x"),), wall_clock=False))
                 c.create_window(
                     WindowSpec("m", "w", AGGS, Policy.count(10**9), storage=Storage(durable=True))
                 )
@@ -192,7 +192,7 @@ def test_a_request_over_the_servers_limit_gets_a_rich_status(small_server: Local
 
     limit = 1024 * 1024
     with WindowClient(small_server.target, timeout=30) as c:
-        c.create_stream(StreamSpec("big", (Field("x"),)))
+        c.create_stream(StreamSpec("big", (Field("x"),), wall_clock=False))
         c.create_window(WindowSpec("big", "w", AGGS, Policy.count(10**9)))
         c.append("big", rows(1000))
         schema = {"ts": "TIMESTAMP", "x": "DOUBLE"}
@@ -236,7 +236,7 @@ def test_a_request_over_the_clients_own_limit_is_refused_before_it_is_sent(
     from mtawindows.client import AsyncWindowClient, MessageTooLargeError
 
     with WindowClient(small_server.target, timeout=30, max_message_bytes=100_000) as c:
-        c.create_stream(StreamSpec("own", (Field("x"),)))
+        c.create_stream(StreamSpec("own", (Field("x"),), wall_clock=False))
         e = rpc_error(lambda: c.append("own", rows(20_000)))
         assert isinstance(e, MessageTooLargeError)
         assert (e.code, e.reason, e.target) == ("RESOURCE_EXHAUSTED", "MESSAGE_TOO_LARGE", None)
@@ -344,7 +344,7 @@ def test_a_plugin_lower_that_raises_refuses_the_batch_and_changes_nothing(
     Then a restart of the server replays the journal: the same windows."""
     srv = picky_server
     with WindowClient(srv.target, timeout=30, retries=1) as c:
-        c.create_stream(StreamSpec("pk", (Field("x"),)))
+        c.create_stream(StreamSpec("pk", (Field("x"),), wall_clock=False))
         for name, storage in STORAGES.items():
             c.create_window(WindowSpec("pk", name, PICKY_AGGS, Policy.count(3), storage=storage))
         c.append("pk", xs(1, 2, 3, start=1), producer_id="prod", sequence=1)
@@ -415,7 +415,7 @@ def test_a_plugin_lower_is_tried_on_windows_whose_levels_are_in_redis(
         "durable": Storage(durable=True, block_size=2, cache_size=2),
     }
     with WindowClient(srv.target, timeout=30) as c:
-        c.create_stream(StreamSpec(stream, (Field("x"),)))
+        c.create_stream(StreamSpec(stream, (Field("x"),), wall_clock=False))
         for name, storage in kinds.items():
             spec = WindowSpec(stream, name, PICKY_AGGS, Policy.count(100), algorithm, storage)
             c.create_window(spec)
@@ -545,7 +545,7 @@ def test_an_overflowing_policy_on_a_server_counts_errors_and_keeps_the_rows(
         "plugged": (PICKY_AGGS, Storage("memory")),
     }
     with WindowClient(picky_server.target, timeout=30) as c:
-        c.create_stream(StreamSpec("ov", (Field("x"),)))
+        c.create_stream(StreamSpec("ov", (Field("x"),), wall_clock=False))
         policy = Policy.expression(f"total.n * {big} > {big}")
         for name, (aggs, storage) in windows.items():
             c.create_window(WindowSpec("ov", name, aggs, policy, storage=storage))

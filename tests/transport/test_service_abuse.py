@@ -46,7 +46,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.fixture(scope="module")
 def client(server: LocalServer) -> Any:
     with WindowClient(server.target, timeout=120) as c:
-        c.create_stream(StreamSpec("s", (Field("x", "DOUBLE"), Field("tag", "STRING"))))
+        c.create_stream(
+            StreamSpec("s", (Field("x", "DOUBLE"), Field("tag", "STRING")), wall_clock=False)
+        )
         c.create_window(WindowSpec("s", "w", AGGS, Policy.count(100)))
         c.create_window(WindowSpec("s", "w2", AGGS, Policy.max_sub_window("x")))
         c.append("s", {"ts": [1, 2, 3], "x": [1.0, 5.0, 2.0], "tag": ["a", "b", "c"]})
@@ -104,7 +106,9 @@ def test_errors_name_their_server(server: LocalServer, client: WindowClient) -> 
 
 
 def test_duplicate_names(server: LocalServer, client: WindowClient) -> None:
-    e = unchanged(server, client, lambda: client.create_stream(StreamSpec("s", ())))
+    e = unchanged(
+        server, client, lambda: client.create_stream(StreamSpec("s", (), wall_clock=False))
+    )
     assert isinstance(e, AlreadyExistsError) and e.reason == "STREAM_EXISTS"
     spec = WindowSpec("s", "w", AGGS, Policy.count(3))
     e = unchanged(server, client, lambda: client.create_window(spec))
@@ -286,9 +290,9 @@ def test_limits_on_windows(tmp_path: Path) -> None:
         LocalServer(tmp_path, "--max-windows", "2", "--max-streams", "1") as srv,
         WindowClient(srv.target) as c,
     ):
-        c.create_stream(StreamSpec("a", (Field("x"),)))
+        c.create_stream(StreamSpec("a", (Field("x"),), wall_clock=False))
         with pytest.raises(ResourceExhaustedError) as e:
-            c.create_stream(StreamSpec("b", (Field("x"),)))
+            c.create_stream(StreamSpec("b", (Field("x"),), wall_clock=False))
         assert e.value.reason == "TOO_MANY_STREAMS"
         for name in ("w1", "w2"):
             c.create_window(WindowSpec("a", name, AGGS[:1], Policy.count(1)))
@@ -309,7 +313,7 @@ def test_auth_without_token_is_unauthenticated(tmp_path: Path) -> None:
             with WindowClient(srv.target, token=token) as c, pytest.raises(UnauthenticatedError):
                 list(c.subscribe("x", "y", timeout=10))
         with WindowClient(srv.target, token="s3cret-token") as c:
-            c.create_stream(StreamSpec("a", (Field("x"),)))
+            c.create_stream(StreamSpec("a", (Field("x"),), wall_clock=False))
             assert [s.spec.name for s in c.list_streams()] == ["a"]
 
 
@@ -323,7 +327,7 @@ def test_tls(tmp_path: Path) -> None:
     )  # fmt: skip
     with LocalServer(tmp_path, "--tls-cert", str(cert), "--tls-key", str(key)) as srv:
         with WindowClient(f"localhost:{srv.port}", tls=str(cert)) as c:
-            c.create_stream(StreamSpec("tls", (Field("x"),)))
+            c.create_stream(StreamSpec("tls", (Field("x"),), wall_clock=False))
             assert c.get_stream("tls").spec.name == "tls"
         with (
             WindowClient(f"localhost:{srv.port}", timeout=5, retries=1) as plain,
@@ -336,7 +340,7 @@ def test_metrics_endpoint(tmp_path: Path) -> None:
     port = free_port()
     with LocalServer(tmp_path, "--metrics-port", str(port)) as srv:
         with WindowClient(srv.target) as c:
-            c.create_stream(StreamSpec("m", (Field("x"),)))
+            c.create_stream(StreamSpec("m", (Field("x"),), wall_clock=False))
             c.create_window(WindowSpec("m", "w", AGGS, Policy.count(2)))
             c.append("m", {"ts": [1, 2, 3], "x": [1.0, 2.0, 3.0]})
             with pytest.raises(OutOfOrderError):
@@ -353,7 +357,7 @@ def test_metrics_endpoint(tmp_path: Path) -> None:
 def test_graceful_shutdown_flushes(tmp_path: Path) -> None:
     srv = LocalServer(tmp_path, "--flush-interval", "3600").start()
     with WindowClient(srv.target) as c:
-        c.create_stream(StreamSpec("g", (Field("x"),)))
+        c.create_stream(StreamSpec("g", (Field("x"),), wall_clock=False))
         c.create_window(WindowSpec("g", "w", AGGS, Policy.count(1000)))
         c.append("g", {"ts": list(range(500)), "x": [2.0] * 500})
     assert srv.stop() == 0

@@ -176,7 +176,7 @@ def _close(got: Any, want: Any) -> bool:
 
 def make_stream(c: WindowClient, name: str) -> None:
     fields = (Field("x", "DOUBLE"), Field("k", "INT64"), Field("tag", "STRING"))
-    c.create_stream(StreamSpec(name, fields))
+    c.create_stream(StreamSpec(name, fields, wall_clock=False))  # timestamps: small numbers
 
 
 def test_every_monoid_and_policy_matches_the_naive_oracle(client: WindowClient) -> None:
@@ -340,13 +340,19 @@ def test_async_client_and_batching_writer(server: LocalServer, client: WindowCli
 
 def test_drop_policy_counts_late_rows_and_reorders_within_lateness(client: WindowClient) -> None:
     fields = (Field("x", "DOUBLE"),)
-    client.create_stream(StreamSpec("late", fields, late_policy="DROP"))
+    client.create_stream(StreamSpec("late", fields, late_policy="DROP", wall_clock=False))
     client.create_window(WindowSpec("late", "w", (Aggregation("n", "count"),), Policy.count(100)))
     r = client.append("late", {"ts": [5, 3, 6, 6, 1], "x": [1.0] * 5})
     assert (r.rows_applied, r.rows_late) == (3, 2)
     assert client.get_window("late", "w").stats["late_rows"] == 2
     client.create_stream(
-        StreamSpec("reorder", fields, late_policy="DROP", allowed_lateness=timedelta(seconds=2))
+        StreamSpec(
+            "reorder",
+            fields,
+            late_policy="DROP",
+            allowed_lateness=timedelta(seconds=2),
+            wall_clock=False,
+        )
     )
     client.create_window(
         WindowSpec("reorder", "w", (Aggregation("f", "first", "x"),), Policy.count(100))
@@ -374,7 +380,15 @@ def _cli(target: str, *args: str, stdin: str | None = None) -> subprocess.Comple
 def test_cli_creates_appends_and_queries(server: LocalServer, tmp_path: Path) -> None:
     t = server.target
     r = _cli(
-        t, "streams", "create", "clistream", "--field", "load:DOUBLE", "--field", "host:STRING"
+        t,
+        "streams",
+        "create",
+        "clistream",
+        "--field",
+        "load:DOUBLE",
+        "--field",
+        "host:STRING",
+        "--not-wall-clock",
     )
     assert r.returncode == 0, r.stderr
     r = _cli(

@@ -143,7 +143,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
 def client(server: LocalServer) -> Iterator[WindowClient]:
     with WindowClient(server.target, timeout=120) as c:
         fields = (Field("x", "DOUBLE"), Field("k", "INT64"), Field("tag", "STRING"))
-        c.create_stream(StreamSpec("s", fields))
+        c.create_stream(StreamSpec("s", fields, wall_clock=False))
         c.create_window(WindowSpec("s", "w", AGGS, Policy.count(100)))
         c.create_window(WindowSpec("s", "wm", AGGS, Policy.count(3), storage=Storage("memory")))
         c.append(
@@ -152,7 +152,9 @@ def client(server: LocalServer) -> Iterator[WindowClient]:
             producer_id="p",
             sequence=1,
         )
-        c.create_stream(StreamSpec("b", (Field("x", "DOUBLE"), Field("k", "INT64"))))
+        c.create_stream(
+            StreamSpec("b", (Field("x", "DOUBLE"), Field("k", "INT64")), wall_clock=False)
+        )
         c.create_window(WindowSpec("b", "bx", AGGS, Policy.bounded_sum("x", 10.0)))
         bk = (Aggregation("n", "count"), Aggregation("sk", "sum", "k"))
         c.create_window(WindowSpec("b", "bk", bk, Policy.bounded_sum("k", 10)))
@@ -188,7 +190,9 @@ def test_non_finite_values_are_refused_in_arrow_batches_too(
 
 def test_allow_nan_lets_every_non_finite_value_in(server: LocalServer) -> None:
     with WindowClient(server.target) as c:
-        c.create_stream(StreamSpec("nan_ok", (Field("x", "DOUBLE", allow_nan=True),)))
+        c.create_stream(
+            StreamSpec("nan_ok", (Field("x", "DOUBLE", allow_nan=True),), wall_clock=False)
+        )
         c.create_window(WindowSpec("nan_ok", "w", (Aggregation("n", "count"),), Policy.count(9)))
         res = c.append("nan_ok", {"ts": [1, 2, 3], "x": [math.inf, -math.inf, math.nan]})
         assert res.rows_applied == 3
@@ -667,7 +671,7 @@ def _internal(e: MtaWindowsError) -> str:
 def test_internal_errors_carry_an_id_and_no_exception_text(plugin_server: LocalServer) -> None:
     srv = plugin_server
     with WindowClient(srv.target, timeout=60) as c:
-        c.create_stream(StreamSpec("p", (Field("x", "DOUBLE"),)))
+        c.create_stream(StreamSpec("p", (Field("x", "DOUBLE"),), wall_clock=False))
         aggs = (Aggregation("n", "count"), Aggregation("b", "boom", "x"))
         c.create_window(WindowSpec("p", "w", aggs, Policy.count(10), storage=Storage("memory")))
         c.append("p", {"ts": [1], "x": [2.0]})
@@ -940,9 +944,12 @@ def test_the_scheme_is_case_insensitive_and_file_tokens_are_trimmed(
     [
         (lambda: Field("x", "FLOAT"), "type"),
         (lambda: Field("x", "INT64", allow_nan=True), "allow_nan"),
-        (lambda: StreamSpec("s", late_policy="IGNORE"), "late_policy"),
-        (lambda: StreamSpec("s", late_policy=7), "late_policy"),
-        (lambda: StreamSpec("s", allowed_lateness=timedelta(seconds=-1)), "allowed_lateness"),
+        (lambda: StreamSpec("s", late_policy="IGNORE", wall_clock=False), "late_policy"),
+        (lambda: StreamSpec("s", late_policy=7, wall_clock=False), "late_policy"),
+        (
+            lambda: StreamSpec("s", allowed_lateness=timedelta(seconds=-1), wall_clock=False),
+            "allowed_lateness",
+        ),
         (lambda: WindowSpec("s", "w", AGGS, Policy.count(1), algorithm="FOO"), "algorithm"),
         (lambda: Storage("disk"), "kind"),
         (lambda: Storage("memory", durable=True), "durable"),
@@ -977,7 +984,7 @@ def test_sdk_enum_errors_name_the_allowed_values() -> None:
 
 def test_sdk_enum_names_are_case_insensitive_and_canonical() -> None:
     assert Field("x", "double").type == "DOUBLE"
-    assert StreamSpec("s", late_policy="drop").late_policy == "DROP"
+    assert StreamSpec("s", late_policy="drop", wall_clock=False).late_policy == "DROP"
     assert WindowSpec("s", "w", AGGS, Policy.count(1), algorithm="lmta").algorithm == "LMTA"
     assert Storage("MEMORY").kind == "memory"
 
@@ -986,7 +993,9 @@ def test_sdk_never_sends_an_unspecified_enum() -> None:
     spec = WindowSpec("s", "w", AGGS, Policy.count(1), algorithm="lmta", storage=Storage("Memory"))
     m = convert.window_spec_to_proto(spec)
     assert (m.algorithm, m.storage.kind) == (pb.LMTA, pb.MEMORY)
-    s = convert.stream_spec_to_proto(StreamSpec("s", (Field("x", "int64"),), late_policy="drop"))
+    s = convert.stream_spec_to_proto(
+        StreamSpec("s", (Field("x", "int64"),), late_policy="drop", wall_clock=False)
+    )
     assert (s.late_policy, s.fields[0].type) == (pb.DROP, pb.INT64)
 
 
@@ -1016,7 +1025,7 @@ def test_stored_definitions_of_earlier_releases_still_load() -> None:
         assert convert.window_spec_from_proto(spec).policy.kind in ("count", "bounded_sum")
     from mtawindows.server.service.window_builder import build_window
 
-    stream = StreamSpec("s", (Field("x"),))
+    stream = StreamSpec("s", (Field("x"),), wall_clock=False)
     for policy_ in (Policy("count", size=0), Policy("bounded_sum", field="x", bound=math.inf)):
         build_window(stream, WindowSpec("s", "w", AGGS, policy_))
 

@@ -121,7 +121,7 @@ class Reader:
 def make(
     client: WindowClient, stream: str, windows: tuple[str, ...] = ("w",), rows: int = 1000
 ) -> None:
-    client.create_stream(StreamSpec(stream, FIELDS))
+    client.create_stream(StreamSpec(stream, FIELDS, wall_clock=False))
     for w in windows:
         client.create_window(WindowSpec(stream, w, AGGS, Policy.count(rows)))
 
@@ -297,7 +297,7 @@ def test_queue_accounting_holds_under_random_traffic() -> None:
 
     async def run() -> None:
         rng = random.Random(7)
-        stream = Stream(StreamSpec("r", FIELDS))
+        stream = Stream(StreamSpec("r", FIELDS, wall_clock=False))
         fan = Fanout(queue_bytes=2000, total_bytes=5000)
 
         encoded = [0]

@@ -124,7 +124,7 @@ def has_event(srv: LocalServer, name: str) -> dict[str, Any] | None:
 
 
 def make_windows(c: WindowClient, stream: str = "m") -> None:
-    c.create_stream(StreamSpec(stream, (Field("x"),)))
+    c.create_stream(StreamSpec(stream, (Field("x"),), wall_clock=False))
     c.create_window(
         WindowSpec(stream, "durable", AGGS, Policy.count(10**9), storage=Storage(durable=True))
     )
@@ -279,7 +279,9 @@ def test_redis_killed_alone_is_restarted_and_the_windows_come_back(tmp_path: Pat
                 rpc_error(lambda: c.append("m", batch(6), producer_id="p", sequence=6)),
                 rpc_error(lambda: c.query("m", "durable")),
                 rpc_error(lambda: c.query("m", "tiered")),
-                rpc_error(lambda: c.create_stream(StreamSpec("other", (Field("x"),)))),
+                rpc_error(
+                    lambda: c.create_stream(StreamSpec("other", (Field("x"),), wall_clock=False))
+                ),
             ]
             assert [(e.code, e.reason) for e in refusals] == [
                 ("UNAVAILABLE", "STORE_UNAVAILABLE")
@@ -302,7 +304,7 @@ def test_redis_killed_alone_is_restarted_and_the_windows_come_back(tmp_path: Pat
             assert c.query("m", "durable").values == {"n": 6 * ROWS, "s": 6.0 * ROWS}
             tiered = c.query("m", "tiered")  # reloaded: whatever its last checkpoint held
             assert tiered.values["n"] == tiered.values["s"]
-            c.create_stream(StreamSpec("other", (Field("x"),)))
+            c.create_stream(StreamSpec("other", (Field("x"),), wall_clock=False))
         assert srv.stop() == 0
         srv.start()  # everything acknowledged survived the restarts
         with WindowClient(srv.target) as c:
@@ -359,7 +361,7 @@ def test_an_external_redis_dying_gives_unavailable_never_internal(tmp_path: Path
             for call in (
                 lambda: c.append("m", batch(4), producer_id="p", sequence=4),
                 lambda: c.query("m", "durable"),  # its window must reload: it cannot
-                lambda: c.create_stream(StreamSpec("other", (Field("x"),))),
+                lambda: c.create_stream(StreamSpec("other", (Field("x"),), wall_clock=False)),
             ):
                 e = rpc_error(call)
                 assert (e.code, e.reason) == ("UNAVAILABLE", "STORE_UNAVAILABLE")
@@ -507,7 +509,7 @@ def test_a_relative_data_dir_works(tmp_path: Path) -> None:
         os.chdir(old)
     try:
         with WindowClient(f"127.0.0.1:{port}", timeout=30) as c:
-            c.create_stream(StreamSpec("r", (Field("v", "DOUBLE"),)))
+            c.create_stream(StreamSpec("r", (Field("v", "DOUBLE"),), wall_clock=False))
             assert [s.spec.name for s in c.list_streams()] == ["r"]
         assert (work / "rel" / "data" / "redis").is_dir()
     finally:

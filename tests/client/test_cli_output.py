@@ -163,3 +163,18 @@ def test_a_bad_timestamp_in_a_file_is_one_error_line(server: LocalServer, tmp_pa
     r = cli(t, "append", "floats", str(tmp_path / "f.jsonl"))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert r.stderr.count("error:") == 1 and "float" in r.stderr, r.stderr
+
+
+def test_one_word_for_the_batch_counter(server: LocalServer) -> None:
+    """The SDK's result says ``batch`` as the CLI and ``subscribe`` do."""
+    from mtawindows.client import Aggregation, Field, Policy, StreamSpec, WindowClient, WindowSpec
+
+    with WindowClient(server.target) as c:
+        c.create_stream(StreamSpec("batches", (Field("v", "DOUBLE"),), wall_clock=False))
+        c.create_window(WindowSpec("batches", "w", (Aggregation("n", "count"),), Policy.count(9)))
+        for i in range(3):
+            c.append("batches", {"ts": [i + 1], "v": [1.0]})
+        r = c.query("batches", "w")
+    assert r.batch == r.sequence == 3
+    got = json.loads(cli(server.target, "query", "batches", "w", "--json").stdout)
+    assert got["batch"] == 3

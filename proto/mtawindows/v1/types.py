@@ -405,6 +405,12 @@ class WindowResult:
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
 
+    @property
+    def batch(self) -> int:
+        """The stream's count of applied batches when this result was computed (the field
+        ``sequence``; the CLI and ``subscribe`` call it ``batch``: not a producer's sequence)."""
+        return self.sequence
+
 
 @dataclass
 class AppendResult:

@@ -139,7 +139,14 @@ def parse_field(text: str) -> Any:
 
     name, _, rest = text.partition(":")
     type_name, _, flag = (rest or "DOUBLE").partition(":")
-    return Field(name, type_name.upper(), allow_nan=flag.lower() == "nan")
+    try:
+        return Field(name, type_name.upper(), allow_nan=flag.lower() == "nan")
+    except ValueError as ex:  # (SpecError): what was wrong, what is expected
+        msg = (
+            f"expected name:TYPE[:nan] with TYPE one of DOUBLE INT64 STRING BOOL TIMESTAMP, "
+            f"got {text!r} ({ex})"
+        )
+        raise argparse.ArgumentTypeError(msg) from None
 
 
 # --------------------------------------------------------------------------- the parser
@@ -485,7 +492,11 @@ def _rows(stream: Iterable[str], fmt: str, schema: dict[str, str]) -> Iterator[d
     def double(name: str, v: Any, line: int) -> Any:
         if isinstance(v, str):
             if not re.fullmatch(r"[+-]?\d+", v.strip()):
-                return float(v)
+                try:
+                    return float(v)
+                except ValueError:
+                    msg = f"line {line}: column {name!r}: expected a DOUBLE, got {v!r}"
+                    raise ValueError(msg) from None
             v = int(v)
         if isinstance(v, int) and not isinstance(v, bool):
             if not is_exact_double(v):
@@ -506,10 +517,11 @@ def _rows(stream: Iterable[str], fmt: str, schema: dict[str, str]) -> Iterator[d
                 if re.fullmatch(r"-?\d+\.\d*", v.strip()):
                     return float(v)  # (refused unless the unit is coarser than ns)
                 try:
-                    return to_nanos(v)
+                    to_nanos(v)  # checked here, for the line number
                 except TypeError as ex:
                     msg = f"line {line}: column {name!r}: {ex}"
                     raise ValueError(msg) from None
+                return v  # text: read by the SDK (its own unit, not the stream's)
             return v
         if t == "DOUBLE":
             return double(name, v, line)
@@ -527,6 +539,13 @@ def _rows(stream: Iterable[str], fmt: str, schema: dict[str, str]) -> Iterator[d
                 yield {k: cast(k, v, n) for k, v in rec.items()}
     else:
         reader = csv.DictReader(stream)
+        first = (reader.fieldnames or [""])[0]
+        if first.lstrip().startswith(("{", "[")):
+            msg = (
+                "line 1 looks like JSON, not a CSV header: pass --format jsonl (a file named "
+                "*.jsonl, *.json or *.ndjson is read as JSON lines)"
+            )
+            raise ValueError(msg)
         for rec in reader:
             yield {k: cast(k, v, reader.line_num) for k, v in rec.items()}
 
@@ -782,7 +801,8 @@ def guarded(command: Callable[[argparse.Namespace], int], args: argparse.Namespa
     except MtaWindowsError as ex:
         print(f"error: {ex}", file=sys.stderr)
         for v in ex.violations:
-            print(f"  {v.field}: {v.description}", file=sys.stderr)
+            if v.description not in ex.message:  # not said again
+                print(f"  {v.field}: {v.description}", file=sys.stderr)
         target = getattr(args, "target", None)
         if ex.code == "UNAVAILABLE" and not ex.reason and target:
             told = "" if target != DEFAULT_TARGET else " (the default)"

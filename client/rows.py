@@ -69,6 +69,13 @@ def _timestamps(name: str, values: list[Any], schema: Any) -> list[int]:
     except TypeError as ex:
         msg = f"column {name!r}: {ex}"
         raise TypeError(msg) from None
+    for i in plain:  # past what int64 nanoseconds hold (years 1677 to 2262)
+        if not -(2**63) <= out[i] < 2**63:
+            msg = (
+                f"column {name!r} row {i}: {values[i]!r} read as {_UNIT_WORDS[unit]} (the "
+                f"stream's ts_unit {unit!r}) is past the years a timestamp holds (1677 to 2262)"
+            )
+            raise ValueError(msg)
     if guard and plain:
         first = next((i for i in plain if out[i] < BEFORE_1990), None)
         if first is not None:
@@ -82,9 +89,10 @@ def _before_1990(name: str, row: int, value: Any, nanos: int, unit: str) -> NoRe
     msg = (
         f"column {name!r} row {row}: {value!r} read as {_UNIT_WORDS[unit]} (the stream's "
         f"ts_unit {unit!r}) is {rfc3339(nanos)}, before 1990. If the numbers are in another "
-        "unit, create the stream with that ts_unit ('s', 'ms', 'us' or 'ns'), or send "
-        "datetimes or RFC 3339 text; a stream whose timestamps are not dates (sequence "
-        "numbers) is created with wall_clock=False. Nothing was sent"
+        "unit, create the stream with that ts_unit ('s', 'ms', 'us' or 'ns'; the CLI's "
+        "--ts-unit), or send datetimes or RFC 3339 text; a stream whose timestamps are not "
+        "dates (sequence numbers) is created with wall_clock=False (--not-wall-clock). "
+        "Nothing was sent"
     )
     raise ValueError(msg)
 
@@ -215,7 +223,12 @@ def encode_rows(
         try:
             out.append(convert.column_to_proto(name, kind, values))
         except TypeError as ex:
-            msg = f"column {name!r}: expected {kind} values: {ex}"
+            text = str(ex)
+            msg = (
+                text
+                if text.startswith("column ")
+                else f"column {name!r}: expected {kind} values: {text}"
+            )
             raise TypeError(msg) from None
     return out, b"", n
 

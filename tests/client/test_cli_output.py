@@ -178,3 +178,41 @@ def test_one_word_for_the_batch_counter(server: LocalServer) -> None:
     assert r.batch == r.sequence == 3
     got = json.loads(cli(server.target, "query", "batches", "w", "--json").stdout)
     assert got["batch"] == 3
+
+
+def test_what_an_outsider_hit(server: LocalServer, tmp_path: Path) -> None:
+    """RFC 3339 text on a stream of seconds, a refusal said once, JSON lines given as CSV, a
+    bad field type and a bad number named with line and column."""
+    t = server.target
+    assert (
+        cli(t, "streams", "create", "sec3339", "--field", "v:DOUBLE", "--ts-unit", "s").returncode
+        == 0
+    )
+    assert (
+        cli(
+            t, "windows", "create", "sec3339", "w", "--agg", "n=count", "--policy", "count:5"
+        ).returncode
+        == 0
+    )
+    (tmp_path / "iso.csv").write_text("ts,v\n2026-01-01T13:00:00+01:00,1.0\n")
+    r = cli(t, "append", "sec3339", str(tmp_path / "iso.csv"))
+    assert r.returncode == 0, r.stderr
+    assert "(newest row 2026-01-01T12:00:00Z)" in cli(t, "query", "sec3339", "w").stdout
+    r = cli(t, "windows", "create", "sec3339", "w2", "--agg", "n=cnt", "--policy", "count:2")
+    assert r.returncode == 1 and r.stderr.count("unknown monoid 'cnt'") == 1, r.stderr
+    r = subprocess.run(
+        [*mtawindows_command(), "append", "sec3339", "-", "--target", t],
+        input='{"ts": "2026-01-01T12:00:01Z", "v": 1.0}\n',
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 1 and "--format jsonl" in r.stderr, r.stderr
+    r = cli(t, "streams", "create", "badtype", "--field", "temp:FLOAT")
+    assert r.returncode == 2 and "DOUBLE INT64 STRING BOOL TIMESTAMP" in r.stderr, r.stderr
+    (tmp_path / "abc.csv").write_text("ts,v\n2026-01-01T12:00:02Z,abc\n")
+    r = cli(t, "append", "sec3339", str(tmp_path / "abc.csv"))
+    assert r.returncode == 1 and "line 2: column 'v': expected a DOUBLE, got 'abc'" in r.stderr, (
+        r.stderr
+    )

@@ -611,7 +611,7 @@ def test_local_cluster_walkthrough(tmp_path: Path) -> None:
     """docs/guides/local-cluster.md as a user follows it: ``mtawindows serve --workers 3`` (on
     free ports instead of 50051..50053), its banner as shown, then every command of the page
     in order in one shell's environment: the durable window's result, its owner named, kill -9
-    of that owner (the page's port replaced by the owner's), the same result from another
+    of that owner (the page's pid replaced by the owner's from the banner), the same result from another
     member; each ```text block (but the owner's address) is what the command before printed."""
     base = free_ports(3)
     ports = {50051 + i: base + i for i in range(3)}
@@ -658,9 +658,11 @@ def test_local_cluster_walkthrough(tmp_path: Path) -> None:
                 if text.startswith("export MTAWINDOWS_TARGET="):
                     target = text.split("=", 1)[1]
                     continue
-                if text.startswith("pkill"):
+                if text.startswith("kill -9"):
                     assert owner, "the page kills the owner before it named one"
-                    text = text.replace("50053", owner.rsplit(":", 1)[1])
+                    pid = re.search(re.escape(owner) + r" \(pid (\d+)\)", banner[1])
+                    assert pid, (owner, banner[1])
+                    text = text.replace("4244", pid.group(1))  # the owner's pid, as the page says
                 run = subprocess.run(
                     ["bash", "-c", text],
                     cwd=cwd,

@@ -400,19 +400,6 @@ def _client(args: argparse.Namespace) -> Any:
     return WindowClient(args.target, token=args.token, tls=args.tls_ca, timeout=args.timeout)
 
 
-def _print(obj: Any) -> None:
-    import dataclasses
-
-    def default(o: Any) -> Any:
-        if dataclasses.is_dataclass(o) and not isinstance(o, type):
-            return dataclasses.asdict(o)
-        if isinstance(o, timedelta):
-            return o.total_seconds()
-        return str(o)
-
-    print(json.dumps(obj, default=default, indent=None if isinstance(obj, list) else 2))
-
-
 def _print_each(items: Iterable[Any]) -> None:
     """A JSON list written as its items come (the line :func:`_print` prints for a list):
     nothing before the first item, so that a failure of the first call prints only the error;
@@ -681,7 +668,7 @@ def run(args: argparse.Namespace) -> int:
                         line = {"batch": batch, "size": result.size, "values": result.values}
                         if result.key:  # a keyed stream's: whose result
                             line["key"] = result.key
-                        print(json.dumps(out._times(line, times)), flush=True)
+                        print(json.dumps(out.timed(line, times)), flush=True)
                     else:
                         print(out.result_line(batch, result, times), flush=True)
             except KeyboardInterrupt:

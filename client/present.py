@@ -60,8 +60,9 @@ def _plain(obj: Any) -> Any:
 
 
 class Presenter:
-    """Prints for people (``json=False``) or as JSON, timestamps as text unless ``raw``;
-    ``time_outputs``: names of window outputs that are timestamps (TIMESTAMP outputs)."""
+    """Prints for people (``json_out=False``) or as JSON, timestamps as text unless ``raw``.
+    The methods' ``time_outputs``: names of window outputs that are timestamps (TIMESTAMP
+    outputs), printed as timestamps too."""
 
     def __init__(self, *, json_out: bool = False, raw: bool = False) -> None:
         self.json = json_out
@@ -73,11 +74,11 @@ class Presenter:
             return ns
         return rfc3339(ns) if ns else None
 
-    def _times(self, d: Any, time_outputs: Iterable[str] = ()) -> Any:
+    def timed(self, d: Any, time_outputs: Iterable[str] = ()) -> Any:
         """``d`` (plain) with its timestamps as text (unless raw); a result's ``sequence``
         named ``batch``."""
         if isinstance(d, list):
-            return [self._times(v, time_outputs) for v in d]
+            return [self.timed(v, time_outputs) for v in d]
         if not isinstance(d, dict):
             return d
         out: dict[str, Any] = {}
@@ -89,11 +90,11 @@ class Presenter:
                 v = v if self.raw else (rfc3339(v * 1_000_000) if v else None)
             elif k == "values" and isinstance(v, dict) and outs:
                 v = {
-                    n: self.when(x) if n in outs and isinstance(x, int) else self._times(x)
+                    n: self.when(x) if n in outs and isinstance(x, int) else self.timed(x)
                     for n, x in v.items()
                 }
             else:
-                v = self._times(v, time_outputs)
+                v = self.timed(v, time_outputs)
             if k == "sequence" and "window" in d:
                 k = "batch"
             out[k] = v
@@ -102,7 +103,7 @@ class Presenter:
     def emit(self, obj: Any, text: str | None = None, time_outputs: Iterable[str] = ()) -> None:
         """JSON of ``obj`` (``--json``), else ``text``."""
         if self.json or text is None:
-            data = self._times(_plain(obj), time_outputs)
+            data = self.timed(_plain(obj), time_outputs)
             print(json.dumps(data, indent=None if isinstance(data, list) else 2))
         else:
             print(text)
@@ -115,13 +116,16 @@ class Presenter:
             return json.dumps(_plain(v))
         return str(v)
 
+    def output(self, name: str, v: Any, time_outputs: set[str]) -> str:
+        """One output's value as text: a timestamp output's int as a timestamp."""
+        if name in time_outputs and isinstance(v, int):
+            return str(self.when(v))
+        return self.value(v)
+
     def values(self, values: Mapping[str, Any], time_outputs: Iterable[str] = ()) -> list[str]:
         outs = set(time_outputs)
         width = max((len(n) for n in values), default=0)
-        return [
-            f"  {n:<{width}}  {self.when(v) if n in outs and isinstance(v, int) else self.value(v)}"
-            for n, v in sorted(values.items())
-        ]
+        return [f"  {n:<{width}}  {self.output(n, v, outs)}" for n, v in sorted(values.items())]
 
     def stream(self, info: Any, head: str = "stream") -> str:
         spec = info.spec
@@ -193,10 +197,7 @@ class Presenter:
 
     def result_line(self, batch: int, r: Any, time_outputs: Iterable[str] = ()) -> str:
         outs = set(time_outputs)
-        vals = " ".join(
-            f"{n}={self.when(v) if n in outs and isinstance(v, int) else self.value(v)}"
-            for n, v in sorted(r.values.items())
-        )
+        vals = " ".join(f"{n}={self.output(n, v, outs)}" for n, v in sorted(r.values.items()))
         key = f"key {r.key}  " if r.key else ""
         return f"batch {batch}  {key}size {r.size}  {vals}"
 

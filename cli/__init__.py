@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mtawindows",
         description="Exact sliding-window aggregates over streams (Monoid Tree Aggregator).",
     )
+    client_cli.add_output_flags(p)
     sub = p.add_subparsers(dest="command", required=True)
     serve = sub.add_parser(
         "serve",

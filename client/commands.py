@@ -157,8 +157,25 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mtawindows",
         description="Exact sliding-window aggregates over streams (Monoid Tree Aggregator).",
     )
+    add_output_flags(p)
     add_commands(p.add_subparsers(dest="command", required=True))
     return p
+
+
+def add_output_flags(p: argparse.ArgumentParser) -> None:
+    """``--json`` and ``--raw`` before the command too (``mtawindows --json query ...``)."""
+    p.add_argument(
+        "--json",
+        dest="json_all",
+        action="store_true",
+        help="print JSON (for scripts) instead of a summary, errors too (also after the command)",
+    )
+    p.add_argument(
+        "--raw",
+        dest="raw_all",
+        action="store_true",
+        help="print timestamps as int nanoseconds (also after the command)",
+    )
 
 
 _FMT = argparse.RawDescriptionHelpFormatter
@@ -574,7 +591,9 @@ def _progress(args: argparse.Namespace) -> tuple[Any, Any, int]:
     ]
     if size:
         columns.append(TimeRemainingColumn())
-    progress = Progress(*columns, transient=True)
+    from rich.console import Console
+
+    progress = Progress(*columns, transient=True, console=Console(stderr=True))
     progress.start()
     task = progress.add_task("append", total=size or None, rows=0, rate=0.0)
     return progress, task, size
@@ -782,27 +801,49 @@ def _cluster(c: Any, streams: list[str]) -> dict[str, Any]:
 
 def guarded(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """Run a command; a server's error (with its field violations), a bad file or a bad value
-    prints ``error: ...`` to stderr and exits 1."""
+    prints ``error: ...`` to stderr (with ``--json``: one JSON object, ``{"error": {...}}``) and
+    exits 1."""
+    if getattr(args, "json_all", False):
+        args.json = True
+    if getattr(args, "raw_all", False):
+        args.raw = True
+    as_json = bool(getattr(args, "json", False))
     try:
         return command(args)
     except MtaWindowsError as ex:
+        hint = ""
+        target = getattr(args, "target", None)
+        if ex.code == "UNAVAILABLE" and not ex.reason and target:
+            told = "" if target != DEFAULT_TARGET else " (the default)"
+            hint = (
+                f"nothing answers at {target}{told}: start a server there (mtawindows serve), "
+                "or point --target (or $MTAWINDOWS_TARGET) at one: host:port, or a cluster's "
+                "servers comma-separated"
+            )
+        if as_json:
+            said = [{"field": v.field, "description": v.description} for v in ex.violations]
+            extra = {"hint": hint} if hint else {}
+            _json_error(ex.message, code=ex.code, reason=ex.reason, violations=said, **extra)
+            return 1
         print(f"error: {ex}", file=sys.stderr)
         for v in ex.violations:
             if v.description not in ex.message:  # not said again
                 print(f"  {v.field}: {v.description}", file=sys.stderr)
-        target = getattr(args, "target", None)
-        if ex.code == "UNAVAILABLE" and not ex.reason and target:
-            told = "" if target != DEFAULT_TARGET else " (the default)"
-            print(
-                f"hint: nothing answers at {target}{told}: start a server there (mtawindows "
-                "serve), or point --target (or $MTAWINDOWS_TARGET) at one: host:port, or a "
-                "cluster's servers comma-separated",
-                file=sys.stderr,
-            )
+        if hint:
+            print(f"hint: {hint}", file=sys.stderr)
         return 1
     except (OSError, ValueError, TypeError) as ex:  # a bad file, value or type: said once
-        print(f"error: {ex}", file=sys.stderr)
+        if as_json:
+            _json_error(str(ex), code="INVALID_ARGUMENT", reason="", violations=[])
+        else:
+            print(f"error: {ex}", file=sys.stderr)
         return 1
+
+
+def _json_error(message: str, **fields: Any) -> None:
+    """An error as one JSON line on stderr: ``{"error": {"message", "code", "reason",
+    "violations"[, "hint"]}}`` (a bad file or value: code INVALID_ARGUMENT, no reason)."""
+    print(json.dumps({"error": {"message": message, **fields}}), file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

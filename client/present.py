@@ -12,28 +12,16 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
+
+from mtawindows.v1.convert import rfc3339
 
 __all__ = ["Presenter", "rfc3339"]
 
 # fields that hold a timestamp: int nanoseconds since the epoch (0: none yet)
 _NS_FIELDS = {"timestamp", "newest_timestamp"}
 _MS_FIELDS = {"last_append_ms"}
-
-
-def rfc3339(ns: int) -> str:
-    """``ns`` (nanoseconds since the epoch) as RFC 3339 text in UTC, to the nanosecond where
-    it has one (``2026-01-01T12:00:00Z``, ``2026-01-01T12:00:00.000000001Z``)."""
-    seconds, frac = divmod(int(ns), 1_000_000_000)
-    try:
-        base = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    except (OverflowError, OSError, ValueError):  # past datetime's years: the number
-        return str(ns)
-    if frac:
-        digits = f"{frac:09d}".rstrip("0")
-        return f"{base}.{digits}Z"
-    return f"{base}Z"
 
 
 def _duration(td: timedelta) -> str:
@@ -57,6 +45,11 @@ def _plain(obj: Any) -> Any:
     if isinstance(obj, str | int | float | bool) or obj is None:
         return obj
     return str(obj)
+
+
+# a result's fields as the CLI names them: its batch, and the rows that batch evicted (not the
+# window's running total, which ``windows get`` shows as "rows out")
+_RESULT_NAMES = {"sequence": "batch", "evicted": "batch_evicted"}
 
 
 class Presenter:
@@ -95,8 +88,8 @@ class Presenter:
                 }
             else:
                 v = self.timed(v, time_outputs)
-            if k == "sequence" and "window" in d:
-                k = "batch"
+            if "window" in d and k in _RESULT_NAMES:  # a result: one word for the batch
+                k = _RESULT_NAMES[k]
             out[k] = v
         return out
 

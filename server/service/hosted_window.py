@@ -74,6 +74,7 @@ class HostedWindow:
         # the stream's batch count when the window last changed, and the newest timestamp then:
         # every result carries them, so readers can follow results by sequence
         self.sequence = sequence
+        self.evicted = 0  # rows the last batch evicted (Query reports them; 0 after a restart)
         self.timestamp = 0
         self.history: collections.deque[WindowResult] = collections.deque(maxlen=max(1, history))
         # lsn of the last journal entry (append) this window holds; saved with its checkpoints
@@ -148,7 +149,11 @@ class HostedWindow:
             out[o.name] = v
         return out
 
-    def result(self, evicted: int = 0) -> WindowResult:
+    def result(self, evicted: int | None = None) -> WindowResult:
+        """The current result; ``evicted``: the rows the batch that produced it evicted
+        (default: the last batch's)."""
+        if evicted is None:
+            evicted = self.evicted
         # first: a window reloading after a store failure does it here, before its size
         lowered = self.engine.query()
         size = len(self.engine)

@@ -10,6 +10,7 @@ import itertools
 import operator
 from typing import Any
 
+from mtawindows.v1.convert import timestamp_text
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import StreamSpec
 
@@ -59,15 +60,24 @@ class Reorder:
             map(operator.le, ts, itertools.islice(ts, 1, None))
         ):
             return  # in order (checked in C); else find the first late row
+
+        def when(ns: int) -> str:
+            return timestamp_text(ns, self.spec)
+
         for i, t in enumerate(ts):
             if prev is not None and t < prev:
                 whose = "the previous row's" if i else "the stream's newest"
                 raise ServiceError(
                     "FAILED_PRECONDITION",
                     Reason.OUT_OF_ORDER,
-                    f"row {i} has timestamp {t}, older than {whose} ({prev}); the stream "
-                    "rejects late rows (late_policy REJECT), so nothing was applied",
-                    [(f"columns[{self.spec.timestamp_field}][{i}]", f"timestamp {t} < {prev}")],
+                    f"row {i} has timestamp {when(t)}, older than {whose} ({when(prev)}); the "
+                    "stream rejects late rows (late_policy REJECT), so nothing was applied",
+                    [
+                        (
+                            f"columns[{self.spec.timestamp_field}][{i}]",
+                            f"timestamp {when(t)} < {when(prev)}",
+                        )
+                    ],
                     {"row": str(i), "timestamp": str(t), "newest": str(prev)},
                 )
             prev = t

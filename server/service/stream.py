@@ -403,7 +403,8 @@ class Stream:
         for n, w in self.windows.items():
             w.sequence = st.sequence
             w.timestamp = st.newest or 0
-            finals[n] = r = w.result(batch.evicted.get(n, 0))
+            w.evicted = batch.evicted.get(n, 0)
+            finals[n] = r = w.result()
             w.history.append(r)
         if batch.request.mode == FINAL:
             result.results = {n: finals[n] for n in batch.request.which or finals}

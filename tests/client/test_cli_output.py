@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,9 @@ def test_summaries_json_and_raw(server: LocalServer, tmp_path: Path) -> None:
     ]
     got = json.loads(cli(t, "query", "rooms", "w", "--json").stdout)
     assert got["batch"] == 1 and "sequence" not in got
+    # the rows the batch evicted (12:00 left the 5-minute range), named so beside the
+    # window's running total ("rows out" in `windows get`)
+    assert got["batch_evicted"] == 1 and "evicted" not in got
     assert got["timestamp"] == "2026-01-01T12:06:00.5Z"
     assert got["values"] == {"n": 2, "hot": 22.0, "last": "2026-01-01T12:06:00.5Z"}
     raw = json.loads(cli(t, "query", "rooms", "w", "--json", "--raw").stdout)
@@ -106,6 +110,34 @@ def test_a_hint_names_target_when_nothing_answers() -> None:
     r = cli(nobody, "streams", "list", "--timeout", "5")
     assert r.returncode == 1
     assert f"hint: nothing answers at {nobody}" in r.stderr and "--target" in r.stderr
+
+
+def test_json_before_the_command_and_errors_as_json(server: LocalServer) -> None:
+    """``--json`` (and ``--raw``) before the command as after it; with it, an error is one
+    JSON object on stderr naming code, reason, message and violations; exit 1 still."""
+    t = server.target
+    r = subprocess.run(
+        [*mtawindows_command(), "--json", "--raw", "streams", "list", "--target", t],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert isinstance(json.loads(r.stdout), list)
+    r = cli(t, "query", "no_such_stream", "w", "--json")
+    assert r.returncode == 1 and r.stdout == ""
+    err = json.loads(r.stderr)["error"]
+    assert err["code"] == "NOT_FOUND" and err["reason"] == "STREAM_NOT_FOUND", err
+    assert "no_such_stream" in err["message"] and isinstance(err["violations"], list)
+    nobody = f"127.0.0.1:{free_port()}"
+    r = cli(nobody, "--json", "streams", "list", "--timeout", "5")
+    err = json.loads(r.stderr)["error"]
+    assert r.returncode == 1 and err["code"] == "UNAVAILABLE" and "--target" in err["hint"]
+    assert cli(t, "streams", "create", "jsonerr", "--field", "v:DOUBLE").returncode == 0
+    r = subprocess.run(
+        [*mtawindows_command(), "--json", "append", "jsonerr", "/no/such/file.csv", "--target", t],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    err = json.loads(r.stderr)["error"]
+    assert r.returncode == 1 and "/no/such/file.csv" in err["message"], err
 
 
 def _flags(parser: argparse.ArgumentParser, path: str) -> list[tuple[str, str]]:
@@ -216,3 +248,100 @@ def test_what_an_outsider_hit(server: LocalServer, tmp_path: Path) -> None:
     assert r.returncode == 1 and "line 2: column 'v': expected a DOUBLE, got 'abc'" in r.stderr, (
         r.stderr
     )
+
+
+def test_out_of_order_refusals_name_timestamps_as_the_stream_reads_them(
+    server: LocalServer,
+) -> None:
+    """A REJECT stream's OUT_OF_ORDER refusal: RFC 3339 text on a wall-clock stream (keyed or
+    not), the plain number in the stream's unit on one whose timestamps are not dates."""
+    from datetime import UTC, datetime
+
+    from mtawindows.client import Field, MtaWindowsError, StreamSpec, WindowClient
+
+    early, late = (
+        datetime(2026, 1, 1, 12, 0, 3, tzinfo=UTC),
+        datetime(2026, 1, 1, 12, 0, 5, tzinfo=UTC),
+    )
+    with WindowClient(server.target) as c:
+        for name, key in (("ooo", ""), ("ooo_keyed", "host")):
+            fields = (Field("v", "DOUBLE"), *((Field("host", "STRING"),) if key else ()))
+            c.create_stream(StreamSpec(name, fields, key=key, late_policy="REJECT"))
+            cols: dict[str, list[object]] = {"ts": [late, early], "v": [1.0, 2.0]}
+            if key:
+                cols["host"] = ["a", "a"]
+            with pytest.raises(MtaWindowsError) as err:
+                c.append(name, cols)
+            assert err.value.reason == "OUT_OF_ORDER"
+            assert "2026-01-01T12:00:03Z" in err.value.message, err.value.message
+            assert "2026-01-01T12:00:05Z" in err.value.message, err.value.message
+        c.create_stream(
+            StreamSpec("ooo_seq", (Field("v", "DOUBLE"),), ts_unit="s", wall_clock=False,
+                       late_policy="REJECT")
+        )  # fmt: skip
+        with pytest.raises(MtaWindowsError) as err:
+            c.append("ooo_seq", {"ts": [5, 3], "v": [1.0, 2.0]})
+        assert "timestamp 3, older than the previous row's (5)" in err.value.message
+
+
+def _on_a_terminal(args: list[str]) -> tuple[str, str]:
+    """Run the CLI with stderr on a pseudo-terminal: (what the terminal showed, stdout)."""
+    import pty
+    import re
+    import select
+
+    main, sub = pty.openpty()
+    env = {**os.environ, "COLUMNS": "120", "TERM": "xterm"}
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=sub, env=env)
+    os.close(sub)
+    shown = b""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([main], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            shown += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(main)
+    out = proc.communicate(timeout=60)[0].decode()
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown.decode(errors="replace"))
+    return text, out
+
+
+def test_the_progress_bar_counts_rows_rate_and_time_left(
+    server: LocalServer, tmp_path: Path
+) -> None:
+    """On a terminal, ``append FILE`` shows its share read, rows, rows/s, the time taken and
+    left (on stderr: stdout keeps the summary); not with ``--no-progress``, nor when stderr
+    is not a terminal."""
+    import re
+
+    t = server.target
+    assert cli(t, "streams", "create", "bar", "--field", "v:DOUBLE").returncode == 0
+    rows = tmp_path / "bar.csv"
+    n = 60_000
+    t0 = 1_767_268_800_000_000_000
+    rows.write_text("ts,v\n" + "".join(f"{t0 + i * 1000},{i}.5\n" for i in range(n)))
+    cmd = [*mtawindows_command(), "append", "bar", str(rows), "--target", t]
+    shown, out = _on_a_terminal(cmd)
+    assert out.startswith(f"appended {n:,} rows to bar"), out
+    bars = re.findall(r"append bar .*?(\d+)% ([\d,]+) rows ([\d,]+) rows/s (\d+:\d\d:\d\d)", shown)
+    assert bars, shown[-2000:]
+    seen = [int(r.replace(",", "")) for _, r, _, _ in bars]
+    assert seen == sorted(seen) and 0 < seen[-1] <= n, seen
+    assert all(int(rate.replace(",", "")) > 0 for _, r, rate, _ in bars if r != "0"), bars
+    assert re.search(r"rows/s \d+:\d\d:\d\d \d+:\d\d:\d\d", shown), "no time left shown"
+    for name in ("bar2", "bar3"):
+        assert cli(t, "streams", "create", name, "--field", "v:DOUBLE").returncode == 0
+    shown, out = _on_a_terminal(
+        [*mtawindows_command(), "append", "bar2", str(rows), "--no-progress", "--target", t]
+    )
+    assert out.startswith(f"appended {n:,} rows to bar2") and "rows/s" not in shown, shown
+    r = cli(t, "append", "bar3", str(rows))  # stderr not a terminal: no bar, nothing said
+    assert r.returncode == 0 and r.stderr == "", r.stderr

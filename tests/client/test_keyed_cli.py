@@ -187,7 +187,9 @@ def test_keys_list_of_an_unkeyed_stream_prints_only_the_error(
     stand_in: StandIn, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, err = run(capsys, "keys", "list", "plain")
-    assert (code, out) == (1, "")
-    assert err.startswith("error: [FAILED_PRECONDITION/NOT_KEYED] not keyed")
+    assert (code, out) == (1, "")  # --json: the error as JSON on stderr
+    said = json.loads(err)["error"]
+    assert (said["code"], said["reason"]) == ("FAILED_PRECONDITION", "NOT_KEYED")
+    assert said["message"].startswith("not keyed")
     code, out, err = run(capsys, "keys", "list", "hosts", "--limit", "-1")
-    assert (code, out) == (1, "") and "--limit" in err
+    assert (code, out) == (1, "") and "--limit" in json.loads(err)["error"]["message"]

@@ -28,7 +28,7 @@ from mtawindows.server.engine.monoids import Count, Max, MonoidBase, Record, Sum
 from mtawindows.server.engine.mta_window import WindowCorruptedError
 from mtawindows.server.engine.naive import NaiveWindow
 from mtawindows.server.engine.policies import CountPolicy, bind_policy
-from mtawindows.v1.reasons import DOMAIN, Reason
+from mtawindows.v1.reasons import DOMAIN, REMEDY, Reason
 from tests.support.cases import ALGORITHMS, CASES, STORES
 
 
@@ -439,3 +439,5 @@ def test_reasons_equal_their_names_and_say_what_they_mean() -> None:
         assert member == name and member.value == name and str(member) == name
         assert member.meaning and "\n" not in member.meaning, name
         assert Reason(name) is member
+        # what to do about it (the troubleshooting column of docs/reference/errors.md)
+        assert REMEDY.get(member) and "\n" not in REMEDY[member], f"{name}: no remedy"

@@ -15,6 +15,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from . import windows_pb2 as pb
 from .types import (
+    TS_UNITS,
     Aggregation,
     AppendResult,
     Field,
@@ -77,6 +78,31 @@ def to_nanos(value: Any) -> int:
         f"RFC 3339 text), got {type(value).__name__} {value!r}{hint}"
     )
     raise TypeError(msg)
+
+
+def rfc3339(ns: int) -> str:
+    """``ns`` (nanoseconds since the epoch) as RFC 3339 text in UTC, to the nanosecond where
+    it has one (``2026-01-01T12:00:00Z``, ``2026-01-01T12:00:00.000000001Z``); past
+    ``datetime``'s years, the number."""
+    seconds, frac = divmod(int(ns), 1_000_000_000)
+    try:
+        base = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    except (OverflowError, OSError, ValueError):
+        return str(ns)
+    if frac:
+        return f"{base}.{f'{frac:09d}'.rstrip('0')}Z"
+    return f"{base}Z"
+
+
+def timestamp_text(ns: int, spec: StreamSpec) -> str:
+    """A row's timestamp in a message, as its stream's users wrote it: RFC 3339 text for a
+    wall-clock stream (``2026-01-01T12:00:00Z``), else the plain number in the stream's
+    ``ts_unit`` (sequence numbers read back as given)."""
+    if spec.wall_clock:
+        return rfc3339(ns)
+    scale = TS_UNITS[spec.ts_unit]
+    whole, part = divmod(int(ns), scale)
+    return str(whole) if not part else repr(ns / scale)
 
 
 def _iso_nanos(text: str) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["DOMAIN", "UNSPECIFIED", "Reason", "mismatch", "proto_reasons"]
+__all__ = ["DOMAIN", "REMEDY", "UNSPECIFIED", "Reason", "mismatch", "proto_reasons"]
 
 DOMAIN = "mtawindows.dev"  # ErrorInfo.domain of every error the server sends
 UNSPECIFIED = "ERROR_REASON_UNSPECIFIED"  # the proto enum's 0: never sent
@@ -160,3 +160,80 @@ def mismatch() -> dict[str, list[str]]:
     here = set(Reason.__members__)
     out = {"proto only": sorted(proto - here), "python only": sorted(here - proto)}
     return {k: v for k, v in out.items() if v}
+
+
+# what a caller (or its operator) does about each reason: the troubleshooting column of
+# docs/reference/errors.md; a test fails when a reason has none
+REMEDY: dict[Reason, str] = {
+    Reason.INTERNAL: "find the error_id in the server's log (it holds the traceback) and report "
+    "it; the call may be retried, with a producer_id and sequence for appends",
+    Reason.UNAUTHENTICATED: "pass the token (SDK token=..., CLI --token or $MTAWINDOWS_TOKEN) "
+    "that the server's --tokens-file lists",
+    Reason.MALFORMED_REQUEST: "send the method's own message: regenerate your stubs from "
+    "proto/mtawindows/v1/windows.proto (the SDK does this for you)",
+    Reason.INVALID_ARGUMENT: "fix the field the message and violations name, to the range they "
+    "give",
+    Reason.VALUE_TOO_LONG: "shorten the named string to the limit its metadata gives",
+    Reason.TOO_MANY_ITEMS: "send fewer items in the named list, over several calls",
+    Reason.MESSAGE_TOO_LARGE: "send smaller batches (split the rows, or an SDK "
+    "writer(stream, batch_rows=...); CLI --batch-rows), or raise the server's --max-message-mb",
+    Reason.UNKNOWN_ENUM_VALUE: "use a value of this server's proto (an older server does not "
+    "know a newer value): upgrade the server or use an older name",
+    Reason.STORE_UNAVAILABLE: "bring Redis back (mtawindows serve restarts its embedded one; "
+    "check --redis-url's server and its replicas), then retry: appends with a producer_id and "
+    "sequence apply once",
+    Reason.SERVER_STOPPING: "retry on another member, or on this one after it restarts",
+    Reason.NOT_OWNER: "call the owner in metadata owner; the SDK given the cluster's seeds "
+    "routes there by itself",
+    Reason.STREAM_MOVING: "retry after retry_after_ms (the SDK does): a member takes the stream "
+    "within a lease (--lease-ms)",
+    Reason.FENCED: "retry: the SDK finds the new owner; nothing of the call was applied",
+    Reason.MEMBER_ISOLATED: "call another member (the SDK does); on the isolated one, check its "
+    "network path to the cluster's Redis",
+    Reason.OWNER_UNREACHABLE: "retry: an idempotent append (producer_id and sequence) applies "
+    "once; check the owner's address (--advertise) is reachable from the other members",
+    Reason.STREAM_NOT_FOUND: "create it (create_stream, mtawindows streams create) or check "
+    "the name (mtawindows streams list)",
+    Reason.WINDOW_NOT_FOUND: "create it or check the name (mtawindows windows list STREAM)",
+    Reason.STREAM_EXISTS: "use it as it is (streams get shows its definition), or delete it first",
+    Reason.WINDOW_EXISTS: "use it as it is (windows get shows its definition), or delete it first",
+    Reason.TOO_MANY_STREAMS: "delete unused streams, use one keyed stream (key=...) instead "
+    "of a stream per key, or raise --max-streams",
+    Reason.TOO_MANY_WINDOWS: "delete unused windows, put several aggregations in one window, "
+    "or raise --max-windows",
+    Reason.INVALID_DEFINITION: "fix the definition as the message and violations say",
+    Reason.UNKNOWN_FIELD: "name one of the stream's fields (mtawindows streams get STREAM)",
+    Reason.UNKNOWN_MONOID: "use a catalog name (the message lists them) or register a plugin "
+    "monoid on the server",
+    Reason.INVALID_EXPRESSION: "fix the CEL expression at the position the message gives; "
+    "only total, dropped and the policy's documented variables are known",
+    Reason.CEL_TOO_LARGE: "shorten the expression, or raise --max-cel-bytes",
+    Reason.CEL_TOO_DEEP: "flatten the expression, or raise --max-cel-depth",
+    Reason.AMBIGUOUS_BATCH: "send the rows one way: columns or arrow_ipc",
+    Reason.BAD_ARROW: "send an Arrow IPC stream (pyarrow.ipc.new_stream), not a file or "
+    "Feather; the SDK's append(stream, table) does it",
+    Reason.SCHEMA_MISMATCH: "send exactly the stream's fields, with their types (streams get "
+    "shows them); the timestamp field too",
+    Reason.BAD_VALUES: "fix or drop the named rows (row and column in the violations); a "
+    "DOUBLE field that should take NaN says allow_nan at creation",
+    Reason.BATCH_TOO_LARGE: "send smaller batches (an SDK writer(stream, batch_rows=...); CLI "
+    "--batch-rows), or raise --max-batch-rows",
+    Reason.LOWER_FAILED: "fix the plugin monoid's lower for that value (metadata error names "
+    "it) or leave the batch out: it fails the same way again",
+    Reason.KEY_NOT_FOUND: "check the key (mtawindows keys list STREAM --prefix ...): a key "
+    "exists from its first row until deleted or expired (key_ttl)",
+    Reason.NOT_KEYED: "call the keyed form (key=...) on a keyed stream and the plain form on "
+    "an unkeyed one (streams get shows its key field)",
+    Reason.TOO_MANY_KEYS: "set a key_ttl on the stream so idle keys expire, delete old keys, "
+    "or raise --max-keys",
+    Reason.BAD_RESULT_MODE: "use a mode this server knows (NONE, FINAL, PER_ROW); upgrade the "
+    "server for a newer one",
+    Reason.OUT_OF_ORDER: "send each stream's (each key's) rows in timestamp order, or create "
+    "the stream with late_policy DROP (late rows counted, skipped) or an allowed_lateness "
+    "(rows that late are reordered)",
+    Reason.TOO_MANY_SUBSCRIBERS: "close unused subscriptions, share one per process, or raise "
+    "--max-subscribers",
+    Reason.SUBSCRIBER_TOO_SLOW: "read faster, or resubscribe and catch up with ReadResults "
+    "from the last batch you saw; raise --subscriber-queue-mb for longer pauses",
+    Reason.UNSUBSCRIBED: "nothing: the server's own record of a subscriber that left",
+}

@@ -389,8 +389,10 @@ class WindowInfo:
 
 @dataclass
 class WindowResult:
-    """A window's result: ``values`` by output name (structs as dicts), its size in rows, the
-    rows evicted by the batch that produced it, that batch's ``sequence`` (the stream's count of
+    """A window's result: ``values`` by output name (structs as dicts), its size in rows,
+    ``evicted``: the rows the batch that produced it evicted (not the window's running total,
+    which :class:`WindowStats` ``evicted`` counts; a keyed stream's ``Query`` reports 0: it is
+    not kept per key, nor across a restart), that batch's ``sequence`` (the stream's count of
     applied batches then: results of a window are ordered by it) and the stream's newest
     timestamp then (nanoseconds)."""
 

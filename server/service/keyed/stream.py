@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 
 import redis
 
+from mtawindows.v1.convert import timestamp_text
 from mtawindows.v1.keys import (
     DEFAULT_KEY_GROUPS,
     MAX_KEY_BYTES,
@@ -776,12 +777,22 @@ class KeyedStream:
 
     def _out_of_order(self, key: str, row: int, t: int, prev: int, within: bool) -> None:
         whose = "the key's previous row's" if within else "the key's newest"
+
+        def when(ns: int) -> str:
+            return timestamp_text(ns, self.spec)
+
         raise ServiceError(
             "FAILED_PRECONDITION",
             Reason.OUT_OF_ORDER,
-            f"row {row} (key {key!r}) has timestamp {t}, older than {whose} ({prev}); the "
-            "stream rejects late rows (late_policy REJECT), so nothing was applied",
-            [(f"columns[{self.spec.timestamp_field}][{row}]", f"timestamp {t} < {prev}")],
+            f"row {row} (key {key!r}) has timestamp {when(t)}, older than {whose} "
+            f"({when(prev)}); the stream rejects late rows (late_policy REJECT), so nothing "
+            "was applied",
+            [
+                (
+                    f"columns[{self.spec.timestamp_field}][{row}]",
+                    f"timestamp {when(t)} < {when(prev)}",
+                )
+            ],
             {"row": str(row), "timestamp": str(t), "newest": str(prev), "key": key},
         )
 

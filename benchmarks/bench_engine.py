@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from mtawindows.server.engine.amta import AmortizedMTA
-from mtawindows.server.engine.baselines import TwoStacks
 from mtawindows.server.engine.lmta import LogMTA
 from mtawindows.server.engine.monoids import Count, Last, Record, Sum
 from mtawindows.server.engine.naive import NaiveWindow
 from mtawindows.server.engine.policies import CountPolicy
+from mtawindows.server.engine.two_stacks import TwoStacks
 
 ENGINES: dict[str, Callable[..., Any]] = {
     "AmortizedMTA": AmortizedMTA,

@@ -13,7 +13,11 @@ Where each part lives (each module's docstring holds its part of the design):
   :mod:`.levels`: the level queues (local, or tiered through a store);
 * :mod:`.checkpoint`: the durability seam (snapshot, restore, replay);
   :mod:`.nonblocking`: calls that must not wait for the store; :mod:`.ledger`: idempotency;
-* :mod:`.naive` (the oracle), :mod:`.baselines` (Two-Stacks), :mod:`.prefix` (what they share);
+* :mod:`.naive` (the oracle) and :mod:`.prefix` (what it shares);
+* :mod:`.algorithms`: every algorithm a window can run, by name, with its fact card; the
+  reference papers' FIFO engines behind one contract in :mod:`.fifo` (:mod:`.two_stacks`,
+  :mod:`.two_stacks_lite`, :mod:`.daba`, :mod:`.daba_lite`, :mod:`.flatfat`, :mod:`.bint`,
+  :mod:`.flatfit`, :mod:`.slickdeque`);
 * :mod:`.columnar`: the columnar path (whole columns in, per-row results as Arrow), loaded on
   first use;
   :mod:`.validate`: checks of user-facing arguments.
@@ -25,7 +29,6 @@ nothing of streams, Redis keys or gRPC.
 from typing import Any
 
 from .amta import AmortizedMTA
-from .baselines import TwoStacks
 from .laws import LawReport, LawViolation, approx_equal, assert_monoid_laws, check_laws
 from .lmta import LogMTA
 from .monoids import (
@@ -60,6 +63,7 @@ from .policies import (
     TimeRangePolicy,
     bind_policy,
 )
+from .two_stacks import TwoStacks
 
 __all__ = [
     "AllOf",

@@ -9,8 +9,12 @@ A monoid is any object with:
 * ``lower(agg)``: turn an aggregate into the user-facing result (the last *map*).
 
 Optional capabilities are explicit, never assumed: ``commutative`` (a declaration checked by
-:mod:`mtawindows.server.engine.laws`) and ``combine_all`` (a batch fold, default a left fold).
-No monoid needs an inverse: the MTA engines never subtract.
+:mod:`mtawindows.server.engine.laws`), ``combine_all`` (a batch fold, default a left fold),
+``invertible`` with ``inverse(a)`` (a group: ``combine(inverse(a), combine(a, b)) == b``, which
+SlickDeque's invertible form subtracts with) and ``selection`` (``combine(a, b)`` is always
+``a`` or ``b`` itself, as max: what SlickDeque's non-invertible form needs). No monoid needs
+an inverse: the MTA engines never subtract; an engine that needs a capability refuses a monoid
+without it (:func:`capabilities`).
 
 Glossary for Beam and Spark users: ``lift ~ prepare ~ add_input(identity, x)``,
 ``combine ~ plus ~ merge_accumulators``, ``lower ~ present ~ extract_output``.
@@ -53,6 +57,7 @@ __all__ = [
     "StdDev",
     "Sum",
     "Variance",
+    "capabilities",
     "catalog",
 ]
 
@@ -121,6 +126,10 @@ class MonoidBase:
 
     identity: Any = None
     commutative: bool = False
+    #: a group: ``inverse(a)`` undoes ``a`` from the front (see the module docstring)
+    invertible: bool = False
+    #: ``combine(a, b)`` is always ``a`` or ``b`` itself (max, min, first, ...)
+    selection: bool = False
     inline_combine: str | None = None
     #: Optional expression template over ``{v}`` (the item's value) and ``{L}`` (this monoid's
     #: ``_lift_value``, the validating slow path) that :class:`Record` inlines into its lift.
@@ -150,6 +159,11 @@ class MonoidBase:
 
     def lower(self, agg: Any) -> Any:
         return agg
+
+    def inverse(self, agg: Any) -> Any:
+        """The group inverse of ``agg`` (``invertible`` monoids only)."""
+        msg = f"{type(self).__name__} has no inverse (it is not a group)"
+        raise TypeError(msg)
 
     def combine_all(self, aggs: Iterable[Any]) -> Any:
         """Left fold of ``aggs`` (oldest first) starting at the identity."""
@@ -188,8 +202,12 @@ class Count(MonoidBase):
 
     identity = 0
     commutative = True
+    invertible = True
     inline_combine = "{o} + {n}"
     constant_lift = 1
+
+    def inverse(self, agg: int) -> int:
+        return -agg
 
     def _lift_value(self, v: Any) -> int:
         return 1
@@ -208,8 +226,12 @@ class Sum(MonoidBase):
 
     identity = 0
     commutative = True
+    invertible = True
     inline_combine = "{o} + {n}"
     inline_lift = "({v} if {v}.__class__ is float or {v}.__class__ is int else {L}({v}))"
+
+    def inverse(self, agg: float) -> float:
+        return -agg
 
     def _lift_value(self, v: Any) -> float | int:
         if v.__class__ is float or v.__class__ is int:
@@ -226,6 +248,7 @@ class _Extreme(MonoidBase):
     codec_layout = "n"
 
     commutative = True
+    selection = True
     inline_lift = (
         "({v} if {v}.__class__ is int or ({v}.__class__ is float and {v} == {v}) else {L}({v}))"
     )
@@ -266,9 +289,15 @@ class Mean(MonoidBase):
 
     identity = (0, 0.0)
     commutative = True
+    invertible = True
 
     def _lift_value(self, v: Any) -> tuple[int, float]:
         return (1, float(_real("Mean", v)))
+
+    def inverse(self, agg: tuple[int, float]) -> tuple[int, float]:
+        """``(-count, mean)``: combined in front of ``(count, mean) + rest``, the counts
+        cancel and the weighted means leave ``rest``'s (an empty rest: the identity)."""
+        return (-agg[0], agg[1])
 
     def combine(self, older: tuple[int, float], newer: tuple[int, float]) -> tuple[int, float]:
         na, ma = older
@@ -278,6 +307,8 @@ class Mean(MonoidBase):
         if na == 0:
             return newer
         n = na + nb
+        if n == 0:  # an inverse met its own aggregate
+            return (0, 0.0)
         return (n, ma + (mb - ma) * nb / n)
 
     def lower(self, agg: tuple[int, float]) -> float | None:
@@ -295,6 +326,11 @@ class Variance(MonoidBase):
 
     identity = (0, 0.0, 0.0)
     commutative = True
+    invertible = True
+
+    def inverse(self, agg: tuple[int, float, float]) -> tuple[int, float, float]:
+        """``(-count, mean, -M2)``: Chan's merge in front of ``agg + rest`` leaves ``rest``."""
+        return (-agg[0], agg[1], -agg[2])
 
     def __init__(self, field: str | None = None, *, ddof: int = 0) -> None:
         if ddof not in (0, 1):
@@ -316,6 +352,8 @@ class Variance(MonoidBase):
         if na == 0:
             return newer
         n = na + nb
+        if n == 0:  # an inverse met its own aggregate
+            return (0, 0.0, 0.0)
         delta = mb - ma
         return (n, ma + delta * nb / n, qa + qb + delta * delta * na * nb / n)
 
@@ -346,6 +384,7 @@ class GeometricMean(MonoidBase):
 
     identity = (0, 0.0)
     commutative = True
+    invertible = True
 
     def _lift_value(self, v: Any) -> tuple[int, float]:
         v = _real("GeometricMean", v)
@@ -355,6 +394,7 @@ class GeometricMean(MonoidBase):
         return (1, math.log(v))
 
     combine = Mean.combine
+    inverse = Mean.inverse
 
     def lower(self, agg: tuple[int, float]) -> float | None:
         return math.exp(agg[1]) if agg[0] else None
@@ -371,6 +411,7 @@ class _ArgExtreme(MonoidBase):
     """Shared code of ArgMax/ArgMin: aggregates are ``(value, key)``; ties go to the newest."""
 
     _sign = 1
+    selection = True
 
     def __init__(self, value: str | None = None, key: str | None = None) -> None:
         name = type(self).__name__
@@ -436,6 +477,7 @@ class First(MonoidBase):
     """The oldest item of the window (``None`` when empty). Not commutative."""
 
     identity = NOTHING
+    selection = True
 
     def combine(self, older: Any, newer: Any) -> Any:
         return newer if older is NOTHING else older
@@ -448,6 +490,7 @@ class Last(MonoidBase):
     """The newest item of the window (``None`` when empty). Not commutative."""
 
     identity = NOTHING
+    selection = True
     inline_combine = "({o} if {n} is NOTHING else {n})"
     inline_lift = "{v}"
 
@@ -538,9 +581,20 @@ class Record(MonoidBase):
         self._get = None
         self.identity = tuple(m.identity for m in self.monoids)
         self.commutative = all(getattr(m, "commutative", False) for m in self.monoids)
+        # a record is a group when every field is; a selection only when every field is
+        # and there is one (two selections picked field by field pick from both inputs)
+        self.invertible = all(getattr(m, "invertible", False) for m in self.monoids)
+        self.selection = len(self.monoids) == 1 and bool(
+            getattr(self.monoids[0], "selection", False)
+        )
         self.combine = self._build_combine()  # type: ignore[method-assign,assignment]
         self.lift = self._build_lift()  # type: ignore[method-assign,assignment]
         self.lower = self._build_lower()  # type: ignore[method-assign,assignment]
+
+    def inverse(self, agg: tuple[Any, ...]) -> tuple[Any, ...]:
+        if not self.invertible:
+            return super().inverse(agg)  # type: ignore[no-any-return]
+        return tuple(m.inverse(a) for m, a in zip(self.monoids, agg, strict=True))  # type: ignore[attr-defined]
 
     def index(self, name: str) -> int:
         """Position of field ``name`` in the record's aggregate tuple."""
@@ -655,3 +709,22 @@ def catalog() -> dict[str, type[MonoidBase]]:
         Concat,
     )
     return {k.__name__: k for k in kinds}
+
+
+def capabilities(monoid: Any) -> frozenset[str]:
+    """What ``monoid`` declares it can do, of ``"commutative"``, ``"inverse"`` and
+    ``"selection"``; a :class:`Record` also ``"inverse-or-selection"`` when each field is one
+    or the other (SlickDeque runs such a record field by field)."""
+    out = set()
+    if getattr(monoid, "commutative", False):
+        out.add("commutative")
+    if getattr(monoid, "invertible", False) and callable(getattr(monoid, "inverse", None)):
+        out.add("inverse")
+    if getattr(monoid, "selection", False):
+        out.add("selection")
+    parts = getattr(monoid, "monoids", None) if isinstance(monoid, Record) else (monoid,)
+    if parts and all(
+        getattr(m, "selection", False) or getattr(m, "invertible", False) for m in parts
+    ):
+        out.add("inverse-or-selection")
+    return frozenset(out)

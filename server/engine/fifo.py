@@ -1,0 +1,673 @@
+"""The reference papers' FIFO aggregators behind one contract, and the window that hosts any of them.
+
+An :class:`Aggregator` is an algorithm of one paper and nothing else: it holds lifted items in
+arrival order and answers three calls, ``insert(u)`` (the newest), ``evict()`` (the oldest) and
+``query()`` (the lifted aggregate of everything held, oldest first: ``combine`` is never asked
+to commute unless the card says so). Each one carries its :class:`FactCard` (paper, ordering,
+operator requirements, costs, deviations) and the monoid capabilities it needs
+(``requires``, of :func:`~.monoids.capabilities`).
+
+:class:`AggregatorWindow` gives any aggregator the contract of the MTA windows
+(:class:`~.mta_window.MTAWindow`): ``push``, ``extend``, ``insert``, ``enforce``, ``query``,
+``aggregate``, ``clear``, ``len``, ``apply_lifted`` with per-item totals, ``preview_lifted``,
+``load_lifted``, idempotency keys, and the durability seam a Redis store calls (``snapshot``,
+``restore``, ``replay``). So every engine is served, checkpointed, restored after kill -9 and
+moved like an MTA window.
+
+Enforcement has the MTA engines' semantics (:mod:`.policies`): after the inserts, the longest
+prefix P (oldest first) with ``policy(total, agg(P))`` leaves, ``total`` being the aggregate
+with the new items. **Search, then commit**: the prefix is found before anything changes
+(``Aggregator.search`` walks the items oldest first, O(k + 1) combines for k leaving; FlatFAT
+and B-Int descend their tree in O(log n)), so a policy or monoid that raises leaves the window
+exactly as it was.
+
+**Storage.** These algorithms keep every item in the process: none keeps a middle in Redis.
+With a store, a checkpoint writes the window's items in full (O(n) per flush, where an MTA
+window writes its few local pairs), and a restart rebuilds the structure from them (O(n)). For
+large durable windows AMTA and LMTA are the right choice; ``GetWindow`` reports it
+(:attr:`AggregatorWindow.storage_note`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..sentinels import UNSET
+from ..storage.protocol import PairStore, StoreError, StoreUnavailableError, WindowStore
+from .ledger import Ledger
+from .monoids import Monoid, capabilities
+from .policies import bind_policy
+
+__all__ = [
+    "Aggregator",
+    "AggregatorWindow",
+    "EngineRefusal",
+    "FactCard",
+]
+
+
+@dataclass(frozen=True)
+class FactCard:
+    """What a user weighs an algorithm by (shown by the docs and ``GetWindow``)."""
+
+    name: str  # the enum name: "DABA"
+    full_name: str
+    paper: str  # which of ../shared/papers, and its authors
+    ordering: str  # FIFO (in-order) for all of these
+    requires: str  # the operator's requirements, in words
+    time: str  # amortized / worst case per insert and evict, and query
+    space: str
+    bulk: str  # bulk eviction (and insertion)
+    storage: str  # where the state lives (none of these keeps a middle in Redis)
+    deviations: str  # from the paper, and why
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.__dict__)
+
+
+class EngineRefusal(ValueError):
+    """An algorithm cannot run this monoid or policy (``field``: what is refused)."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class Aggregator:
+    """One FIFO aggregation algorithm over lifted items (see the module docstring).
+
+    Subclasses implement ``__len__``, ``insert``, ``evict`` and ``query``, and ``items``
+    (oldest first) unless they keep a list the default reads. The defaults of
+    :meth:`evict_many`, :meth:`search` and :meth:`check` are correct for any of them; an
+    algorithm with a faster way overrides them."""
+
+    card: ClassVar[FactCard]
+    #: monoid capabilities it needs, each of :func:`~.monoids.capabilities`' names
+    requires: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, monoid: Monoid) -> None:
+        self.monoid = monoid
+        self.combine = monoid.combine
+        self.identity = monoid.identity
+
+    def __len__(self) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def insert(self, u: Any) -> None:  # pragma: no cover - abstract
+        """Append the lifted item ``u`` (the newest)."""
+        raise NotImplementedError
+
+    def evict(self) -> None:  # pragma: no cover - abstract
+        """Remove the oldest item (the window is not empty)."""
+        raise NotImplementedError
+
+    def query(self) -> Any:  # pragma: no cover - abstract
+        """The lifted aggregate of every item held, oldest first; the identity when empty."""
+        raise NotImplementedError
+
+    def items(self) -> Iterator[Any]:  # pragma: no cover - abstract
+        """The lifted items, oldest first."""
+        raise NotImplementedError
+
+    def evict_many(self, k: int) -> None:
+        """Remove the ``k`` oldest items (``k <= len``)."""
+        evict = self.evict
+        for _ in range(k):
+            evict()
+
+    def search(self, leaves: Callable[[Any], bool], extra: Sequence[Any] = ()) -> int:
+        """The length of the longest prefix P of the items followed by ``extra`` (items about
+        to be inserted) with ``leaves(agg(P))``, for a prefix-monotone ``leaves``: by default
+        the items are walked oldest first, O(k + 1) combines for k leaving. Changes nothing."""
+        combine = self.combine
+        sub: Any = UNSET
+        k = 0
+        for u in self.items() if len(self) else ():
+            cand = u if sub is UNSET else combine(sub, u)
+            if not leaves(cand):
+                return k
+            sub = cand
+            k += 1
+        for u in extra:
+            cand = u if sub is UNSET else combine(sub, u)
+            if not leaves(cand):
+                return k
+            sub = cand
+            k += 1
+        return k
+
+    def check(self) -> None:
+        """Check the structure against a fold of its items (debug mode runs it after every
+        operation); raises AssertionError naming what differs."""
+        acc = self.identity
+        for u in self.items():
+            acc = self.combine(acc, u)
+        got = self.query()
+        from .laws import approx_equal
+
+        if not approx_equal(got, acc):
+            msg = f"{type(self).__name__}: query() gives {got!r}, a fold of its items {acc!r}"
+            raise AssertionError(msg)
+
+
+def check_engine(cls: type[Aggregator], monoid: Monoid, policy: Any = None) -> None:
+    """Refuse (:class:`EngineRefusal`) a monoid without the capabilities ``cls`` needs, and a
+    policy it cannot evaluate, naming what is missing."""
+    have = capabilities(monoid)
+    missing = sorted(cls.requires - have)
+    if missing:
+        name = cls.card.name
+        need = " and ".join(missing)
+        kinds = _kinds(monoid)
+        msg = (
+            f"{name} needs a monoid with {need} ({cls.card.requires}); {kinds} "
+            f"{'has' if ',' not in kinds else 'have'} {', '.join(sorted(have)) or 'none of these'}"
+        )
+        raise EngineRefusal(msg, field="spec.algorithm")
+    refuse = getattr(cls, "refuse_policy", None)
+    if refuse is not None and policy is not None:
+        why = refuse(policy)
+        if why:
+            msg = f"{cls.card.name} {why}"
+            raise EngineRefusal(msg, field="spec.policy")
+
+
+def _kinds(monoid: Any) -> str:
+    parts = getattr(monoid, "fields", None)
+    if isinstance(parts, dict):
+        return ", ".join(f"{n} ({type(m).__name__})" for n, m in parts.items())
+    return type(monoid).__name__
+
+
+class AggregatorWindow:
+    """A window run by an :class:`Aggregator` (``aggregator``, set by each engine's class),
+    with the MTA windows' contract (see the module docstring).
+
+    ``store``: a :class:`~mtawindows.server.storage.protocol.WindowStore` (the Redis store)
+    keeps it durable through checkpoints of its items; a plain pair store adds nothing (these
+    algorithms keep no level in it) and is ignored; ``None``: in memory."""
+
+    aggregator: ClassVar[type[Aggregator]]
+    storage_note = (
+        "no middle in Redis: a checkpoint writes every item, a restart rebuilds from them"
+    )
+
+    def __init__(
+        self,
+        monoid: Monoid,
+        policy: Any,
+        *,
+        store: PairStore | None = None,
+        debug: bool = False,
+    ) -> None:
+        for attr in ("identity", "lift", "combine", "lower"):
+            if not hasattr(monoid, attr):
+                msg = (
+                    f"{type(self).__name__}: monoid must have identity, lift, combine and lower; "
+                    f"{type(monoid).__name__} has no {attr!r}"
+                )
+                raise TypeError(msg)
+        check_engine(self.aggregator, monoid, policy)
+        self.monoid = monoid
+        self.policy = policy
+        self._policy = bind_policy(policy, monoid)
+        self.debug = debug
+        self._lift = monoid.lift
+        self._combine = monoid.combine
+        self._lower = monoid.lower
+        self._core = self.aggregator(monoid)
+        self._total: Any = UNSET
+        self._inserted = 0
+        self._evicted = 0
+        self._bulk_evicted = 0
+        self.bulk_evictions = 0
+        self.recomputes = 0
+        self._ledger = Ledger()
+        self._broken: BaseException | None = None
+        self._stale = False
+        self.on_stale: Callable[[], None] | None = None
+        self.store = store if isinstance(store, WindowStore) else None
+        self._hook: WindowStore | None = self.store
+        if self._hook is not None:
+            self._hook.attach(self)
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def algorithm(self) -> str:
+        return self.aggregator.card.name
+
+    @property
+    def card(self) -> FactCard:
+        return self.aggregator.card
+
+    @classmethod
+    def open(
+        cls, window_id: str, monoid: Monoid, policy: Any, *, url: str | None = None, **options: Any
+    ) -> Any:
+        """Reopen the Redis-backed window ``window_id`` (its last checkpoint and log)."""
+        from ..storage import reopen_store
+
+        own = {k: options.pop(k) for k in ("debug",) if k in options}
+        try:
+            store = reopen_store(window_id, url=url, **options)
+        except LookupError as ex:
+            msg = f"{cls.__name__}.open: {ex}"
+            raise LookupError(msg) from None
+        return cls(monoid, policy, store=store, **own)
+
+    @property
+    def window_id(self) -> str | None:
+        return None if self._hook is None else self._hook.window_id
+
+    def __len__(self) -> int:
+        return len(self._core)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(size={len(self)}, monoid={self.monoid!r}, "
+            f"policy={self.policy!r})"
+        )
+
+    @property
+    def inserted(self) -> int:
+        return self._inserted
+
+    @property
+    def evicted(self) -> int:
+        return self._evicted
+
+    @property
+    def levels(self) -> int:
+        return 0
+
+    def items(self) -> list[Any]:
+        """The lifted items in the window, oldest first."""
+        return list(self._core.items())
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "algorithm": self.algorithm,
+            "size": len(self),
+            "levels": 0,
+            "inserted": self._inserted,
+            "evicted": self._evicted,
+            "single_evictions": self._evicted - self._bulk_evicted,
+            "bulk_evictions": self.bulk_evictions,
+            "recomputes": self.recomputes,
+            "local_pairs": 0,
+            "local_items": len(self),
+        }
+        if self.store is not None:
+            out["store"] = self.store.stats.as_dict()
+        return out
+
+    def check_invariants(self) -> None:
+        self._core.check()
+
+    # ------------------------------------------------------------------ reads
+    def aggregate(self) -> Any:
+        """The lifted aggregate of the whole window (the ``total`` a policy sees)."""
+        self._check_usable()
+        total = self._total
+        if total is UNSET:
+            total = self._total = self._core.query()
+        return total
+
+    def query(self) -> Any:
+        """``lower`` of the aggregate of the window."""
+        return self._lower(self.aggregate())
+
+    def last_sequence(self, producer_id: str) -> int | None:
+        return self._ledger.last(producer_id)
+
+    # ------------------------------------------------------------------ the algorithm
+    def _plan(self, extra: Sequence[Any]) -> tuple[Any, int]:
+        """(the total with ``extra`` appended, how many of the oldest leave): changes nothing."""
+        combine = self._combine
+        total = self._total if self._total is not UNSET else self._core.query()
+        for u in extra:
+            total = combine(total, u)
+        if not len(self._core) and not extra:
+            return total, 0
+        policy = self._policy
+        k = self._core.search(lambda sub: policy(total, sub), extra)
+        return total, k
+
+    def _apply(self, lifted: Sequence[Any]) -> int:
+        """Insert ``lifted``, enforce once (search, then commit). Returns the items evicted."""
+        total, k = self._plan(lifted)  # a raise here changes nothing
+        core = self._core
+        try:
+            for u in lifted:
+                core.insert(u)
+            if k:
+                core.evict_many(k)
+        except BaseException as ex:
+            self._corrupted(ex, "inserting and evicting")
+        self._inserted += len(lifted)
+        self._evicted += k
+        if k > 1:
+            self.bulk_evictions += 1
+            self._bulk_evicted += k
+        self._total = total if not k else UNSET
+        return k
+
+    def _corrupted(self, ex: BaseException, doing: str) -> None:
+        from .mta_window import WindowCorruptedError
+
+        self._broken = ex
+        msg = f"{type(self).__name__}: the monoid raised while {doing}"
+        raise WindowCorruptedError(msg) from ex
+
+    # ------------------------------------------------------------------ operations
+    def push(self, x: Any, producer_id: str | None = None, sequence: int | None = None) -> Any:
+        """Insert ``x``, enforce the policy and return the result."""
+        if self._admit(producer_id, sequence):
+            return self.query()
+        u = self._lift(x)
+        self._apply((u,))
+        self._applied("x", (u,), producer_id, sequence)
+        if self.debug:
+            self.check_invariants()
+        return self.query()
+
+    def extend(
+        self, xs: Iterable[Any], producer_id: str | None = None, sequence: int | None = None
+    ) -> int:
+        """Insert every item, then enforce once; all or nothing. Returns the items evicted."""
+        if self._admit(producer_id, sequence):
+            return 0
+        lift = self._lift
+        lifted = [lift(x) for x in xs]
+        k = self._apply(lifted)
+        self._applied("x", lifted, producer_id, sequence)
+        if self.debug:
+            self.check_invariants()
+        return k
+
+    def insert(self, x: Any) -> None:
+        """Lift ``x`` and append it; no eviction."""
+        self._check_usable()
+        u = self._lift(x)
+        self._insert_lifted(u)
+        self._record("i", (u,))
+        if self.debug:
+            self.check_invariants()
+
+    def _insert_lifted(self, u: Any) -> None:
+        total = self._total if self._total is not UNSET else self._core.query()
+        total = self._combine(total, u)  # refuse what the monoid cannot combine
+        try:
+            self._core.insert(u)
+        except BaseException as ex:
+            self._corrupted(ex, "inserting")
+        self._inserted += 1
+        self._total = total
+
+    def enforce(self) -> int:
+        """Apply the slide policy: evict the longest prefix it allows."""
+        self._check_usable()
+        k = self._apply(())
+        if k:
+            self._record("e", ())
+        if self.debug:
+            self.check_invariants()
+        return k
+
+    def clear(self) -> None:
+        """Evict everything."""
+        self._check_usable()
+        self._clear()
+        self._record("c", ())
+
+    def _clear(self) -> None:
+        n = len(self._core)
+        self._evicted += n
+        self._bulk_evicted += n
+        self._core = self.aggregator(self.monoid)
+        self._total = UNSET
+
+    def apply_lifted(
+        self,
+        lifted: list[Any],
+        producer_id: str | None = None,
+        sequence: int | None = None,
+        *,
+        per_item: bool = False,
+        totals: list[Any] | None = None,
+        sizes: list[int] | None = None,
+        nonblocking: bool = False,
+    ) -> int:
+        """As :meth:`~.mta_window.MTAWindow.apply_lifted`: items already lifted, as
+        ``extend`` (default) or item by item (``per_item``, or ``totals`` and ``sizes``
+        receiving the aggregate and size after each). Never waits for a store on the way
+        (the items are local; only a checkpoint writes), so ``nonblocking`` changes nothing."""
+        if self._admit(producer_id, sequence):
+            return 0
+        if totals is None and not per_item:
+            k = self._apply(lifted)
+            self._applied("x", lifted, producer_id, sequence)
+        else:
+            if (totals is None) != (sizes is None):
+                msg = "apply_lifted: totals and sizes go together"
+                raise TypeError(msg)
+            k = 0
+            core = self._core
+            for u in lifted:
+                k += self._apply((u,))
+                if totals is not None:
+                    totals.append(self.aggregate())
+                    sizes.append(len(core))  # type: ignore[union-attr]
+            self._applied("p", lifted, producer_id, sequence)
+        if self.debug:
+            self.check_invariants()
+        return k
+
+    def preview_lifted(
+        self,
+        lifted: list[Any],
+        *,
+        per_item: bool = False,
+        totals: list[Any] | None = None,
+        sizes: list[int] | None = None,
+    ) -> Any:
+        """What :meth:`apply_lifted` would make of ``lifted`` without applying it: the
+        aggregate after the batch (and with ``totals``/``sizes``, after every item). Runs the
+        batch on a copy of the items (O(n + m)): the service asks only for plugin monoids."""
+        self._check_usable()
+        scratch = type(self)(self.monoid, self.policy)
+        for u in self._core.items():
+            scratch._core.insert(u)
+        scratch.apply_lifted(list(lifted), per_item=per_item, totals=totals, sizes=sizes)
+        return scratch.aggregate()
+
+    def load_lifted(self, lifted: list[Any]) -> None:
+        """Append items already lifted and enforced (a keyed compact window growing): no
+        policy runs. All or nothing."""
+        self._check_usable()
+        combine = self._combine
+        total = self._total if self._total is not UNSET else self._core.query()
+        for u in lifted:
+            total = combine(total, u)
+        core = self._core
+        try:
+            for u in lifted:
+                core.insert(u)
+        except BaseException as ex:
+            self._corrupted(ex, "loading items")
+        self._inserted += len(lifted)
+        self._total = total
+        if self.debug:
+            self.check_invariants()
+
+    # ------------------------------------------------------------------ idempotency, failures
+    def _admit(self, producer_id: str | None, sequence: int | None) -> bool:
+        if producer_id is not None or sequence is not None:
+            Ledger.check_key(type(self).__name__, producer_id, sequence)
+            self._check_usable()
+            return self._ledger.is_duplicate(producer_id, sequence)  # type: ignore[arg-type]
+        self._check_usable()
+        return False
+
+    def _applied(
+        self, op: str, items: Sequence[Any], producer_id: str | None, sequence: int | None
+    ) -> None:
+        if producer_id is not None:
+            self._ledger.record(producer_id, sequence)  # type: ignore[arg-type]
+        self._record(op, items, producer_id, sequence)
+
+    def _record(
+        self,
+        op: str,
+        items: Sequence[Any],
+        producer_id: str | None = None,
+        sequence: int | None = None,
+    ) -> None:
+        if self._hook is None:
+            return
+        try:
+            self._hook.record(self, op, items, producer_id, sequence)
+        except StoreError as ex:
+            self._store_failed(ex)
+            raise
+
+    @property
+    def stale(self) -> bool:
+        return self._stale
+
+    def _check_usable(self) -> None:
+        if self._broken is None:
+            return
+        if self._stale:
+            if self.on_stale is not None:
+                msg = f"{type(self).__name__}: its store failed ({self._broken}); its owner reloads it"
+                raise StoreUnavailableError(msg) from self._broken
+            self._reload()
+            return
+        from .mta_window import WindowCorruptedError
+
+        msg = (
+            f"{type(self).__name__} is unusable: its monoid raised while the window was being "
+            f"restructured ({self._broken!r}); rebuild the window"
+        )
+        raise WindowCorruptedError(msg) from self._broken
+
+    def _store_failed(self, ex: BaseException) -> None:
+        self._broken = ex
+        self._stale = True
+        if self.on_stale is not None:
+            self.on_stale()
+
+    def reload(self) -> None:
+        """Rebuild the window from its store's durable state (its last checkpoint and log)."""
+        if self._hook is None:
+            msg = f"{type(self).__name__}: a window in memory has no durable state to reload"
+            raise TypeError(msg)
+        self._reload()
+
+    def _reload(self) -> None:
+        try:
+            self._hook.reload(self)  # type: ignore[union-attr]
+        except StoreError as ex:
+            self._broken = ex
+            raise
+        self._broken = None
+        self._stale = False
+
+    def invalidate(self, ex: BaseException) -> None:
+        if self._hook is not None:
+            self._store_failed(ex)
+
+    # ------------------------------------------------------------------ the store
+    def flush(self, *, wait: bool = True, meta: dict[str, Any] | None = None) -> Any:
+        """A checkpoint of every item (no-op in memory); returns its future."""
+        self._check_usable()
+        if self._hook is None:
+            return None
+        try:
+            return self._hook.checkpoint(self, wait=wait, meta=meta)
+        except StoreError as ex:
+            self._store_failed(ex)
+            raise
+
+    def wait_flushed(self, queued: Any) -> None:
+        if queued is None:
+            return
+        try:
+            queued.result()
+        except StoreError as ex:
+            self._store_failed(ex)
+            raise
+
+    def flush_full_blocks(self) -> None:
+        """Nothing: these algorithms write no blocks."""
+
+    def close(self) -> None:
+        if self._hook is not None:
+            if self._broken is None:
+                self.flush()
+            self._hook.close()
+
+    # -- the durability seam (storage.protocol.CheckpointedWindow)
+    @property
+    def level_queues(self) -> tuple[Any, ...]:
+        return ()
+
+    def snapshot(self) -> tuple[dict[str, Any], list[Any]]:
+        """The window as plain data + its items, oldest first (for a checkpoint)."""
+        state = {
+            "algorithm": self.algorithm,
+            "inserted": self._inserted,
+            "evicted": self._evicted,
+            "bulk_evicted": self._bulk_evicted,
+            "bulk_evictions": self.bulk_evictions,
+            "producers": self._ledger.snapshot(),
+        }
+        return state, list(self._core.items())
+
+    def restore(self, state: dict[str, Any] | None, values: list[Any]) -> None:
+        """Inverse of :meth:`snapshot` (``None``: a new window): the structure is rebuilt
+        by inserting the items again, O(n)."""
+        self._core = self.aggregator(self.monoid)
+        self._total = UNSET
+        self._ledger = Ledger()
+        self._inserted = self._evicted = self._bulk_evicted = self.bulk_evictions = 0
+        if state is None:
+            return
+        if state["algorithm"] != self.algorithm:
+            msg = f"checkpoint of a {state['algorithm']} window, opened as {self.algorithm}"
+            raise ValueError(msg)
+        for u in values:
+            self._core.insert(u)
+        self._inserted = int(state["inserted"])
+        self._evicted = int(state["evicted"])
+        self._bulk_evicted = int(state["bulk_evicted"])
+        self.bulk_evictions = int(state["bulk_evictions"])
+        self._ledger = Ledger(state["producers"])
+        if self._inserted - self._evicted != len(values):
+            msg = f"checkpoint says {self._inserted - self._evicted} items, holds {len(values)}"
+            raise ValueError(msg)
+
+    def replay(
+        self, op: str, items: Sequence[Any], producer_id: str | None, sequence: int | None
+    ) -> None:
+        """Apply one logged operation (lifted items) again."""
+        if op == "x":
+            self._apply(list(items))
+        elif op == "p":
+            for u in items:
+                self._apply((u,))
+        elif op == "i":
+            for u in items:
+                self._insert_lifted(u)
+        elif op == "e":
+            self._apply(())
+        elif op == "c":
+            self._clear()
+        else:
+            msg = f"unknown logged operation {op!r}"
+            raise ValueError(msg)
+        if producer_id is not None and sequence is not None:
+            self._ledger.record(producer_id, sequence)

@@ -8,6 +8,7 @@ the other. ``python -m mtawindows.cli`` is the same command.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from mtawindows.client import commands as client_cli
 from mtawindows.server import serve_command as server_cli
@@ -16,7 +17,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = client_cli.CliParser(
         prog="mtawindows",
         description="Exact sliding-window aggregates over streams (Monoid Tree Aggregator).",
     )
@@ -34,6 +35,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = client_cli.parse(build_parser(), sys.argv[1:] if argv is None else argv)
     command = server_cli.cmd_serve if args.command == "serve" else client_cli.run
     return client_cli.guarded(command, args)

@@ -17,12 +17,12 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from .errors import MtaWindowsError
-from .present import Presenter
+from .present import Presenter, plain
 
 EPILOG_STREAMS = """examples:
   mtawindows streams list
@@ -152,8 +152,47 @@ def parse_field(text: str) -> Any:
 # --------------------------------------------------------------------------- the parser
 
 
+class CliParser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors are one JSON object on stderr when the command
+    line asks for ``--json`` (:attr:`json_errors`, set by :func:`main`); exit status 2."""
+
+    json_errors = False
+
+    def error(self, message: str) -> NoReturn:
+        if CliParser.json_errors:
+            _json_error(message, code="INVALID_ARGUMENT", reason="USAGE", violations=[])
+            raise SystemExit(2)
+        super().error(message)
+
+
+# client flags that take a value: given before the command, they go after it
+_CLIENT_VALUED = ("--target", "--token", "--tls-ca", "--timeout")
+
+
+def hoist(argv: list[str]) -> list[str]:
+    """``argv`` with the client flags given before the command moved after it, where the
+    command's parser reads them (``mtawindows --target h:p query s w``); ``--json`` and
+    ``--raw`` stay (the top-level parser takes them too)."""
+    moved: list[str] = []
+    i = 0
+    while i < len(argv) and argv[i].startswith("--"):
+        name = argv[i].split("=", 1)[0]
+        if name in _CLIENT_VALUED:
+            step = 1 if "=" in argv[i] else 2
+            moved += argv[i : i + step]
+            i += step
+        elif name in ("--json", "--raw"):
+            i += 1
+        else:
+            break
+    if not moved:
+        return argv
+    kept = [a for a in argv[:i] if a.split("=", 1)[0] in ("--json", "--raw")]
+    return kept + argv[i:] + moved
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = CliParser(
         prog="mtawindows",
         description="Exact sliding-window aggregates over streams (Monoid Tree Aggregator).",
     )
@@ -487,8 +526,12 @@ def _print_rows(items: Iterable[dict[str, Any]]) -> None:
         print("no keys")
 
 
-def _rows(stream: Iterable[str], fmt: str, schema: dict[str, str]) -> Iterator[dict[str, Any]]:
-    """The rows of a CSV or JSON-lines file, each value cast to its field's type. A DOUBLE
+def _rows(
+    stream: Iterable[str], fmt: str, schema: dict[str, str]
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The rows of a CSV or JSON-lines file with their line numbers, each value cast to its
+    field's type; a row missing a field (a short CSV line, a JSON line without the key) is a
+    ValueError naming line and field. A DOUBLE
     field takes an integer (a JSON int, or CSV text of digits) only where a double holds it
     exactly: any other is a ValueError naming line and column, never rounded."""
     from mtawindows.v1.convert import inexact_int_text, is_exact_double, to_nanos
@@ -536,11 +579,23 @@ def _rows(stream: Iterable[str], fmt: str, schema: dict[str, str]) -> Iterator[d
                 return v.strip().lower() in ("1", "true", "yes")
         return v
 
+    fields = list(schema)
+
+    def missing(rec: Mapping[str, Any], line: int) -> None:
+        gone = [f for f in fields if rec.get(f) is None]
+        if gone:
+            msg = (
+                f"line {line}: no value for {', '.join(map(repr, gone))} (the stream's fields "
+                f"are {', '.join(fields)})"
+            )
+            raise ValueError(msg)
+
     if fmt == "jsonl":
         for n, line in enumerate(stream, 1):
             if line.strip():
                 rec = json.loads(line)
-                yield {k: cast(k, v, n) for k, v in rec.items()}
+                missing(rec, n)
+                yield n, {k: cast(k, v, n) for k, v in rec.items()}
     else:
         reader = csv.DictReader(stream)
         first = (reader.fieldnames or [""])[0]
@@ -551,7 +606,8 @@ def _rows(stream: Iterable[str], fmt: str, schema: dict[str, str]) -> Iterator[d
             )
             raise ValueError(msg)
         for rec in reader:
-            yield {k: cast(k, v, reader.line_num) for k, v in rec.items()}
+            missing(rec, reader.line_num)
+            yield reader.line_num, {k: cast(k, v, reader.line_num) for k, v in rec.items()}
 
 
 class _Counted:
@@ -599,6 +655,41 @@ def _progress(args: argparse.Namespace) -> tuple[Any, Any, int]:
     return progress, task, size
 
 
+def _refused_batch(
+    ex: MtaWindowsError, wr: Any, batch_lines: dict[int, list[int]], args: argparse.Namespace
+) -> None:
+    """A batch of the file refused: say which lines it held (and the refused row's line),
+    how many rows the batches before it applied, and how to send the rest
+    (``ex.context``, printed by :func:`guarded`)."""
+    if getattr(ex, "context", None):
+        return
+    b = wr.batches  # the sender stops at the first refusal: the batches before it applied
+    held = batch_lines.get(b) or []
+    ctx: dict[str, Any] = {
+        "applied_rows": wr.sent_rows,
+        "applied_batches": b,
+        "producer_id": wr.producer_id,
+        "start_sequence": args.start_sequence,
+    }
+    said = []
+    if held:
+        ctx["batch_lines"] = [held[0], held[-1]]
+        said.append(f"the refused batch held lines {held[0]}-{held[-1]} of the file")
+        row = ex.metadata.get("row", "")
+        if row.isdigit() and int(row) < len(held):
+            ctx["line"] = held[int(row)]
+            said[-1] += f" (its row {row} is line {held[int(row)]})"
+    said.append(
+        f"the {b} batch{'es' if b != 1 else ''} before it ({wr.sent_rows:,} rows) are applied"
+    )
+    ex.context = ctx  # type: ignore[attr-defined]
+    ex.context_text = (  # type: ignore[attr-defined]
+        "; ".join(said) + f". Fix the file and run the same command again with --producer-id "
+        f"{wr.producer_id} --start-sequence {args.start_sequence} (and the same --batch-rows): "
+        "the batches already applied are skipped as duplicates"
+    )
+
+
 def cmd_append(args: argparse.Namespace) -> int:
     import time
 
@@ -609,6 +700,9 @@ def cmd_append(args: argparse.Namespace) -> int:
         src: TextIO = sys.stdin if args.file == "-" else open(args.file, newline="")  # noqa: SIM115
         lines = _Counted(src)
         t0 = time.monotonic()
+        # the file's lines of the batches not yet acknowledged: a refusal names them
+        batch_lines: dict[int, list[int]] = {}
+        wr: Any = None
         try:
             with c.writer(
                 args.stream,
@@ -618,16 +712,29 @@ def cmd_append(args: argparse.Namespace) -> int:
             ) as wr:
                 progress, task, _size = _progress(args)
                 n = 0
+                per = args.batch_rows
                 try:
-                    for row in _rows(lines, fmt, schema):
+                    for line, row in _rows(lines, fmt, schema):
+                        b = n // per
+                        if n % per == 0:
+                            batch_lines[b] = []
+                            batch_lines.pop(b - 8, None)  # acknowledged long ago (4 pending)
+                        batch_lines[b].append(line)
                         wr.write(row)
                         n += 1
                         if progress is not None and n % 1000 == 0:
                             rate = n / max(time.monotonic() - t0, 1e-9)
                             progress.update(task, completed=lines.bytes, rows=n, rate=rate)
+                except MtaWindowsError as ex:
+                    _refused_batch(ex, wr, batch_lines, args)
+                    raise
                 finally:
                     if progress is not None:
                         progress.stop()
+        except MtaWindowsError as ex:
+            if wr is not None:
+                _refused_batch(ex, wr, batch_lines, args)
+            raise
         finally:
             if src is not sys.stdin:
                 src.close()
@@ -643,7 +750,7 @@ def cmd_append(args: argparse.Namespace) -> int:
         }
         batches = f"{wr.batches} batch" + ("es" if wr.batches != 1 else "")
         text = (
-            f"appended {n:,} rows to {args.stream} in {batches}, {took:.1f} s (producer "
+            f"appended {n:,} row{'s' if n != 1 else ''} to {args.stream} in {batches}, {took:.1f} s (producer "
             f"{wr.producer_id}, next sequence {wr.sequence}); the stream has {info.rows_late:,} "
             "late rows in all"
         )
@@ -683,11 +790,11 @@ def run(args: argparse.Namespace) -> int:
             times = [] if out.raw else _time_outputs(c, args.stream, args.window)
             try:
                 for batch, result in c.subscribe(args.stream, args.window, keys=args.keys):
-                    if out.json:
-                        line = {"batch": batch, "size": result.size, "values": result.values}
-                        if result.key:  # a keyed stream's: whose result
-                            line["key"] = result.key
-                        print(json.dumps(out.timed(line, times)), flush=True)
+                    if out.json:  # the result as `query --json` prints it
+                        line = out.timed(plain(result), times)
+                        if result.key:  # a key's batch count is its own; the stream's too
+                            line["stream_batch"] = batch
+                        print(json.dumps(line), flush=True)
                     else:
                         print(out.result_line(batch, result, times), flush=True)
             except KeyboardInterrupt:
@@ -756,7 +863,7 @@ def _windows(c: Any, args: argparse.Namespace, out: Presenter) -> None:
         )
     elif args.action == "get":
         info = c.get_window(args.stream, args.name)
-        out.emit(info, out.window(info))
+        out.emit(info, out.window(info, key=c.get_stream(args.stream).spec.key))
     elif args.action == "delete":
         c.delete_window(args.stream, args.name)
         name = f"{args.stream}/{args.name}"
@@ -773,7 +880,8 @@ def _windows(c: Any, args: argparse.Namespace, out: Presenter) -> None:
             Storage(args.storage, args.durable),
         )
         info = c.create_window(wspec)
-        out.emit(info, out.window(info, "created window"))
+        key = c.get_stream(args.stream).spec.key
+        out.emit(info, out.window(info, "created window", key=key))
 
 
 def _cluster(c: Any, streams: list[str]) -> dict[str, Any]:
@@ -822,19 +930,23 @@ def guarded(command: Callable[[argparse.Namespace], int], args: argparse.Namespa
             )
         if as_json:
             said = [{"field": v.field, "description": v.description} for v in ex.violations]
-            extra = {"hint": hint} if hint else {}
+            extra: dict[str, Any] = {"hint": hint} if hint else {}
+            if getattr(ex, "context", None):
+                extra["append"] = ex.context  # type: ignore[attr-defined]
             _json_error(ex.message, code=ex.code, reason=ex.reason, violations=said, **extra)
             return 1
         print(f"error: {ex}", file=sys.stderr)
         for v in ex.violations:
             if v.description not in ex.message:  # not said again
                 print(f"  {v.field}: {v.description}", file=sys.stderr)
+        if getattr(ex, "context_text", None):
+            print(f"  {ex.context_text}", file=sys.stderr)  # type: ignore[attr-defined]
         if hint:
             print(f"hint: {hint}", file=sys.stderr)
         return 1
     except (OSError, ValueError, TypeError) as ex:  # a bad file, value or type: said once
         if as_json:
-            _json_error(str(ex), code="INVALID_ARGUMENT", reason="", violations=[])
+            _json_error(str(ex), code="INVALID_ARGUMENT", reason="BAD_INPUT", violations=[])
         else:
             print(f"error: {ex}", file=sys.stderr)
         return 1
@@ -842,7 +954,9 @@ def guarded(command: Callable[[argparse.Namespace], int], args: argparse.Namespa
 
 def _json_error(message: str, **fields: Any) -> None:
     """An error as one JSON line on stderr: ``{"error": {"message", "code", "reason",
-    "violations"[, "hint"]}}`` (a bad file or value: code INVALID_ARGUMENT, no reason)."""
+    "violations"[, "hint"][, "append"]}}``. Refused before any call: reason ``USAGE`` (a bad
+    flag, exit 2) or ``BAD_INPUT`` (a file or value the CLI or SDK refused, exit 1); no server
+    answered: code ``UNAVAILABLE``, no reason, a ``hint``."""
     print(json.dumps({"error": {"message": message, **fields}}), file=sys.stderr)
 
 
@@ -854,7 +968,17 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["serve"]:
         os.execv(sys.executable, [sys.executable, "-m", "mtawindows.server", *args[1:]])
-    return guarded(run, build_parser().parse_args(args))
+    return guarded(run, parse(build_parser(), args))
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``argv`` parsed (client flags before the command too: :func:`hoist`); a usage error is
+    JSON when ``--json`` is among them (:class:`CliParser`)."""
+    CliParser.json_errors = "--json" in argv
+    try:
+        return parser.parse_args(hoist(argv))
+    finally:
+        CliParser.json_errors = False
 
 
 if __name__ == "__main__":

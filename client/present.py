@@ -17,7 +17,7 @@ from typing import Any
 
 from mtawindows.v1.convert import rfc3339
 
-__all__ = ["Presenter", "rfc3339"]
+__all__ = ["Presenter", "plain", "rfc3339"]
 
 # fields that hold a timestamp: int nanoseconds since the epoch (0: none yet)
 _NS_FIELDS = {"timestamp", "newest_timestamp"}
@@ -32,14 +32,14 @@ def _duration(td: timedelta) -> str:
     return f"{s:g}s"
 
 
-def _plain(obj: Any) -> Any:
+def plain(obj: Any) -> Any:
     """Dataclasses as dicts, durations as seconds: what JSON holds."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, Mapping):
-        return {str(k): _plain(v) for k, v in obj.items()}
+        return {str(k): plain(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [_plain(v) for v in obj]
+        return [plain(v) for v in obj]
     if isinstance(obj, timedelta):
         return obj.total_seconds()
     if isinstance(obj, str | int | float | bool) or obj is None:
@@ -96,7 +96,7 @@ class Presenter:
     def emit(self, obj: Any, text: str | None = None, time_outputs: Iterable[str] = ()) -> None:
         """JSON of ``obj`` (``--json``), else ``text``."""
         if self.json or text is None:
-            data = self.timed(_plain(obj), time_outputs)
+            data = self.timed(plain(obj), time_outputs)
             print(json.dumps(data, indent=None if isinstance(data, list) else 2))
         else:
             print(text)
@@ -106,7 +106,7 @@ class Presenter:
         if isinstance(v, float):
             return repr(v)
         if isinstance(v, dict | list):
-            return json.dumps(_plain(v))
+            return json.dumps(plain(v))
         return str(v)
 
     def output(self, name: str, v: Any, time_outputs: set[str]) -> str:
@@ -151,7 +151,8 @@ class Presenter:
             lines.append(f"  keys {info.keys:,} (expired {info.keys_expired:,})")
         return "\n".join(lines)
 
-    def window(self, info: Any, head: str = "window") -> str:
+    def window(self, info: Any, head: str = "window", key: str = "") -> str:
+        """A window's summary; ``key``: its stream's key field (a keyed stream)."""
         spec = info.spec
         aggs = ", ".join(
             f"{a.name}={a.monoid}" + (f"({a.field})" if a.field else "") for a in spec.aggregations
@@ -170,7 +171,12 @@ class Presenter:
             f"  over {policy}; {spec.algorithm}, {storage}",
         ]
         st = info.stats
-        if st:
+        if key:
+            lines.append(
+                f"  one instance per key of {key!r}: sizes and counts are per key (mtawindows "
+                f"keys get {spec.stream} KEY, or query --key KEY)"
+            )
+        elif st:
             lines.append(
                 f"  size {st.get('size', 0):,}, rows in {st.get('inserted', 0):,}, rows out "
                 f"{st.get('evicted', 0):,}, late rows {st.get('late_rows', 0):,}"
@@ -192,7 +198,8 @@ class Presenter:
         outs = set(time_outputs)
         vals = " ".join(f"{n}={self.output(n, v, outs)}" for n, v in sorted(r.values.items()))
         key = f"key {r.key}  " if r.key else ""
-        return f"batch {batch}  {key}size {r.size}  {vals}"
+        at = f"  (newest row {self.when(r.timestamp)})" if r.timestamp else ""
+        return f"batch {batch}  {key}size {r.size}  {vals}{at}"
 
     def table(self, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
         rows = [[str(c) for c in row] for row in rows]

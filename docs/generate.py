@@ -62,7 +62,20 @@ def errors() -> str:
         meaning = " ".join(r.meaning.replace("|", "\\|").split())
         remedy = " ".join(REMEDY[r].replace("|", "\\|").split())
         out.append(f"| `{r.value}` | {meaning} | {remedy} |\n")
+    out.append(CLIENT_SIDE)
     return "".join(out)
+
+
+CLIENT_SIDE = """
+## Refused before a call reaches a server
+
+| what you see | what it means | what to do |
+|---|---|---|
+| SDK: `MtaWindowsError` with code `UNAVAILABLE` and no reason; CLI: `hint: nothing answers at ...` | no server answered at the target | start one (`mtawindows serve`) or point the client at one (`--target`, `$MTAWINDOWS_TARGET`, or the cluster's servers comma-separated) |
+| SDK: `ValueError` or `TypeError` naming the column and row; CLI: `error: line N: ...` (JSON reason `BAD_INPUT`, exit 1) | a value the client refused before sending: a timestamp in the wrong unit (before 1990 on a wall-clock stream) or a float, a value of the wrong type, a missing field, a file that is not CSV or JSON lines | fix the value the message names; `StreamSpec(ts_unit=...)` / `--ts-unit` says how plain-number timestamps are read; a stream of sequence numbers says `wall_clock=False` / `--not-wall-clock` |
+| CLI: usage text (JSON reason `USAGE`, exit 2) | a flag or argument the command does not take | `mtawindows COMMAND --help` lists them, with examples |
+| CLI: `error: ... ; the refused batch held lines A-B of the file ...` (JSON: `append`) | a batch of a file was refused after earlier batches were applied | fix the file and run the same command again with the `--producer-id` and `--start-sequence` it prints: the batches already applied are skipped as duplicates |
+"""
 
 
 PAGES = {

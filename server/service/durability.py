@@ -38,9 +38,10 @@ def journal_if_durable(s: Stream) -> None:
 
 
 def window_meta(s: Stream, w: HostedWindow, state: str) -> dict[str, Any]:
-    """What a window's checkpoint carries: its lsn, and without a journal to replay the
+    """What a window's checkpoint carries: its lsn, the rows its last batch evicted (results
+    report them after a restart too), and without a journal to replay the
     stream's state (``state``, its JSON), since recovery then takes the newest saved."""
-    meta: dict[str, Any] = {"lsn": w.lsn}
+    meta: dict[str, Any] = {"lsn": w.lsn, "evicted": w.evicted}
     if s.journal is None:
         meta["state"] = state
     return meta
@@ -122,6 +123,7 @@ def recover(s: Stream, *, reload: bool = True) -> None:
             for n, w in s.windows.items():
                 if n in metas:
                     w.lsn = int(metas[n].get("lsn", state.lsn))
+                    w.evicted = int(metas[n].get("evicted", 0))  # its last batch's
                 elif not reload:
                     w.lsn = end  # in memory: empty after a restart, joins after the journal
             for e in entries:

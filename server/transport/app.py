@@ -269,7 +269,7 @@ class Server:
         if cfg.port_file:
             Path(cfg.port_file).write_text(str(self.port))
         if cfg.banner:
-            store = url if cfg.redis_url else f"embedded, its data in {data}"
+            store = url if cfg.redis_url else f"embedded, its data in {data / 'redis'}"
             print(ready_banner([member], store, server=True), flush=True)
         return self.port
 

@@ -56,10 +56,17 @@ def _duplicate(where: str, name: str) -> ServiceError:
     )
 
 
-def _nulls(name: str, what: str) -> ServiceError:
-    return _refused(
-        Reason.BAD_VALUES, f"columns[{name}]", what, "null values are not allowed in a batch"
+def _nulls(name: str, count: int, first: int) -> ServiceError:
+    """Nulls in column ``name``: ``count`` of them, the first at row ``first``."""
+    err = _refused(
+        Reason.BAD_VALUES,
+        f"columns[{name}][{first}]",
+        f"{count} null{'s' if count != 1 else ''}, the first at row {first}",
+        f"null values are not allowed in a batch: {count} in column {show(name)}, the first "
+        f"at row {first}",
     )
+    err.metadata.update({"row": str(first), "column": name})
+    return err
 
 
 # --------------------------------------------------------------------------- the parser
@@ -169,8 +176,8 @@ def columns_of(request: pb.AppendRequest, max_rows: int) -> Columns:
     for i, col in enumerate(request.columns):
         if col.name in out:
             raise _duplicate(f"columns[{i}]", col.name)
-        if col.nulls:
-            raise _nulls(col.name, "nulls set")
+        if any(col.nulls):
+            raise _nulls(col.name, sum(col.nulls), list(col.nulls).index(True))
         kind = col.WhichOneof("data")
         if kind is None or kind == "values":
             raise _refused(
@@ -232,7 +239,10 @@ def _arrow_column(name: str, col: Any) -> tuple[str, list[Any]]:
     import pyarrow as pa
 
     if col.null_count:
-        raise _nulls(name, f"{col.null_count} nulls")
+        import pyarrow.compute as pc
+
+        first = pc.index(pc.is_null(col), True).as_py()
+        raise _nulls(name, col.null_count, first)
     t = col.type
     try:
         if pa.types.is_timestamp(t):

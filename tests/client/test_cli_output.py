@@ -122,6 +122,19 @@ def test_json_before_the_command_and_errors_as_json(server: LocalServer) -> None
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert isinstance(json.loads(r.stdout), list)
+    # the client flags before the command too, and a usage error as JSON (exit 2)
+    r = subprocess.run(
+        [*mtawindows_command(), "--target", t, "--timeout=20", "--json", "streams", "list"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0 and isinstance(json.loads(r.stdout), list), r.stderr
+    r = subprocess.run(
+        [*mtawindows_command(), "--json", "windows", "create", "s", "w", "--agg", "x=max:v",
+         "--policy", "time:5", "--target", t],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    err = json.loads(r.stderr)["error"]
+    assert r.returncode == 2 and err["reason"] == "USAGE" and "--policy" in err["message"], err
     r = cli(t, "query", "no_such_stream", "w", "--json")
     assert r.returncode == 1 and r.stdout == ""
     err = json.loads(r.stderr)["error"]
@@ -345,3 +358,73 @@ def test_the_progress_bar_counts_rows_rate_and_time_left(
     assert out.startswith(f"appended {n:,} rows to bar2") and "rows/s" not in shown, shown
     r = cli(t, "append", "bar3", str(rows))  # stderr not a terminal: no bar, nothing said
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+def test_a_refused_batch_of_a_file_says_what_was_applied_and_how_to_resume(
+    server: LocalServer, tmp_path: Path
+) -> None:
+    """A 3-batch file whose third batch holds a late row: the error names the batch's lines
+    and the row's line, the rows the batches before it applied, and the producer and start
+    sequence that resend the file with those batches skipped as duplicates; doing so
+    applies the rest once. ``--json`` carries the same facts."""
+    t = server.target
+    assert cli(t, "streams", "create", "resume", "--field", "v:DOUBLE").returncode == 0
+    t0 = 1_767_268_800_000_000_000
+    ts = [t0 + i * 1000 for i in range(2_500)]
+    ts[2_200] = t0  # line 2,202 of the file (header on line 1): older than the row before
+    rows = tmp_path / "late.csv"
+    rows.write_text("ts,v\n" + "".join(f"{x},{i}.5\n" for i, x in enumerate(ts)))
+    args = ["append", "resume", str(rows), "--batch-rows", "1000", "--producer-id", "load-1"]
+    r = cli(t, *args)
+    assert r.returncode == 1, r.stderr
+    assert "OUT_OF_ORDER" in r.stderr and "lines 2002-2501" in r.stderr, r.stderr
+    assert "its row 200 is line 2202" in r.stderr, r.stderr
+    assert "2 batches before it (2,000 rows) are applied" in r.stderr, r.stderr
+    assert "--producer-id load-1 --start-sequence 1" in r.stderr, r.stderr
+    err = json.loads(cli(t, *args, "--json").stderr)["error"]
+    assert err["append"]["line"] == 2202 and err["append"]["producer_id"] == "load-1", err
+    # sent again: the first two batches are duplicates now, in the stream all the same
+    assert (err["append"]["applied_rows"], err["append"]["applied_batches"]) == (2_000, 2), err
+    info = json.loads(cli(t, "streams", "get", "resume", "--json").stdout)
+    assert info["rows_appended"] == 2_000
+    ts[2_200] = ts[2_199] + 1  # fixed: the same command again
+    rows.write_text("ts,v\n" + "".join(f"{x},{i}.5\n" for i, x in enumerate(ts)))
+    r = cli(t, *args)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(cli(t, "streams", "get", "resume", "--json").stdout)
+    # each of the two resends skipped the two batches applied first
+    assert (info["rows_appended"], info["batches_duplicate"]) == (2_500, 4), info
+
+
+def test_a_row_without_a_field_names_its_line(server: LocalServer, tmp_path: Path) -> None:
+    t = server.target
+    assert (
+        cli(
+            t, "streams", "create", "short", "--field", "v:DOUBLE", "--field", "room:STRING"
+        ).returncode
+        == 0
+    )
+    for name, text in (
+        ("short.csv", "ts,v,room\n2026-01-01T12:00:00Z,1.0,a\n2026-01-01T12:00:01Z,2.0\n"),
+        ("short.jsonl", '{"ts": "2026-01-01T12:00:00Z", "v": 1.0}\n'),
+    ):
+        f = tmp_path / name
+        f.write_text(text)
+        r = cli(t, "append", "short", str(f))
+        line = 3 if name.endswith("csv") else 1
+        assert r.returncode == 1 and f"line {line}: no value for 'room'" in r.stderr, r.stderr
+
+
+def test_nulls_sent_by_the_sdk_name_their_first_row(server: LocalServer) -> None:
+    import pyarrow as pa
+
+    from mtawindows.client import Field, MtaWindowsError, StreamSpec, WindowClient
+
+    with WindowClient(server.target) as c:
+        c.create_stream(StreamSpec("nulls", (Field("v", "DOUBLE"),), wall_clock=False))
+        table = pa.table({"ts": pa.array([1, 2, 3], pa.int64()), "v": [1.0, None, None]})
+        with pytest.raises(MtaWindowsError) as err:
+            c.append("nulls", table)
+    assert err.value.reason == "BAD_VALUES"
+    assert "2 in column 'v', the first at row 1" in err.value.message, err.value.message
+    assert err.value.metadata["row"] == "1"

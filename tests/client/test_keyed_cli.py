@@ -151,10 +151,12 @@ def test_the_commands_send_the_keys(stand_in: StandIn, capsys: pytest.CaptureFix
     code, out, _ = run(capsys, "watch", "hosts", "w", "--key", "h1", "--key", "h3")
     assert code == 0
     assert stand_in.asked[-1][2] == {"keys": ["h1", "h3"]}
-    assert [json.loads(line) for line in out.splitlines()] == [
-        {"batch": 1, "size": 0, "values": {"n": 0}, "key": "h1"},
-        {"batch": 2, "size": 1, "values": {"n": 1}, "key": "h3"},
+    got = [json.loads(line) for line in out.splitlines()]
+    assert [(g["key"], g["stream_batch"], g["size"], g["values"]) for g in got] == [
+        ("h1", 1, 0, {"n": 0}),
+        ("h3", 2, 1, {"n": 1}),
     ]
+    assert {"window", "batch", "batch_evicted", "timestamp"} <= set(got[0])  # as query's
 
 
 def test_keys_list_get_delete(stand_in: StandIn, capsys: pytest.CaptureFixture[str]) -> None:

@@ -903,3 +903,27 @@ def test_flushes_written_on_another_thread_while_appends_go_on(keyed: Any) -> No
     assert not errors and written > 0
     k.reopen(flush=False)
     k.check()
+
+
+def test_a_keys_result_reports_the_rows_its_last_batch_evicted(keyed: Any) -> None:
+    """``evicted`` of a key's result (Query, Append's final results): the rows that key's
+    last batch evicted from that window, compact form or full, not 0 and not a running
+    total; a batch of another key leaves it as it was."""
+    k = keyed(durable=False)  # compact up to 3 items; the count window keeps 5
+    t = iter(range(1000, 10**6, 10))
+    ts = lambda n: [next(t) for _ in range(n)]  # noqa: E731
+    k.append(["a"] * 2, ts(2), [1.0, 2.0])
+    assert k.stream.query("cnt", "a").evicted == 0
+    k.append(["a"] * 6, ts(6), [float(i) for i in range(6)])  # 8 rows: 3 leave, full form now
+    assert k.stream.where["a"].hot["a"].windows["cnt"].full
+    assert k.stream.query("cnt", "a").evicted == 3
+    k.append(["b"], ts(1), [9.0])  # another key's batch
+    assert k.stream.query("cnt", "a").evicted == 3
+    assert k.stream.query("cnt", "b").evicted == 0
+    res = k.stream.append(
+        {"ts": ("TIMESTAMP", ts(2)), "host": ("STRING", ["a", "a"]), "v": ("DOUBLE", [1.0, 1.0])},
+        mode="FINAL",
+    )
+    got = {(r.key, r.window): r.evicted for r in res.key_results}
+    assert got[("a", "cnt")] == 2 == k.stream.query("cnt", "a").evicted
+    k.check(keys=["b"])

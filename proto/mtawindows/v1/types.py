@@ -391,8 +391,8 @@ class WindowInfo:
 class WindowResult:
     """A window's result: ``values`` by output name (structs as dicts), its size in rows,
     ``evicted``: the rows the batch that produced it evicted (not the window's running total,
-    which :class:`WindowStats` ``evicted`` counts; a keyed stream's ``Query`` reports 0: it is
-    not kept per key, nor across a restart), that batch's ``sequence`` (the stream's count of
+    which :class:`WindowStats` ``evicted`` counts; a keyed stream's: the key's last batch,
+    0 after its key is reloaded), that batch's ``sequence`` (the stream's count of
     applied batches then: results of a window are ordered by it) and the stream's newest
     timestamp then (nanoseconds)."""
 

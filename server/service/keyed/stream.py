@@ -947,6 +947,7 @@ class KeyedStream:
                             items.append(u)
                             if not policy(total, items[0]) and len(items) <= win_ops.threshold:
                                 kw.total = total
+                                kw.evicted = 0
                                 items_added += 1
                                 continue
                             items.pop()  # the general path takes it from the start
@@ -1057,8 +1058,13 @@ class KeyedStream:
             self._tell(touched)
         return result
 
-    def _result(self, name: str, st: KeyState, kw: KeyWindow, evicted: int = 0) -> WindowResult:
+    def _result(
+        self, name: str, st: KeyState, kw: KeyWindow, evicted: int | None = None
+    ) -> WindowResult:
+        """``kw``'s result; ``evicted``: the rows its last batch evicted (default: as kept)."""
         w = self.windows[name]
+        if evicted is None:
+            evicted = kw.evicted
         if kw.engine is not None:
             lowered = kw.engine.query()
         else:

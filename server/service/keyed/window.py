@@ -58,9 +58,10 @@ class WindowOps:
 class KeyWindow:
     """One key's window: ``items`` and ``total`` (compact), or ``engine`` (full, its Redis
     id ``wid``); ``lsn``: the journal entry of its group a full one last took (its
-    checkpoint says so too)."""
+    checkpoint says so too); ``evicted``: the items the key's last batch evicted (what its
+    results report; not stored: 0 after a reload)."""
 
-    __slots__ = ("engine", "items", "lsn", "total", "wid")
+    __slots__ = ("engine", "evicted", "items", "lsn", "total", "wid")
 
     def __init__(self, items: list[Any] | None = None) -> None:
         self.items: list[Any] = items if items is not None else []
@@ -68,6 +69,7 @@ class KeyWindow:
         self.engine: Any = None
         self.wid = ""
         self.lsn = 0
+        self.evicted = 0
 
     def __len__(self) -> int:
         return len(self.items) if self.engine is None else len(self.engine)
@@ -101,9 +103,10 @@ class KeyWindow:
         that raises leaves the window as it was."""
         engine = self.engine
         if engine is not None:
-            return int(
+            self.evicted = int(
                 engine.apply_lifted(us, per_item=not ops.batch_safe, totals=totals, sizes=sizes)
             )
+            return self.evicted
         items = self.items
         saved = items[:], self.total
         try:
@@ -121,6 +124,7 @@ class KeyWindow:
             raise
         if len(self.items) > ops.threshold:
             self._promote(ops)
+        self.evicted = evicted
         return evicted
 
     def _extend(self, ops: WindowOps, us: Any) -> int:

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
 from typing import Any, NoReturn, TextIO
 
+from mtawindows.v1.types import ALGORITHMS
+
 from .errors import MtaWindowsError
 from .present import Presenter, plain
 
@@ -376,9 +378,12 @@ def _add_windows(sub: Any) -> None:
     )
     a.add_argument(
         "--algorithm",
-        choices=("AMTA", "LMTA"),
+        choices=ALGORITHMS,
         default="AMTA",
-        help="Amortized MTA (default: amortized O(1) per row) or Log MTA (O(log n))",
+        help="the aggregation algorithm: AMTA (default: Amortized MTA, amortized O(1), middle "
+        "levels in Redis), LMTA (Log MTA), or one of the reference papers' (all in the "
+        "server: TWO_STACKS, TWO_STACKS_LITE, DABA, DABA_LITE, FLATFAT, BINT, FLATFIT, "
+        "SLICKDEQUE); see the docs' algorithms page",
     )
     a.add_argument(
         "--storage",

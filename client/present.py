@@ -183,6 +183,8 @@ class Presenter:
             )
         if info.path:
             lines.append(f"  per-row results: {info.path}")
+        if info.storage:
+            lines.append(f"  state: {info.storage}")
         return "\n".join(lines)
 
     def result(self, stream: str, r: Any, time_outputs: Iterable[str] = ()) -> str:

@@ -23,6 +23,7 @@ from mtawindows.v1.types import (
     clip,
 )
 
+from ..engine.algorithms import card
 from .cel import CelPolicy
 from .columnar_lift import columnar_lifter
 from .compiled import Built, Output
@@ -307,7 +308,16 @@ class HostedWindow:
         }
 
     def info(self, late_rows: int) -> WindowInfo:
-        return WindowInfo(self.spec, self.stats(late_rows), self.output_specs, self.path)
+        return WindowInfo(
+            self.spec, self.stats(late_rows), self.output_specs, self.path, self.storage
+        )
+
+    @property
+    def storage(self) -> str:
+        """Where the window's state lives, by its algorithm's fact card (GetWindow)."""
+        if self.spec.storage.kind == "memory":
+            return "memory: the server's process only (lost on restart)"
+        return f"redis: {card(self.spec.algorithm).storage}"
 
 
 # the most rows a window's columnar shadow holds (in memory, beside the engine's Redis tier:

@@ -23,8 +23,7 @@ from mtawindows.v1.keys import DEFAULT_KEY_GROUPS, group_unit, split_unit
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import StreamSpec, WindowInfo, WindowResult, WindowSpec
 
-from ..engine.amta import AmortizedMTA
-from ..engine.lmta import LogMTA
+from ..engine.algorithms import engine_class
 from ..storage.fencing import Fence
 from ..storage.journal import StreamJournal
 from ..storage.keys import DEFAULT_PREFIX
@@ -310,7 +309,7 @@ class Registry:
     ) -> Any:
         """A window's engine; its Redis store writes through ``fence`` (default: the stream's;
         a keyed stream's key window: its group's)."""
-        cls = AmortizedMTA if spec.algorithm == "AMTA" else LogMTA
+        cls = engine_class(spec.algorithm)
         if spec.storage.kind == "memory":
             return cls(built.monoid, built.policy)
         from ..storage.redis_store import RedisStore

@@ -5,8 +5,9 @@
 from __future__ import annotations
 
 from mtawindows.v1.reasons import Reason
-from mtawindows.v1.types import StreamSpec, WindowSpec, show
+from mtawindows.v1.types import ALGORITHMS, StreamSpec, WindowSpec, show
 
+from ..engine.algorithms import EngineRefusal, check_algorithm
 from ..engine.monoids import Monoid, Record
 from ..storage.codecs import StructCodec
 from .compiled import NAME, Built, DefinitionError, Output
@@ -22,10 +23,10 @@ def build_window(stream: StreamSpec, spec: WindowSpec) -> Built:
         raise DefinitionError(
             "spec.name", f"expected a name matching {NAME.pattern}, got {show(spec.name)}"
         )
-    if spec.algorithm not in ("AMTA", "LMTA"):
+    if spec.algorithm not in ALGORITHMS:
         raise DefinitionError(
             "spec.algorithm",
-            f"expected AMTA or LMTA, got {show(spec.algorithm)}",
+            f"expected one of {', '.join(ALGORITHMS)}, got {show(spec.algorithm)}",
             reason=Reason.UNKNOWN_ENUM_VALUE,
         )
     if not spec.aggregations:
@@ -51,6 +52,10 @@ def build_window(stream: StreamSpec, spec: WindowSpec) -> Built:
     record = Record(fields)
     policy = compile_expression_policy(policy, record, fields, outputs)
     batch_safe = spec.policy.kind in ("count", "time_range")
+    try:  # an algorithm that needs a monoid capability refuses a record without it
+        check_algorithm(spec.algorithm, record, policy)
+    except EngineRefusal as ex:
+        raise DefinitionError(ex.field, str(ex)) from None
     layout = struct_layout(record, types)
     if layout is not None:
         record.codec = StructCodec(layout)  # type: ignore[attr-defined]

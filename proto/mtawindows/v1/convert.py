@@ -15,6 +15,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from . import windows_pb2 as pb
 from .types import (
+    ALGORITHMS,
     TS_UNITS,
     Aggregation,
     AppendResult,
@@ -179,11 +180,10 @@ _LATE_NAMES: dict[int, str] = {
     pb.REJECT: "REJECT",
     pb.DROP: "DROP",
 }
-_ALGORITHMS = {"AMTA": pb.AMTA, "LMTA": pb.LMTA}
+_ALGORITHMS = {name: pb.Algorithm.Value(name) for name in ALGORITHMS}
 _ALGORITHM_NAMES: dict[int, str] = {
     pb.ALGORITHM_UNSPECIFIED: "AMTA",
-    pb.AMTA: "AMTA",
-    pb.LMTA: "LMTA",
+    **{number: name for name, number in _ALGORITHMS.items()},
 }
 _STORAGE = {"memory": pb.MEMORY, "redis": pb.REDIS}
 _STORAGE_NAMES: dict[int, str] = {
@@ -375,6 +375,7 @@ def window_info_to_proto(i: WindowInfo) -> pb.WindowInfo:
             for o in i.outputs
         ],
         path=i.path,
+        storage=i.storage,
     )
 
 
@@ -400,6 +401,7 @@ def window_info_from_proto(m: pb.WindowInfo) -> WindowInfo:
         stats={k: getattr(m.stats, k) for k in _STAT_FIELDS},
         outputs=outputs,
         path=m.path,
+        storage=m.storage,
     )
 
 

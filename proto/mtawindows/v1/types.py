@@ -120,7 +120,20 @@ FIELD_TYPES = tuple(t.value for t in FieldType)
 LATE_POLICIES = ("REJECT", "DROP")
 # units a stream may read plain-number timestamps in, with nanoseconds per unit
 TS_UNITS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
-ALGORITHMS = ("AMTA", "LMTA")
+# the aggregation algorithms a window may run (the proto's enum Algorithm; fact cards in the
+# server's mtawindows.server.engine.algorithms and the docs' algorithms page)
+ALGORITHMS = (
+    "AMTA",
+    "LMTA",
+    "TWO_STACKS",
+    "TWO_STACKS_LITE",
+    "DABA",
+    "DABA_LITE",
+    "FLATFAT",
+    "BINT",
+    "FLATFIT",
+    "SLICKDEQUE",
+)
 STORAGE_KINDS = ("redis", "memory")
 POLICY_KINDS = ("count", "time_range", "bounded_sum", "max_sub_window", "expression")
 
@@ -385,6 +398,9 @@ class WindowInfo:
     outputs: list[OutputSpec] = dc_field(default_factory=list)
     # how per-row results are computed: "columnar", or "general: <why not columnar>"
     path: str = ""
+    # where its state lives, by its algorithm (Redis-backed middle levels, or all in the
+    # server with every item checkpointed)
+    storage: str = ""
 
 
 @dataclass

@@ -30,6 +30,14 @@ class Algorithm(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ALGORITHM_UNSPECIFIED: _ClassVar[Algorithm]
     AMTA: _ClassVar[Algorithm]
     LMTA: _ClassVar[Algorithm]
+    TWO_STACKS: _ClassVar[Algorithm]
+    TWO_STACKS_LITE: _ClassVar[Algorithm]
+    DABA: _ClassVar[Algorithm]
+    DABA_LITE: _ClassVar[Algorithm]
+    FLATFAT: _ClassVar[Algorithm]
+    BINT: _ClassVar[Algorithm]
+    FLATFIT: _ClassVar[Algorithm]
+    SLICKDEQUE: _ClassVar[Algorithm]
 
 class StorageKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -100,6 +108,14 @@ DROP: LatePolicy
 ALGORITHM_UNSPECIFIED: Algorithm
 AMTA: Algorithm
 LMTA: Algorithm
+TWO_STACKS: Algorithm
+TWO_STACKS_LITE: Algorithm
+DABA: Algorithm
+DABA_LITE: Algorithm
+FLATFAT: Algorithm
+BINT: Algorithm
+FLATFIT: Algorithm
+SLICKDEQUE: Algorithm
 STORAGE_KIND_UNSPECIFIED: StorageKind
 MEMORY: StorageKind
 REDIS: StorageKind
@@ -352,16 +368,18 @@ class WindowStats(_message.Message):
     def __init__(self, size: _Optional[int] = ..., levels: _Optional[int] = ..., inserted: _Optional[int] = ..., evicted: _Optional[int] = ..., bulk_evictions: _Optional[int] = ..., store_round_trips: _Optional[int] = ..., cache_misses: _Optional[int] = ..., late_rows: _Optional[int] = ..., policy_errors: _Optional[int] = ..., store_bytes_read: _Optional[int] = ..., store_bytes_written: _Optional[int] = ..., columnar_rows: _Optional[int] = ..., columnar_batches: _Optional[int] = ...) -> None: ...
 
 class WindowInfo(_message.Message):
-    __slots__ = ("spec", "stats", "outputs", "path")
+    __slots__ = ("spec", "stats", "outputs", "path", "storage")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_FIELD_NUMBER: _ClassVar[int]
     spec: WindowSpec
     stats: WindowStats
     outputs: _containers.RepeatedCompositeFieldContainer[OutputSpec]
     path: str
-    def __init__(self, spec: _Optional[_Union[WindowSpec, _Mapping]] = ..., stats: _Optional[_Union[WindowStats, _Mapping]] = ..., outputs: _Optional[_Iterable[_Union[OutputSpec, _Mapping]]] = ..., path: _Optional[str] = ...) -> None: ...
+    storage: str
+    def __init__(self, spec: _Optional[_Union[WindowSpec, _Mapping]] = ..., stats: _Optional[_Union[WindowStats, _Mapping]] = ..., outputs: _Optional[_Iterable[_Union[OutputSpec, _Mapping]]] = ..., path: _Optional[str] = ..., storage: _Optional[str] = ...) -> None: ...
 
 class OutputSpec(_message.Message):
     __slots__ = ("name", "type", "parts")

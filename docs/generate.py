@@ -78,9 +78,40 @@ CLIENT_SIDE = """
 """
 
 
+def algorithms() -> str:
+    """Every algorithm's fact card, from the engine's registry."""
+    from mtawindows.server.engine.algorithms import ALGORITHMS, card
+
+    out = [
+        HEADER,
+        "# Algorithms: fact cards\n\n",
+        "Each algorithm a window can run (`WindowSpec(algorithm=...)`, CLI `--algorithm`), as "
+        "its module's fact card states it. Which to choose, with measurements: "
+        "[Algorithms](../algorithms.md).\n",
+    ]
+    rows = (
+        ("paper", "paper"),
+        ("ordering", "ordering"),
+        ("operator", "requires"),
+        ("time", "time"),
+        ("space", "space"),
+        ("bulk eviction", "bulk"),
+        ("state", "storage"),
+        ("deviations from the paper", "deviations"),
+    )
+    for name in ALGORITHMS:
+        c = card(name).as_dict()
+        out.append(f"\n## `{name}`: {c['full_name']}\n\n| | |\n|---|---|\n")
+        for label, key in rows:
+            text = " ".join(c[key].replace("|", "\\|").split())
+            out.append(f"| {label} | {text} |\n")
+    return "".join(out)
+
+
 PAGES = {
     "reference/configuration.md": configuration,
     "reference/errors.md": errors,
+    "reference/algorithms.md": algorithms,
 }
 
 

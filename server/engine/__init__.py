@@ -28,7 +28,14 @@ nothing of streams, Redis keys or gRPC.
 
 from typing import Any
 
+from .algorithms import ALGORITHMS, EngineRefusal, FactCard, card, check_algorithm, engine_class
 from .amta import AmortizedMTA
+from .bint import BInt
+from .daba import DABA
+from .daba_lite import DABALite
+from .fifo import Aggregator, AggregatorWindow
+from .flatfat import FlatFAT
+from .flatfit import FlatFIT
 from .laws import LawReport, LawViolation, approx_equal, assert_monoid_laws, check_laws
 from .lmta import LogMTA
 from .monoids import (
@@ -50,6 +57,7 @@ from .monoids import (
     StdDev,
     Sum,
     Variance,
+    capabilities,
 )
 from .mta_window import MTAWindow, WindowCorruptedError
 from .naive import NaiveWindow
@@ -63,22 +71,34 @@ from .policies import (
     TimeRangePolicy,
     bind_policy,
 )
+from .slickdeque import SlickDeque
 from .two_stacks import TwoStacks
+from .two_stacks_lite import TwoStacksLite
 
 __all__ = [
+    "ALGORITHMS",
+    "DABA",
+    "Aggregator",
+    "AggregatorWindow",
     "AllOf",
     "AmortizedMTA",
     "AnyOf",
     "ArgMax",
     "ArgMin",
     "ArgResult",
+    "BInt",
     "BatchResult",
     "BoundedSumPolicy",
     "ColumnarWindow",
     "Concat",
     "Count",
     "CountPolicy",
+    "DABALite",
+    "EngineRefusal",
+    "FactCard",
     "First",
+    "FlatFAT",
+    "FlatFIT",
     "GeometricMean",
     "Last",
     "LawReport",
@@ -95,17 +115,23 @@ __all__ = [
     "NaiveWindow",
     "Policy",
     "Record",
+    "SlickDeque",
     "StdDev",
     "Sum",
     "TimeRangePolicy",
     "TwoStacks",
+    "TwoStacksLite",
     "Variance",
     "WindowCorruptedError",
     "approx_equal",
     "assert_monoid_laws",
     "bind_policy",
+    "capabilities",
+    "card",
+    "check_algorithm",
     "check_laws",
     "columnar_refusal",
+    "engine_class",
 ]
 
 

@@ -186,3 +186,44 @@ def test_windows_of_every_algorithm_move_to_another_member(tmp_path: Path) -> No
             w = f"w_{algorithm.lower()}"
             _check(c.query("mv", w), oracles[w].rows, algorithm, (w, "moved"))
         assert cluster.owner("mv") is not owner
+
+
+def test_keyed_windows_of_every_algorithm(tmp_path: Path) -> None:
+    """A keyed stream's window per algorithm: each key's instance grows from the compact form
+    into the algorithm's full form (past --key-compact-items 3), answers as the oracle of its
+    own rows, and comes back after kill -9 (durable: the group journals)."""
+    srv = LocalServer(tmp_path / "keyed", "--key-compact-items", "3").start()
+    try:
+        from mtawindows.client import Field, StreamSpec
+
+        aggs = tuple(a for a in SLICK_AGGS if a.monoid not in ("argmin",))  # keyed: no tags
+        want: dict[str, list[float]] = {}
+        with WindowClient(srv.target) as c:
+            fields = (Field("host", "STRING"), Field("x", "DOUBLE"), Field("k", "INT64"),
+                      Field("tag", "STRING"))  # fmt: skip
+            c.create_stream(StreamSpec("kk", fields, key="host", wall_clock=False))
+            for algorithm in ALGORITHMS:
+                c.create_window(
+                    WindowSpec("kk", algorithm.lower(), aggs, Policy.count(6), algorithm,
+                               Storage(durable=True))
+                )  # fmt: skip
+            rng = random.Random(5)
+            t = 0
+            for i in range(8):
+                batch, t = random_batch(rng, t, 30)
+                batch["host"] = [rng.choice("ab") for _ in batch["ts"]]
+                c.append("kk", batch, producer_id="p", sequence=i + 1)
+                for h, x in zip(batch["host"], batch["x"], strict=True):
+                    want.setdefault(h, []).append(x)
+        srv.kill_all()
+        srv.start()
+        with WindowClient(srv.target) as c:
+            for algorithm in ALGORITHMS:
+                for host in "ab":
+                    xs = want[host][-6:]
+                    got = c.query("kk", algorithm.lower(), key=host)
+                    assert got.size == len(xs) and got.values["n"] == len(xs), (algorithm, host)
+                    assert got.values["mx"] == max(xs) and got.values["mn"] == min(xs)
+                    assert abs(got.values["sx"] - sum(xs)) < 1e-9, (algorithm, host)
+    finally:
+        srv.stop()

@@ -354,6 +354,37 @@ class AggregatorWindow:
         self._total = total if not k else UNSET
         return k
 
+    def _apply_one(self, u: Any) -> int:
+        """:meth:`_apply` of one item, inlined (a push, a row of per-row results)."""
+        core = self._core
+        total = self._total
+        if total is UNSET:
+            total = core.query()
+        total = self._combine(total, u)  # a raise here changes nothing
+        policy = self._policy
+        if len(core):
+            k = core.search(lambda sub: policy(total, sub), (u,))
+        else:
+            k = 1 if policy(total, u) else 0
+        try:
+            core.insert(u)
+            if k == 1:
+                core.evict()
+            elif k:
+                core.evict_many(k)
+        except BaseException as ex:
+            self._corrupted(ex, "inserting and evicting")
+        self._inserted += 1
+        if k:
+            self._evicted += k
+            if k > 1:
+                self.bulk_evictions += 1
+                self._bulk_evicted += k
+            self._total = UNSET
+        else:
+            self._total = total
+        return k
+
     def _corrupted(self, ex: BaseException, doing: str) -> None:
         from .mta_window import WindowCorruptedError
 
@@ -364,10 +395,21 @@ class AggregatorWindow:
     # ------------------------------------------------------------------ operations
     def push(self, x: Any, producer_id: str | None = None, sequence: int | None = None) -> Any:
         """Insert ``x``, enforce the policy and return the result."""
+        if producer_id is None and sequence is None and self._broken is None:
+            u = self._lift(x)  # the common case, without the checks' calls
+            self._apply_one(u)
+            if self._hook is not None:
+                self._record("x", (u,))
+            if self.debug:
+                self.check_invariants()
+            total = self._total
+            if total is UNSET:
+                total = self._total = self._core.query()
+            return self._lower(total)
         if self._admit(producer_id, sequence):
             return self.query()
         u = self._lift(x)
-        self._apply((u,))
+        self._apply_one(u)
         self._applied("x", (u,), producer_id, sequence)
         if self.debug:
             self.check_invariants()
@@ -454,12 +496,15 @@ class AggregatorWindow:
                 msg = "apply_lifted: totals and sizes go together"
                 raise TypeError(msg)
             k = 0
-            core = self._core
+            one = self._apply_one
             for u in lifted:
-                k += self._apply((u,))
+                k += one(u)
                 if totals is not None:
-                    totals.append(self.aggregate())
-                    sizes.append(len(core))  # type: ignore[union-attr]
+                    total = self._total
+                    if total is UNSET:
+                        total = self._total = self._core.query()
+                    totals.append(total)
+                    sizes.append(len(self._core))  # type: ignore[union-attr]
             self._applied("p", lifted, producer_id, sequence)
         if self.debug:
             self.check_invariants()
@@ -658,7 +703,7 @@ class AggregatorWindow:
             self._apply(list(items))
         elif op == "p":
             for u in items:
-                self._apply((u,))
+                self._apply_one(u)
         elif op == "i":
             for u in items:
                 self._insert_lifted(u)

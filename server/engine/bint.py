@@ -30,6 +30,10 @@ Deviations from the papers, and why:
   under a quarter full, rebuilding the intervals inside the window in O(n), as FlatFAT resizes.
 * The policy's search (the service's, not the papers') walks the base intervals of the window
   oldest first and descends the first one the prefix cannot take in full: O(log n).
+
+Multi-query (Arasu and Widom's setting: many ranges over one structure): ``query_suffix(r)``,
+the aggregate of the newest ``r`` items, combines the fewest base intervals making up the
+positions ``end - r .. end - 1``, at most two per level, oldest first: O(log n).
 """
 
 from __future__ import annotations
@@ -59,7 +63,8 @@ class BIntAggregator(Aggregator):
         requires="a monoid: associative with an identity; no inverse, need not commute",
         time="insert O(1) amortized (the base intervals ending with it: one combine on "
         "average), O(log n) worst case; evict O(1); query O(log n) (at most two base "
-        "intervals per level); a resize O(n), O(1) amortized",
+        "intervals per level), and so is query_suffix(r) (the newest r items, multi-query); "
+        "a resize O(n), O(1) amortized",
         space="2 cap aggregates over log2(cap) + 1 levels, cap a power of two with "
         "n <= cap <= max(4n, 4) (level 0 is the items)",
         bulk="evicting k items: O(1) (the window's start moves); the policy's prefix is "
@@ -155,6 +160,39 @@ class BIntAggregator(Aggregator):
                 acc = v if acc is UNSET else combine(acc, v)
             self._result = self.identity if acc is UNSET else acc
         return self._result
+
+    def query_suffix(self, r: int) -> Any:
+        """The aggregate of the newest ``r`` items, oldest first: the fewest base intervals
+        making up positions ``end - r .. end - 1``, at most two per level, O(log n) (each is
+        inside the window, so it holds its items' aggregate). ``r == n`` is :meth:`query`."""
+        n = self._end - self._start
+        if not 0 <= r <= n:
+            msg = f"BIntAggregator.query_suffix: r = {r} is outside 0 .. len = {n}"
+            raise ValueError(msg)
+        if r == n:
+            return self.query()
+        levels = self._levels
+        combine = self.combine
+        mask = self._cap - 1  # level j's slots: mask >> j
+        left, right = self._end - r, self._end
+        j = 0
+        acc: Any = UNSET  # the left side's intervals, oldest first
+        tail: Any = UNSET  # the right side's, newest last
+        while left < right:
+            if left & 1:
+                v = levels[j][left & (mask >> j)]
+                acc = v if acc is UNSET else combine(acc, v)
+                left += 1
+            if right & 1:
+                right -= 1
+                v = levels[j][right & (mask >> j)]
+                tail = v if tail is UNSET else combine(v, tail)
+            left >>= 1
+            right >>= 1
+            j += 1
+        if tail is UNSET:
+            return self.identity if acc is UNSET else acc
+        return tail if acc is UNSET else combine(acc, tail)
 
     def search(self, leaves: Callable[[Any], bool], extra: Sequence[Any] = ()) -> int:
         """The longest prefix that leaves: the window's base intervals oldest first, then a

@@ -111,6 +111,25 @@ class Aggregator:
         """The lifted items, oldest first."""
         raise NotImplementedError
 
+    def query_suffix(self, r: int) -> Any:
+        """The lifted aggregate of the newest ``r`` items, oldest first (the identity for
+        ``r == 0``), for ``0 <= r <= len`` (ValueError otherwise): the query of a range ``r``
+        over the same items (the papers' multi-query environments). By default a fold of
+        :meth:`items`, O(n); FlatFAT and B-Int answer in O(log n), FlatFIT with its pointers
+        (path compression shared by every range), SlickDeque from its deque or its running
+        totals. Changes no item (FlatFIT compresses its pointers)."""
+        n = len(self)
+        if not 0 <= r <= n:
+            msg = f"{type(self).__name__}.query_suffix: r = {r} is outside 0 .. len = {n}"
+            raise ValueError(msg)
+        combine = self.combine
+        acc = self.identity
+        skip = n - r
+        for i, u in enumerate(self.items()):
+            if i >= skip:
+                acc = combine(acc, u)
+        return acc
+
     def evict_many(self, k: int) -> None:
         """Remove the ``k`` oldest items (``k <= len``)."""
         evict = self.evict

@@ -39,6 +39,12 @@ Deviations from the paper, and why:
 * The policy's search (the service's, not the paper's) descends the tree: the nodes covering
   the window are tried oldest first, from the smallest up (a finger search from the oldest
   item), and the first one the prefix cannot take in full is descended to its leaf: O(log n).
+
+Multi-query (Cutty's FlatFAT, as the FlatFIT and SlickDeque papers measure it):
+``query_suffix(r)``, the aggregate of the newest ``r`` items, is a range query over the leaves
+from ``front + n - r`` to ``back``: the fewest nodes covering them, at most two per level,
+combined in order, O(log n) (two spans when the range wraps around the end of the array; the
+pending changes are propagated first, as for :meth:`~FlatFATAggregator.query`).
 """
 
 from __future__ import annotations
@@ -67,7 +73,8 @@ class FlatFATAggregator(Aggregator):
         time="insert and evict O(1) (a leaf written, the front moved); the next query "
         "propagates the m changes since the last one in O(m + m log(n/m)), so O(log n) per "
         "insert and eviction, then answers in O(1) (the root) or O(log n) (an inverted buffer: "
-        "suffix ⊕ prefix); a resize O(n), O(1) amortized",
+        "suffix ⊕ prefix); query_suffix(r) (the newest r items, multi-query) O(log n), a "
+        "range query of at most two nodes per level; a resize O(n), O(1) amortized",
         space="2 cap aggregates, cap a power of two with n <= cap <= max(4n, 4) (the leaves "
         "are the items)",
         bulk="evicting k items: O(1), then two O(log n) paths at the next query; the policy's "
@@ -246,6 +253,51 @@ class FlatFATAggregator(Aggregator):
                     result = combine(suffix, prefix)
             self._result = result
         return result
+
+    def query_suffix(self, r: int) -> Any:
+        """The aggregate of the newest ``r`` items, oldest first: a range query over the
+        leaves from ``front + n - r`` to ``back``, O(log n). When that range wraps around the
+        end of the array it is two spans, ``[lo, cap)`` then ``[0, back]``, each combined in
+        physical (= window) order; a node inside a span has only live leaves below it, so it
+        holds their aggregate. ``r == n`` is :meth:`query`."""
+        n = self._n
+        if not 0 <= r <= n:
+            msg = f"FlatFATAggregator.query_suffix: r = {r} is outside 0 .. len = {n}"
+            raise ValueError(msg)
+        if r == n:
+            return self.query()
+        if not r:
+            return self.identity
+        if self._pending or self._synced_front != self._front:
+            self._propagate()
+        mask = self._cap - 1
+        lo = (self._front + n - r) & mask
+        hi = (self._front + n - 1) & mask  # the newest item's leaf
+        if lo <= hi:
+            return self._span(lo, hi + 1)
+        return self.combine(self._span(lo, mask + 1), self._span(0, hi + 1))
+
+    def _span(self, lo: int, hi: int) -> Any:
+        """The aggregate of the leaves ``lo .. hi - 1`` (``lo < hi``, all live), left to right:
+        the fewest nodes covering them, at most two per level, bottom up."""
+        tree = self._tree
+        combine = self.combine
+        cap = self._cap
+        left, right = cap + lo, cap + hi
+        acc: Any = UNSET  # the left side's nodes, oldest first
+        tail: Any = UNSET  # the right side's, newest last
+        while left < right:
+            if left & 1:
+                acc = tree[left] if acc is UNSET else combine(acc, tree[left])
+                left += 1
+            if right & 1:
+                right -= 1
+                tail = tree[right] if tail is UNSET else combine(tree[right], tail)
+            left >>= 1
+            right >>= 1
+        if tail is UNSET:
+            return acc
+        return tail if acc is UNSET else combine(acc, tail)
 
     def search(self, leaves: Callable[[Any], bool], extra: Sequence[Any] = ()) -> int:
         """The longest prefix that leaves: the covering nodes oldest first, then a descent

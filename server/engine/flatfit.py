@@ -33,9 +33,19 @@ Deviations from the paper, and why:
   first, right only for a commutative operator; here it is ``Partials[tempInd] ⊕ answer``.
 * The oldest position's partial is compressed too (the paper skips it: in a fixed window its
   slot is overwritten next; here it may stay).
-* One query per window and one item per partial: no shared plan, no partial aggregation
-  technique (the service's windows take items one by one). The walk of the whole window
-  goes through the Positions stack too (section 3.3's stackless *wReset* saves memory only).
+* One item per partial: no shared plan, no partial aggregation technique (the service's
+  windows take items one by one). The walk of the whole window goes through the Positions
+  stack too (section 3.3's stackless *wReset* saves memory only).
+
+Multi-query (section 3.2, Algorithm 1 lines 25-45, Example 3): ``query_suffix(r)`` answers a
+query of range ``r`` over the same arrays, walking from position ``end - r`` (the paper's
+``startInd = currInd - q.range``) to the end and compressing every position it visits, so the
+queries of different ranges share the pointers: a walk that lands on a position an earlier walk
+(of this slide or an older one) compressed jumps to the end in one combine. With every range
+1 .. n asked each slide (the max-multi-query) each answer costs one combine (n - 1 per slide);
+the paper 003 estimates 3 per query in general. The window itself is the largest range (the
+paper's ``wSize``); the caller asks the ranges it wants after each slide (the shared plan's
+``queriesToAnswer``), in any order. ``query()`` is ``query_suffix(len)``.
 * Bulk eviction is O(1) (the front moves); the policy's prefix is found by walking the items
   (the default search, O(k + 1)): the pointers only jump towards the newest item.
 """
@@ -63,7 +73,10 @@ class FlatFITAggregator(Aggregator):
         requires="a monoid: associative with an identity; no inverse, need not commute",
         time="insert O(1) (amortized over resizes); evict O(1); query O(1) amortized (path "
         "compression: three combines per slide in the paper's analysis), O(n) worst case (a "
-        "walk of the whole window, wReset)",
+        "walk of the whole window, wReset); query_suffix(r) (the newest r items, the paper's "
+        "multi-query) walks from position end - r sharing the compressed pointers of every "
+        "range: O(1) amortized per query asked every slide (one combine each with every range "
+        "1 .. n), O(r) worst case",
         space="3 cap (partials, pointers, items; cap a power of two with n <= cap <= "
         "max(4n, 4)) plus the Positions stack of one query",
         bulk="evicting k items: O(1) (the front moves); the policy's prefix is walked item by "
@@ -71,8 +84,8 @@ class FlatFITAggregator(Aggregator):
         storage="all in the process (checkpoints write every item)",
         deviations="variable size (capacity doubling and halving, absolute pointers); the items "
         "kept in a third array; partials combined older ⊕ newer (the pseudo-code reverses "
-        "them); the oldest position compressed too; one query and one item per partial (no "
-        "shared plan)",
+        "them); the oldest position compressed too; one item per partial (no shared plan: the "
+        "caller asks its ranges with query_suffix after each slide)",
     )
 
     _cap: int
@@ -141,6 +154,40 @@ class FlatFITAggregator(Aggregator):
         partials = self._partials
         positions = []  # the Positions stack: every visited position but the newest
         i = front
+        j = pointers[i & mask]
+        while j != end:
+            positions.append(i)
+            i = j
+            j = pointers[i & mask]
+        answer = partials[i & mask]
+        combine = self.combine
+        while positions:
+            s = positions.pop() & mask
+            answer = combine(partials[s], answer)
+            partials[s] = answer
+            pointers[s] = end
+        return answer
+
+    def query_suffix(self, r: int) -> Any:
+        """The aggregate of the newest ``r`` items, oldest first: Algorithm 1's answer to a
+        query of range ``r`` (lines 26-44), the walk of :meth:`query` started at position
+        ``end - r`` instead of the front. Every range shares the pointers: each walk points
+        the positions it visits at ``end`` with their aggregate, so a later walk (of any
+        range) that lands on one of them jumps to the end in one combine. Amortized O(1) per
+        query with the ranges asked every slide (the paper: 3 combines per query; 1 with every
+        range 1 .. n, the max-multi-query), O(r) worst case."""
+        end = self._end
+        n = end - self._front
+        if not 0 <= r <= n:
+            msg = f"FlatFITAggregator.query_suffix: r = {r} is outside 0 .. len = {n}"
+            raise ValueError(msg)
+        if not r:
+            return self.identity
+        mask = self._mask
+        pointers = self._pointers
+        partials = self._partials
+        positions = []  # the Positions stack: every visited position but the newest
+        i = end - r
         j = pointers[i & mask]
         while j != end:
             positions.append(i)

@@ -245,7 +245,7 @@ ENUM_CASES = [
         _stream_spec(field_type=pb.FIELD_TYPE_UNSPECIFIED),
         "spec.fields[0].type",
     ),
-    ("window-algorithm-7", "CreateWindow", _window_spec(algorithm=7), "spec.algorithm"),
+    ("window-algorithm-99", "CreateWindow", _window_spec(algorithm=99), "spec.algorithm"),
     ("window-storage-kind-7", "CreateWindow", _window_spec(storage_kind=7), "spec.storage.kind"),
 ]
 
@@ -1008,7 +1008,7 @@ def test_sdk_refuses_unknown_enum_numbers_from_the_wire() -> None:
         convert.window_info_from_proto(info)
     assert e.value.field == "outputs[0].type"
     info.outputs[0].type = pb.INT64
-    info.spec.algorithm = 9
+    info.spec.algorithm = 99
     with pytest.raises(SpecError) as e:
         convert.window_info_from_proto(info)
     assert e.value.field == "algorithm"

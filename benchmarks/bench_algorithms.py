@@ -39,10 +39,10 @@ included, as the service runs them. Values are pre-lifted from a pool of 2^16 ra
   at n = 2^10, 2^14, 2^18. The op sequence is deterministic, so it is run several times from
   identical fresh structures and each op's latency is the minimum over the runs (what the
   algorithm costs, without the shared machine's interrupts and preemptions).
-* engines: every window side by side: per-push latency with ``Record(n=Count(), s=Sum("v"),
-  m=Max("v"))`` and ``CountPolicy`` at n = 2^10 and 2^17; bulk eviction: a window of 2^17 items
-  under a ``TimeRangePolicy``, then one push whose timestamp evicts half (that push timed, and in
-  a second trial its ``insert()`` and ``enforce()`` apart).
+* engines: every window side by side: per-push latency with ``Record(n=Count(),
+  s=Sum("v", integers=True), m=Max("v"))`` and ``CountPolicy`` at n = 2^10 and 2^17; bulk
+  eviction: a window of 2^17 items under a ``TimeRangePolicy``, then one push whose timestamp
+  evicts half (that push timed, and in a second trial its ``insert()`` and ``enforce()`` apart).
 
 Noise (a shared 2-core machine): the garbage collector is off while timing; engines take turns
 (rounds) so a machine that slows down affects them alike; throughput is the minimum over
@@ -93,8 +93,20 @@ AGGREGATORS = (
 PERIODIC = frozenset({"FLATFIT", "TWO_STACKS", "TWO_STACKS_LITE", "DABA", "DABA_LITE"})
 LATENCY_ENGINES = ("DABA", "DABA_LITE", "TWO_STACKS", "TWO_STACKS_LITE")
 WARM_OPS = 64  # untimed ops before each latency run (Two-Stacks' first flip falls in them)
+
+
+def exact_sum(field: str | None = None) -> Any:
+    """A sum of integers (the pools' values are integers), whose inverse is exact: what
+    SlickDeque's invertible form runs (``Sum(integers=True)`` where the monoid has the option;
+    the other engines run it as any sum)."""
+    try:
+        return Sum(field, integers=True)
+    except TypeError:  # a Sum without the option: every sum is invertible
+        return Sum(field)
+
+
 MONOIDS: dict[str, Callable[[], Any]] = {
-    "sum": Sum,
+    "sum": exact_sum,
     "max": Max,
     "stddev": StdDev,  # population (ddof=0), the paper's PopulationStdDev
     "argmax": ArgMax,
@@ -751,7 +763,7 @@ def per_update(res: Results, sizes: list[int], min_pushes: int, rounds: int = 10
     for n in sizes:
         windows = {}
         for e in ALGORITHMS:
-            w = engine_class(e)(Record(n=Count(), s=Sum("v"), m=Max("v")), CountPolicy(n))
+            w = engine_class(e)(Record(n=Count(), s=exact_sum("v"), m=Max("v")), CountPolicy(n))
             w.extend(take(pool, 0, n))
             windows[e] = w
         count = max(min_pushes, n + 1)
@@ -803,7 +815,7 @@ def bulk(res: Results, n: int, reps: int) -> None:
     half = n // 2
 
     def make(e: str) -> Any:
-        monoid = Record(n=Count(), s=Sum("v"), m=Max("v"), ts=Max("ts"))
+        monoid = Record(n=Count(), s=exact_sum("v"), m=Max("v"), ts=Max("ts"))
         w = engine_class(e)(monoid, TimeRangePolicy(n, field="ts"))
         w.extend(fill)
         assert len(w) == n
@@ -1367,10 +1379,13 @@ def md_003(res: Results, sizes: list[int]) -> list[str]:
     out += [
         "",
         "Why ours differs: in Python the count of interpreted calls per slide decides, not "
-        "the count of combines. SlickDeque beats FlatFIT by more than the paper's 19% (FlatFIT "
-        "walks its pointers and writes partials back every query), but ours dispatches every "
+        "the count of combines. SlickDeque beats FlatFIT (FlatFIT walks its pointers and "
+        "writes partials back every query; Sum by more than Max, whose deque costs a combine "
+        "or two a slide), but ours dispatches every "
         "insert and evict through a part object (its support for records) and also keeps the "
-        "items in a deque for the policy's search; Two-Stacks (Lite) is an append, a pop and "
+        "items (a list and its head's offset: the policy's search and the multi-query's "
+        "running totals read them) and its deque's positions (the multi-query's binary "
+        "search); Two-Stacks (Lite) is an append, a pop and "
         "one combine per slide, its flip a tight loop, so it is the next best here and "
         "SlickDeque's gain over it is negative.",
         "",
@@ -1471,7 +1486,8 @@ def md_engines(res: Results, push_sizes: list[int], push_min: int, bulk_n: int) 
         "## Every engine side by side (windows, as the service runs them)",
         "",
         "Per update: ``push(x)`` (lift, insert, the policy's search, evict, query, lower) on a "
-        '``Record(n=Count(), s=Sum("v"), m=Max("v"))`` window under ``CountPolicy(n)``, filled '
+        '``Record(n=Count(), s=Sum("v", integers=True), m=Max("v"))`` window under '
+        "``CountPolicy(n)``, filled "
         f"with n items first; each push timed alone, max(n + 1, {push_min:,}) pushes per engine "
         "(so every amortized flip or wReset is in the mean), engines taking turns in 10 rounds. "
         "Microseconds: median / mean / p99.",
@@ -1512,7 +1528,7 @@ def md_engines(res: Results, push_sizes: list[int], push_min: int, bulk_n: int) 
     out += [
         "",
         f"**Bulk eviction**: a window of {pow2(bulk_n)} items (timestamps 0 .. n - 1, "
-        f'``Record(n=Count(), s=Sum("v"), m=Max("v"), ts=Max("ts"))``, '
+        f'``Record(n=Count(), s=Sum("v", integers=True), m=Max("v"), ts=Max("ts"))``, '
         f'``TimeRangePolicy(n, field="ts")``), then one push whose timestamp evicts '
         f"{bulk_n // 2:,} items; milliseconds, minimum (median) over the repetitions, each on a "
         "fresh window. The second and third columns time ``insert()`` and ``enforce()`` of the "

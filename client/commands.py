@@ -378,6 +378,7 @@ def _add_windows(sub: Any) -> None:
     )
     a.add_argument(
         "--algorithm",
+        type=str.upper,
         choices=ALGORITHMS,
         default="AMTA",
         help="the aggregation algorithm: AMTA (default: Amortized MTA, amortized O(1), middle "
@@ -389,7 +390,8 @@ def _add_windows(sub: Any) -> None:
         "--storage",
         choices=("redis", "memory"),
         default="redis",
-        help="where the window's middle levels live (default redis: restored on restart)",
+        help="where the window's state lives (default redis: restored on restart; an MTA "
+        "keeps its middle levels there, the other algorithms checkpoints of every item)",
     )
     a.add_argument("--durable", action="store_true", help="journal every batch")
 
@@ -862,7 +864,10 @@ def _windows(c: Any, args: argparse.Namespace, out: Presenter) -> None:
         infos = c.list_windows(args.stream)
         out.emit(
             infos,
-            "\n".join(out.window(i).splitlines()[0].split(" ", 1)[1] for i in infos)
+            "\n".join(
+                f"{out.window(i).splitlines()[0].split(' ', 1)[1]}  [{i.spec.algorithm}]"
+                for i in infos
+            )
             if infos
             else f"no windows on {args.stream}",
         )

@@ -31,6 +31,7 @@ large durable windows AMTA and LMTA are the right choice; ``GetWindow`` reports 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -174,6 +175,12 @@ class Aggregator:
 def check_engine(cls: type[Aggregator], monoid: Monoid, policy: Any = None) -> None:
     """Refuse (:class:`EngineRefusal`) a monoid without the capabilities ``cls`` needs, and a
     policy it cannot evaluate, naming what is missing."""
+    refuse_monoid = getattr(cls, "refuse_monoid", None)
+    if refuse_monoid is not None:
+        why = refuse_monoid(monoid)
+        if why:
+            msg = f"{cls.card.name} {why}"
+            raise EngineRefusal(msg, field="spec.algorithm")
     have = capabilities(monoid)
     missing = sorted(cls.requires - have)
     if missing:
@@ -244,6 +251,10 @@ class AggregatorWindow:
         self.bulk_evictions = 0
         self.recomputes = 0
         self._ledger = Ledger()
+        # changes since it was made (operations recorded, log entries replayed) and as of its
+        # last checkpoint with that checkpoint's meta: an unchanged window is not written again
+        self._changes = 0
+        self._clean: tuple[int, Any] = (-1, None)
         self._broken: BaseException | None = None
         self._stale = False
         self.on_stale: Callable[[], None] | None = None
@@ -591,6 +602,7 @@ class AggregatorWindow:
     ) -> None:
         if self._hook is None:
             return
+        self._changes += 1
         try:
             self._hook.record(self, op, items, producer_id, sequence)
         except StoreError as ex:
@@ -646,15 +658,24 @@ class AggregatorWindow:
 
     # ------------------------------------------------------------------ the store
     def flush(self, *, wait: bool = True, meta: dict[str, Any] | None = None) -> Any:
-        """A checkpoint of every item (no-op in memory); returns its future."""
+        """A checkpoint of every item (no-op in memory); returns its future. A window that
+        did not change since its last checkpoint (with the same ``meta``) writes nothing: a
+        checkpoint of these algorithms holds every item, and an idle window must cost no
+        Redis work."""
         self._check_usable()
         if self._hook is None:
             return None
+        if self._changes == self._clean[0] and meta == self._clean[1]:
+            done: Future[None] = Future()
+            done.set_result(None)
+            return done
         try:
-            return self._hook.checkpoint(self, wait=wait, meta=meta)
+            queued = self._hook.checkpoint(self, wait=wait, meta=meta)
         except StoreError as ex:
             self._store_failed(ex)
             raise
+        self._clean = (self._changes, meta)
+        return queued
 
     def wait_flushed(self, queued: Any) -> None:
         if queued is None:
@@ -718,6 +739,7 @@ class AggregatorWindow:
         self, op: str, items: Sequence[Any], producer_id: str | None, sequence: int | None
     ) -> None:
         """Apply one logged operation (lifted items) again."""
+        self._changes += 1
         if op == "x":
             self._apply(list(items))
         elif op == "p":

@@ -10,8 +10,10 @@ A monoid is any object with:
 
 Optional capabilities are explicit, never assumed: ``commutative`` (a declaration checked by
 :mod:`mtawindows.server.engine.laws`), ``combine_all`` (a batch fold, default a left fold),
-``invertible`` with ``inverse(a)`` (a group: ``combine(inverse(a), combine(a, b)) == b``, which
-SlickDeque's invertible form subtracts with) and ``selection`` (``combine(a, b)`` is always
+``invertible`` with ``inverse(a)`` (a group whose inverse is *exact*:
+``combine(inverse(a), combine(a, b)) == b`` to the bit, which SlickDeque's invertible form
+subtracts with: a count, a sum of integers; a float sum, mean or variance is not, since a
+large value leaving takes the small ones' digits with it) and ``selection`` (``combine(a, b)`` is always
 ``a`` or ``b`` itself, as max: what SlickDeque's non-invertible form needs). No monoid needs
 an inverse: the MTA engines never subtract; an engine that needs a capability refuses a monoid
 without it (:func:`capabilities`).
@@ -220,23 +222,46 @@ class Count(MonoidBase):
 
 
 class Sum(MonoidBase):
-    """Sum of real numbers (ints stay exact)."""
+    """Sum of real numbers (ints stay exact). ``integers=True``: a sum of integers only
+    (a float is refused), whose inverse is exact: ``invertible``, as SlickDeque needs."""
 
     codec_layout = "n"
 
     identity = 0
     commutative = True
-    invertible = True
     inline_combine = "{o} + {n}"
     inline_lift = "({v} if {v}.__class__ is float or {v}.__class__ is int else {L}({v}))"
 
-    def inverse(self, agg: float) -> float:
-        return -agg
+    def __init__(self, field: str | None = None, *, integers: bool = False) -> None:
+        self.integers = integers
+        if integers:
+            self.invertible = True
+            self.inline_lift = "({v} if {v}.__class__ is int else {L}({v}))"
+        super().__init__(field)
 
     def _lift_value(self, v: Any) -> float | int:
+        if self.integers:
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                msg = f"Sum(integers=True): expected an int, got {type(v).__name__} {v!r}"
+                raise TypeError(msg)
+            return int(v)  # numpy's ints too
         if v.__class__ is float or v.__class__ is int:
             return v
         return _real("Sum", v)
+
+    def inverse(self, agg: float) -> float:
+        if not self.integers:
+            return super().inverse(agg)  # type: ignore[no-any-return]
+        return -agg
+
+    # describe() leaves ``integers`` out: it changes no stored value (a window saved before
+    # it existed reopens), only what lift accepts
+
+    def __repr__(self) -> str:
+        if not self.integers:
+            return super().__repr__()
+        f = "" if self.field is None else f"{self.field!r}, "
+        return f"Sum({f}integers=True)"
 
     def combine(self, older: float, newer: float) -> float:
         return older + newer
@@ -289,15 +314,9 @@ class Mean(MonoidBase):
 
     identity = (0, 0.0)
     commutative = True
-    invertible = True
 
     def _lift_value(self, v: Any) -> tuple[int, float]:
         return (1, float(_real("Mean", v)))
-
-    def inverse(self, agg: tuple[int, float]) -> tuple[int, float]:
-        """``(-count, mean)``: combined in front of ``(count, mean) + rest``, the counts
-        cancel and the weighted means leave ``rest``'s (an empty rest: the identity)."""
-        return (-agg[0], agg[1])
 
     def combine(self, older: tuple[int, float], newer: tuple[int, float]) -> tuple[int, float]:
         na, ma = older
@@ -307,8 +326,6 @@ class Mean(MonoidBase):
         if na == 0:
             return newer
         n = na + nb
-        if n == 0:  # an inverse met its own aggregate
-            return (0, 0.0)
         return (n, ma + (mb - ma) * nb / n)
 
     def lower(self, agg: tuple[int, float]) -> float | None:
@@ -326,11 +343,6 @@ class Variance(MonoidBase):
 
     identity = (0, 0.0, 0.0)
     commutative = True
-    invertible = True
-
-    def inverse(self, agg: tuple[int, float, float]) -> tuple[int, float, float]:
-        """``(-count, mean, -M2)``: Chan's merge in front of ``agg + rest`` leaves ``rest``."""
-        return (-agg[0], agg[1], -agg[2])
 
     def __init__(self, field: str | None = None, *, ddof: int = 0) -> None:
         if ddof not in (0, 1):
@@ -352,8 +364,6 @@ class Variance(MonoidBase):
         if na == 0:
             return newer
         n = na + nb
-        if n == 0:  # an inverse met its own aggregate
-            return (0, 0.0, 0.0)
         delta = mb - ma
         return (n, ma + delta * nb / n, qa + qb + delta * delta * na * nb / n)
 
@@ -384,7 +394,6 @@ class GeometricMean(MonoidBase):
 
     identity = (0, 0.0)
     commutative = True
-    invertible = True
 
     def _lift_value(self, v: Any) -> tuple[int, float]:
         v = _real("GeometricMean", v)
@@ -394,7 +403,6 @@ class GeometricMean(MonoidBase):
         return (1, math.log(v))
 
     combine = Mean.combine
-    inverse = Mean.inverse
 
     def lower(self, agg: tuple[int, float]) -> float | None:
         return math.exp(agg[1]) if agg[0] else None

@@ -9,8 +9,8 @@ non-invertible form's invariant: for neighbours ``a`` (older) and ``b`` in the d
 ``combine(a, b) is a`` (else ``a`` would have been dropped when ``b`` came), so by
 associativity the fold of the deque, which equals the window's aggregate, is its front.
 
-Multi-query (the paper's section 2.3 and Table 3): ``query_suffix(r)``, the aggregate of the
-newest ``r`` items, as each form answers a query of range ``r``:
+Multi-query (the paper's sections 2.2 and 4.1, Table 3): ``query_suffix(r)``, the aggregate of
+the newest ``r`` items, as each form answers a query of range ``r``:
 
 * a selection part keeps its deque with the items' sequential positions (a list and the
   offset of its head, the positions in a parallel list), and a range's answer is the first
@@ -47,7 +47,9 @@ from .monoids import Record
 
 __all__ = ["SlickDeque", "SlickDequeAggregator"]
 
-_COMPACT = 64  # a list drops its dead head once it is this long and half the list
+# a list drops the entries before its head (gone) once there are at least this many and as
+# many as it kept at its last drop: amortized O(1) a removal
+_COMPACT = 64
 
 
 class _Running:
@@ -76,28 +78,31 @@ class _Running:
 
 
 class _Dominant:
-    """A selection part: the positions and values no newer value dominates, oldest first, from
-    ``head`` on (``pos`` and ``val``, parallel lists; the entries before ``head`` are gone)."""
+    """A selection part: the values no newer value dominates and their positions, oldest
+    first, from index ``head`` on (``val`` and ``pos``, parallel lists: the positions are
+    binary-searched by the multi-query; the entries before ``head`` are gone, dropped in
+    bulk)."""
 
-    __slots__ = ("combine", "head", "identity", "pos", "val")
+    __slots__ = ("combine", "compact_at", "head", "identity", "pos", "val")
 
     def __init__(self, monoid: Any) -> None:
         self.combine = monoid.combine
         self.identity = monoid.identity
-        self.pos: list[int] = []
         self.val: list[Any] = []
+        self.pos: list[int] = []
         self.head = 0
+        self.compact_at = _COMPACT
 
     def insert(self, pos: int, v: Any) -> None:
         val = self.val
         combine = self.combine
         head = self.head
-        while len(val) > head:
-            back = val[-1]
+        n = len(val)
+        while n > head:
+            back = val[n - 1]
             r = combine(back, v)
             if r is v:
-                val.pop()  # the newer value wins over it for as long as it stays
-                self.pos.pop()
+                n -= 1  # the newer value wins over it for as long as it stays
             elif r is back:
                 break
             else:
@@ -106,18 +111,21 @@ class _Dominant:
                     f"{v!r}) gave {r!r}, neither of them"
                 )
                 raise TypeError(msg)
+        if n < len(val):
+            del val[n:]
+            del self.pos[n:]
         val.append(v)
         self.pos.append(pos)
 
     def evict(self, pos: int, v: Any, empty: bool) -> None:
         head = self.head
-        positions = self.pos
-        if len(positions) > head and positions[head] == pos:
+        if self.pos[head] == pos:  # the newest item is always kept: pos[head] exists
             head += 1
-            if head >= _COMPACT and 2 * head >= len(positions):
-                del positions[:head]
+            if head >= self.compact_at:  # drop the entries gone: amortized O(1)
                 del self.val[:head]
+                del self.pos[:head]
                 head = 0
+                self.compact_at = max(_COMPACT, len(self.val))
             self.head = head
 
     def query(self) -> Any:
@@ -137,9 +145,11 @@ class SlickDequeAggregator(Aggregator):
         paper="003: Shein, Chrysanthis, Labrinidis, 'SlickDeque: High Throughput and Low "
         "Latency Incremental Sliding-Window Aggregation', EDBT 2018",
         ordering="FIFO (in order)",
-        requires="each part of the monoid (it, or each field of a record) invertible (a "
-        "group: count, sum, mean, variance, geometric mean) or a selection (max, min, "
-        "arg-max, arg-min, first, last)",
+        requires="each part of the monoid (it, or each field of a record) exactly "
+        "invertible (a count, a sum of INT64 values: taking a value back out leaves the exact "
+        "total) or a selection (max, min, arg-max, arg-min, first, last); a float sum, mean "
+        "or variance is refused: subtracting a large value that left takes the small ones' "
+        "digits with it",
         time="insert O(1) amortized (a deque's pops), O(n) worst; evict O(1); query O(1) per "
         "part; with R ranges registered (set_ranges) insert and evict also move R running "
         "totals, O(R); query_suffix(r) (the newest r items, multi-query): a selection part "
@@ -153,18 +163,41 @@ class SlickDequeAggregator(Aggregator):
         deviations="a record runs each field in the form it allows (the paper: one operator "
         "per instance); the items are kept, because the service's policies are tested on "
         "aggregates of prefixes (the paper evicts by position or timestamp only) and a "
-        "registered range's total reads the item leaving it; the invertible form's float sums "
-        "are not compensated (drift of one rounding per eviction; an empty window resets); "
+        "registered range's total reads the item leaving it; the invertible form runs exact "
+        "inverses only (the paper subtracts floats too, whose error has no bound: 1e16 then "
+        "1, 2, 3, with 1e16 leaving, would read 4, not 6); "
         "the multi-query deque lookup is a binary search on positions (the paper traverses "
         "the deque once for all ranges, sorted)",
     )
     requires = frozenset({"inverse-or-selection"})
 
+    @staticmethod
+    def refuse_monoid(monoid: Any) -> str | None:
+        """Why ``monoid`` cannot run here (None: it can), naming the parts that are neither
+        exactly invertible nor a selection."""
+        parts = monoid.fields.items() if isinstance(monoid, Record) else (("", monoid),)
+        bad = [
+            f"{_label(name)} ({_kind(m)})" if name else _kind(m)
+            for name, m in parts
+            if not (getattr(m, "invertible", False) or getattr(m, "selection", False))
+        ]
+        if not bad:
+            return None
+        return (
+            "runs outputs whose inverse is exact (count, a sum of INT64 values) or that "
+            "select one value (max, min, first, last, argmax, argmin); these are neither: "
+            f"{', '.join(bad)}. AMTA or DABA_LITE run any output"
+        )
+
     def __init__(self, monoid: Any) -> None:
         super().__init__(monoid)
-        self._buf: list[Any] = []  # the items from _head on, oldest first
-        self._head = 0
-        self._first = 0  # position of the oldest item
+        # the items, positions _first .. _end - 1, at _buf[position - _base] (the items
+        # before _first are gone, dropped in bulk once _compact_at of them piled up)
+        self._buf: list[Any] = []
+        self._base = 0
+        self._first = 0
+        self._end = 0
+        self._compact_at = _COMPACT
         self._ranges: tuple[int, ...] = ()  # registered ranges, ascending
         if isinstance(monoid, Record):
             self._parts = [_part(m) for m in monoid.monoids]
@@ -184,7 +217,7 @@ class SlickDequeAggregator(Aggregator):
         ]
 
     def __len__(self) -> int:
-        return len(self._buf) - self._head
+        return self._end - self._first
 
     def set_ranges(self, ranges: Iterable[int]) -> None:
         """Register the ranges (positive item counts) whose :meth:`query_suffix` the invertible
@@ -214,62 +247,67 @@ class SlickDequeAggregator(Aggregator):
         return acc
 
     def insert(self, u: Any) -> None:
-        buf = self._buf
-        n = len(buf) - self._head  # before the insert
-        pos = self._first + n
+        pos = self._end
+        self._end = pos + 1
         if self._record:
             for part, v in zip(self._parts, u, strict=True):
                 part.insert(pos, v)
         else:
             self._parts[0].insert(pos, u)
-        buf.append(u)
+        self._buf.append(u)
         if self._ranges:
-            # range r takes u in; once it is full, its oldest item (index n - r) leaves it
-            base = self._head + n
-            for k, part in self._running:
-                ranged = part.ranged
-                combine, inverse = part.combine, part.inverse
-                if k is None:
-                    for r in self._ranges:
-                        if r <= n:
-                            ranged[r] = combine(combine(inverse(buf[base - r]), ranged[r]), u)
-                        else:
-                            ranged[r] = combine(ranged[r], u)
-                    continue
-                v = u[k]
+            self._slide_ranges(u, pos)
+
+    def _slide_ranges(self, u: Any, pos: int) -> None:
+        """Every registered range takes the item at ``pos`` in; once it is full, its oldest
+        item (at ``pos - r``) leaves it: two operations (three calls: an inverse) a range."""
+        buf = self._buf
+        n = pos - self._first  # the items before this one
+        at = pos - self._base  # u's index in buf
+        for k, part in self._running:
+            ranged = part.ranged
+            combine, inverse = part.combine, part.inverse
+            if k is None:
                 for r in self._ranges:
-                    t = ranged[r]
                     if r <= n:
-                        t = combine(inverse(buf[base - r][k]), t)
-                    ranged[r] = combine(t, v)
+                        ranged[r] = combine(combine(inverse(buf[at - r]), ranged[r]), u)
+                    else:
+                        ranged[r] = combine(ranged[r], u)
+                continue
+            v = u[k]
+            for r in self._ranges:
+                t = ranged[r]
+                if r <= n:
+                    t = combine(inverse(buf[at - r][k]), t)
+                ranged[r] = combine(t, v)
 
     def evict(self) -> None:
-        buf = self._buf
-        head = self._head
-        u = buf[head]
-        n = len(buf) - head  # before the eviction
-        head += 1
-        if head >= _COMPACT and 2 * head >= len(buf):
-            del buf[:head]
-            head = 0
-        self._head = head
         pos = self._first
-        self._first += 1
-        empty = n == 1
+        i = pos - self._base
+        u = self._buf[i]
+        self._first = pos + 1
+        empty = pos + 1 == self._end
+        if i >= self._compact_at:  # drop the items gone: amortized O(1)
+            del self._buf[: i + 1]
+            self._base = pos + 1
+            self._compact_at = max(_COMPACT, len(self._buf))
         if self._record:
             for part, v in zip(self._parts, u, strict=True):
                 part.evict(pos, v, empty)
         else:
             self._parts[0].evict(pos, u, empty)
         if self._ranges:
-            # the oldest item was inside range r when the window held at most r items
-            for k, part in self._running:
-                ranged = part.ranged
-                v = u if k is None else u[k]
-                inv = part.inverse(v)
-                for r in self._ranges:
-                    if r >= n:
-                        ranged[r] = part.identity if empty else part.combine(inv, ranged[r])
+            self._evict_ranges(u, self._end - pos, empty)
+
+    def _evict_ranges(self, u: Any, n: int, empty: bool) -> None:
+        """The oldest item ``u`` left a window of ``n`` items: it was inside range r when
+        r >= n (the range held the whole window)."""
+        for k, part in self._running:
+            ranged = part.ranged
+            inv = part.inverse(u if k is None else u[k])
+            for r in self._ranges:
+                if r >= n:
+                    ranged[r] = part.identity if empty else part.combine(inv, ranged[r])
 
     def query(self) -> Any:
         if self._record:
@@ -281,7 +319,7 @@ class SlickDequeAggregator(Aggregator):
         from position ``end - r`` (binary search), an invertible part's running total of
         range ``r`` (registered with :meth:`set_ranges`; else computed from the items, O(min(r,
         n - r))). ``r == n`` is :meth:`query`, ``r == 0`` the identity."""
-        n = len(self._buf) - self._head
+        n = self._end - self._first
         if 0 < r < n:
             d = self._dominant
             if d is not None:
@@ -312,13 +350,13 @@ class SlickDequeAggregator(Aggregator):
         # the total with the oldest n - r items subtracted from the front
         combine = part.combine
         older = part.identity
-        buf = self._buf
-        for u in islice(buf, self._head, self._head + n - r):
+        head = self._first - self._base
+        for u in islice(self._buf, head, head + n - r):
             older = combine(older, u if k is None else u[k])
         return combine(part.inverse(older), part.total)
 
     def items(self) -> Iterator[Any]:
-        return islice(self._buf, self._head, None)
+        return islice(self._buf, self._first - self._base, None)
 
     def check(self) -> None:
         """The answer against a fold, then every registered range's running total (and a
@@ -333,6 +371,16 @@ class SlickDequeAggregator(Aggregator):
             if not approx_equal(got, want, rel=1e-6, abs_tol=1e-6):
                 msg = f"SlickDeque: range {r} gives {got!r}, a fold of its items {want!r}"
                 raise AssertionError(msg)
+
+
+def _label(name: str) -> str:
+    """An output's name; a field the service adds for the policy (``__sum``) as such."""
+    return f"the policy's own {name[2:]}" if name.startswith("__") else name
+
+
+def _kind(m: Any) -> str:
+    kind = type(m).__name__.lower()
+    return "sum of DOUBLE values: a float inverse drifts" if kind == "sum" else kind
 
 
 def _part(monoid: Any) -> _Running | _Dominant:

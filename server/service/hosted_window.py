@@ -317,7 +317,13 @@ class HostedWindow:
         """Where the window's state lives, by its algorithm's fact card (GetWindow)."""
         if self.spec.storage.kind == "memory":
             return "memory: the server's process only (lost on restart)"
-        return f"redis: {card(self.spec.algorithm).storage}"
+        where = card(self.spec.algorithm).storage
+        if self.engine is None:  # a keyed stream's: an instance per key
+            return (
+                "redis: per key; a small key's instance in the key's one Redis value, a large "
+                f"one as its algorithm in full ({where}); the key cache pages keys in and out"
+            )
+        return f"redis: {where}"
 
 
 # the most rows a window's columnar shadow holds (in memory, beside the engine's Redis tier:

@@ -110,7 +110,10 @@ def _count(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tupl
 def _sum(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tuple[Monoid, Output]:
     _params(where, agg, ())
     t = need_field(where, agg, types, NUMERIC)
-    return Sum(agg.field), Output(agg.name, t, nullable_when_empty=False)
+    # a sum of an INT64 field is exact, and so is taking a value back out (SlickDeque)
+    return Sum(agg.field, integers=t == FieldType.INT64), Output(
+        agg.name, t, nullable_when_empty=False
+    )
 
 
 def _extreme(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tuple[Monoid, Output]:

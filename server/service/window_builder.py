@@ -29,6 +29,16 @@ def build_window(stream: StreamSpec, spec: WindowSpec) -> Built:
             f"expected one of {', '.join(ALGORITHMS)}, got {show(spec.algorithm)}",
             reason=Reason.UNKNOWN_ENUM_VALUE,
         )
+    if spec.algorithm not in ("AMTA", "LMTA") and (
+        spec.storage.block_size or spec.storage.cache_size
+    ):
+        which = "block_size" if spec.storage.block_size else "cache_size"
+        raise DefinitionError(
+            f"spec.storage.{which}",
+            f"{spec.algorithm} keeps no levels in Redis (it checkpoints its items): "
+            f"{which} sizes an MTA's Redis blocks and head cache; leave it 0 (got "
+            f"{getattr(spec.storage, which)})",
+        )
     if not spec.aggregations:
         raise DefinitionError("spec.aggregations", "expected at least one aggregation, got none")
     types = field_types(stream)

@@ -36,10 +36,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..sentinels import UNSET
-from ..storage.protocol import PairStore, StoreError, StoreUnavailableError, WindowStore
+from ..storage.protocol import PairStore, StoreError, WindowStore
 from .ledger import Ledger
 from .monoids import Monoid, capabilities
 from .policies import bind_policy
+from .seam import StoreSeam, WindowCorruptedError
 
 __all__ = [
     "Aggregator",
@@ -207,7 +208,7 @@ def _kinds(monoid: Any) -> str:
     return type(monoid).__name__
 
 
-class AggregatorWindow:
+class AggregatorWindow(StoreSeam):
     """A window run by an :class:`Aggregator` (``aggregator``, set by each engine's class),
     with the MTA windows' contract (see the module docstring).
 
@@ -287,10 +288,6 @@ class AggregatorWindow:
             raise LookupError(msg) from None
         return cls(monoid, policy, store=store, **own)
 
-    @property
-    def window_id(self) -> str | None:
-        return None if self._hook is None else self._hook.window_id
-
     def __len__(self) -> int:
         return len(self._core)
 
@@ -348,9 +345,6 @@ class AggregatorWindow:
     def query(self) -> Any:
         """``lower`` of the aggregate of the window."""
         return self._lower(self.aggregate())
-
-    def last_sequence(self, producer_id: str) -> int | None:
-        return self._ledger.last(producer_id)
 
     # ------------------------------------------------------------------ the algorithm
     def _plan(self, extra: Sequence[Any]) -> tuple[Any, int]:
@@ -416,8 +410,6 @@ class AggregatorWindow:
         return k
 
     def _corrupted(self, ex: BaseException, doing: str) -> None:
-        from .mta_window import WindowCorruptedError
-
         self._broken = ex
         msg = f"{type(self).__name__}: the monoid raised while {doing}"
         raise WindowCorruptedError(msg) from ex
@@ -578,21 +570,6 @@ class AggregatorWindow:
             self.check_invariants()
 
     # ------------------------------------------------------------------ idempotency, failures
-    def _admit(self, producer_id: str | None, sequence: int | None) -> bool:
-        if producer_id is not None or sequence is not None:
-            Ledger.check_key(type(self).__name__, producer_id, sequence)
-            self._check_usable()
-            return self._ledger.is_duplicate(producer_id, sequence)  # type: ignore[arg-type]
-        self._check_usable()
-        return False
-
-    def _applied(
-        self, op: str, items: Sequence[Any], producer_id: str | None, sequence: int | None
-    ) -> None:
-        if producer_id is not None:
-            self._ledger.record(producer_id, sequence)  # type: ignore[arg-type]
-        self._record(op, items, producer_id, sequence)
-
     def _record(
         self,
         op: str,
@@ -608,53 +585,6 @@ class AggregatorWindow:
         except StoreError as ex:
             self._store_failed(ex)
             raise
-
-    @property
-    def stale(self) -> bool:
-        return self._stale
-
-    def _check_usable(self) -> None:
-        if self._broken is None:
-            return
-        if self._stale:
-            if self.on_stale is not None:
-                msg = f"{type(self).__name__}: its store failed ({self._broken}); its owner reloads it"
-                raise StoreUnavailableError(msg) from self._broken
-            self._reload()
-            return
-        from .mta_window import WindowCorruptedError
-
-        msg = (
-            f"{type(self).__name__} is unusable: its monoid raised while the window was being "
-            f"restructured ({self._broken!r}); rebuild the window"
-        )
-        raise WindowCorruptedError(msg) from self._broken
-
-    def _store_failed(self, ex: BaseException) -> None:
-        self._broken = ex
-        self._stale = True
-        if self.on_stale is not None:
-            self.on_stale()
-
-    def reload(self) -> None:
-        """Rebuild the window from its store's durable state (its last checkpoint and log)."""
-        if self._hook is None:
-            msg = f"{type(self).__name__}: a window in memory has no durable state to reload"
-            raise TypeError(msg)
-        self._reload()
-
-    def _reload(self) -> None:
-        try:
-            self._hook.reload(self)  # type: ignore[union-attr]
-        except StoreError as ex:
-            self._broken = ex
-            raise
-        self._broken = None
-        self._stale = False
-
-    def invalidate(self, ex: BaseException) -> None:
-        if self._hook is not None:
-            self._store_failed(ex)
 
     # ------------------------------------------------------------------ the store
     def flush(self, *, wait: bool = True, meta: dict[str, Any] | None = None) -> Any:
@@ -677,23 +607,8 @@ class AggregatorWindow:
         self._clean = (self._changes, meta)
         return queued
 
-    def wait_flushed(self, queued: Any) -> None:
-        if queued is None:
-            return
-        try:
-            queued.result()
-        except StoreError as ex:
-            self._store_failed(ex)
-            raise
-
     def flush_full_blocks(self) -> None:
         """Nothing: these algorithms write no blocks."""
-
-    def close(self) -> None:
-        if self._hook is not None:
-            if self._broken is None:
-                self.flush()
-            self._hook.close()
 
     # -- the durability seam (storage.protocol.CheckpointedWindow)
     @property

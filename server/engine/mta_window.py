@@ -24,23 +24,19 @@ from typing import Any, ClassVar, NoReturn
 
 from ..sentinels import UNSET
 from ..storage import reopen_store
-from ..storage.protocol import PairStore, StoreError, StoreUnavailableError
+from ..storage.protocol import PairStore, StoreError
 from . import checkpoint
 from .forest import LevelForest
 from .ledger import Ledger
 from .monoids import Monoid
 from .nonblocking import MAX_EVICT, NonBlockingCall, WaitingAllowed, ensure_local
 from .policies import bind_policy
+from .seam import StoreSeam, WindowCorruptedError
 
 __all__ = ["MTAWindow", "WindowCorruptedError"]
 
 
-class WindowCorruptedError(RuntimeError):
-    """The window's structure could not be completed because the monoid broke its contract
-    (``combine`` raised on aggregates it had produced itself). The window refuses further use."""
-
-
-class MTAWindow(LevelForest):
+class MTAWindow(StoreSeam, LevelForest):
     """What Log MTA and Amortized MTA share: the public operations over the level queues,
     undo of inserts, the idempotency ledger, the store, failures, statistics."""
 
@@ -123,11 +119,6 @@ class MTAWindow(LevelForest):
             raise LookupError(msg) from None
         return cls(monoid, policy, store=store, **own)
 
-    @property
-    def window_id(self) -> str | None:
-        """The id of a store-backed window (reopen it with ``open``); ``None`` in memory."""
-        return None if self._hook is None else self._hook.window_id
-
     def flush(self, *, wait: bool = True, meta: dict[str, Any] | None = None) -> Any:
         """Make everything applied so far durable (a checkpoint in the store). No-op in memory.
         ``wait=False`` queues the checkpoint behind the pending writes and returns at once.
@@ -142,24 +133,6 @@ class MTAWindow(LevelForest):
                 self._store_failed(ex)
                 raise
         return None
-
-    def wait_flushed(self, queued: Any) -> None:
-        """Wait for a checkpoint :meth:`flush` queued (``wait=False``, its return value): a
-        failure marks the window as a waiting flush does, and raises."""
-        if queued is None:
-            return
-        try:
-            queued.result()
-        except StoreError as ex:
-            self._store_failed(ex)
-            raise
-
-    def close(self) -> None:
-        """Flush, then release the store's thread and connections."""
-        if self._hook is not None:
-            if self._broken is None:
-                self.flush()
-            self._hook.close()
 
     def flush_full_blocks(self) -> None:
         """Queue the writes of level buffers that filled up while the store was non-blocking
@@ -191,52 +164,6 @@ class MTAWindow(LevelForest):
         checkpoint.replay(self, op, items, producer_id, sequence)
 
     # ------------------------------------------------------------------ failures
-    @property
-    def stale(self) -> bool:
-        """A store failure left the local state unsure: the next call reloads the window's
-        last durable state (or the owner calls :meth:`reload` first)."""
-        return self._stale
-
-    def reload(self) -> None:
-        """Rebuild the window from its store's durable state (its last checkpoint and log)."""
-        if self._hook is None:
-            msg = f"{type(self).__name__}: a window in memory has no durable state to reload"
-            raise TypeError(msg)
-        self._reload()
-
-    def invalidate(self, ex: BaseException) -> None:
-        """The store lost or may have lost state (a restarted Redis): reload the last durable
-        state on the next call, as after a store failure. No-op without a store."""
-        if self._hook is not None:
-            self._store_failed(ex)
-
-    def _check_usable(self) -> None:
-        if self._broken is not None:
-            if self._stale:
-                if self.on_stale is not None:
-                    msg = (
-                        f"{type(self).__name__}: its store failed ({self._broken}); its owner "
-                        "reloads it"
-                    )
-                    raise StoreUnavailableError(msg) from self._broken
-                self._reload()
-                return
-            msg = (
-                f"{type(self).__name__} is unusable: its monoid raised while the window was being "
-                f"restructured ({self._broken!r}); rebuild the window"
-            )
-            raise WindowCorruptedError(msg) from self._broken
-
-    def _reload(self) -> None:
-        """Rebuild the window from the store's durable state (after a store failure)."""
-        try:
-            self._hook.reload(self)  # type: ignore[union-attr]
-        except StoreError as ex:
-            self._broken = ex
-            raise
-        self._broken = None
-        self._stale = False
-
     def _raise_midway(self, ex: BaseException, doing: str) -> NoReturn:
         """Raise for an exception after the window began to change. A store failure makes the
         window reload its durable state on its next call (the exception itself goes on); a
@@ -248,41 +175,7 @@ class MTAWindow(LevelForest):
         msg = f"{type(self).__name__}: the monoid raised while {doing}"
         raise WindowCorruptedError(msg) from ex
 
-    def _store_failed(self, ex: BaseException) -> None:
-        """The store failed: the local state may be ahead of what Redis holds durably."""
-        self._broken = ex
-        self._stale = True
-        if self.on_stale is not None:
-            self.on_stale()
-
     # ------------------------------------------------------------------ idempotency
-    def last_sequence(self, producer_id: str) -> int | None:
-        """The last ``sequence`` applied for ``producer_id`` (idempotency), or ``None``."""
-        return self._ledger.last(producer_id)
-
-    def _duplicate(self, producer_id: Any, sequence: Any) -> bool:
-        """Validate an idempotency key; whether it was applied already."""
-        Ledger.check_key(type(self).__name__, producer_id, sequence)
-        self._check_usable()
-        return self._ledger.is_duplicate(producer_id, sequence)
-
-    def _admit(self, producer_id: str | None, sequence: int | None) -> bool:
-        """Before an operation: the window is usable; with an idempotency key, whether the
-        operation is a duplicate (to be skipped)."""
-        if producer_id is not None or sequence is not None:
-            return self._duplicate(producer_id, sequence)
-        self._check_usable()
-        return False
-
-    def _applied(
-        self, op: str, items: Sequence[Any], producer_id: str | None, sequence: int | None
-    ) -> None:
-        """After an operation applied: remember its idempotency key, tell the store."""
-        if producer_id is not None:
-            self._ledger.record(producer_id, sequence)  # type: ignore[arg-type]
-        if self._hook is not None:
-            self._record(op, items, producer_id, sequence)
-
     def _record(
         self,
         op: str,

@@ -24,8 +24,8 @@ exactly as it was.
 **Storage.** These algorithms keep every item in the process: none keeps a middle in Redis.
 With a store, a checkpoint writes the window's items in full (O(n) per flush, where an MTA
 window writes its few local pairs), and a restart rebuilds the structure from them (O(n)). For
-large durable windows AMTA and LMTA are the right choice; ``GetWindow`` reports it
-(:attr:`AggregatorWindow.storage_note`).
+large durable windows AMTA and LMTA are the right choice; ``GetWindow`` reports it (each
+card's ``storage``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from ..storage.protocol import PairStore, StoreError, WindowStore
 from .ledger import Ledger
 from .monoids import Monoid, capabilities
 from .policies import bind_policy
-from .seam import StoreSeam, WindowCorruptedError
+from .seam import StoreSeam, WindowCorruptedError, require_monoid
 
 __all__ = [
     "Aggregator",
@@ -217,9 +217,6 @@ class AggregatorWindow(StoreSeam):
     algorithms keep no level in it) and is ignored; ``None``: in memory."""
 
     aggregator: ClassVar[type[Aggregator]]
-    storage_note = (
-        "no middle in Redis: a checkpoint writes every item, a restart rebuilds from them"
-    )
 
     def __init__(
         self,
@@ -229,13 +226,7 @@ class AggregatorWindow(StoreSeam):
         store: PairStore | None = None,
         debug: bool = False,
     ) -> None:
-        for attr in ("identity", "lift", "combine", "lower"):
-            if not hasattr(monoid, attr):
-                msg = (
-                    f"{type(self).__name__}: monoid must have identity, lift, combine and lower; "
-                    f"{type(monoid).__name__} has no {attr!r}"
-                )
-                raise TypeError(msg)
+        require_monoid(type(self).__name__, monoid)
         check_engine(self.aggregator, monoid, policy)
         self.monoid = monoid
         self.policy = policy

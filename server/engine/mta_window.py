@@ -31,7 +31,7 @@ from .ledger import Ledger
 from .monoids import Monoid
 from .nonblocking import MAX_EVICT, NonBlockingCall, WaitingAllowed, ensure_local
 from .policies import bind_policy
-from .seam import StoreSeam, WindowCorruptedError
+from .seam import StoreSeam, WindowCorruptedError, require_monoid
 
 __all__ = ["MTAWindow", "WindowCorruptedError"]
 
@@ -68,13 +68,7 @@ class MTAWindow(StoreSeam, LevelForest):
         store: PairStore | None = None,
         debug: bool = False,
     ) -> None:
-        for attr in ("identity", "lift", "combine", "lower"):
-            if not hasattr(monoid, attr):
-                msg = (
-                    f"{type(self).__name__}: monoid must have identity, lift, combine and lower; "
-                    f"{type(monoid).__name__} has no {attr!r}"
-                )
-                raise TypeError(msg)
+        require_monoid(type(self).__name__, monoid)
         super().__init__(bind_policy(policy, monoid), monoid.combine, monoid.identity, store)
         self.monoid = monoid
         self.policy = policy

@@ -17,12 +17,24 @@ from typing import Any
 from ..storage.protocol import StoreError, StoreUnavailableError, WindowStore
 from .ledger import Ledger
 
-__all__ = ["StoreSeam", "WindowCorruptedError"]
+__all__ = ["StoreSeam", "WindowCorruptedError", "require_monoid"]
 
 
 class WindowCorruptedError(RuntimeError):
     """The window's structure could not be completed because the monoid broke its contract
     (``combine`` raised on aggregates it had produced itself). The window refuses further use."""
+
+
+def require_monoid(owner: str, monoid: Any) -> None:
+    """TypeError naming what ``monoid`` lacks of identity, lift, combine and lower (every
+    window's check of its monoid)."""
+    for attr in ("identity", "lift", "combine", "lower"):
+        if not hasattr(monoid, attr):
+            msg = (
+                f"{owner}: monoid must have identity, lift, combine and lower; "
+                f"{type(monoid).__name__} has no {attr!r}"
+            )
+            raise TypeError(msg)
 
 
 class StoreSeam:

@@ -308,6 +308,8 @@ def window_spec_to_proto(w: WindowSpec) -> pb.WindowSpec:
             block_size=w.storage.block_size,
             cache_size=w.storage.cache_size,
         ),
+        slide=duration_to_proto(w.slide) if isinstance(w.slide, timedelta) else None,
+        slide_rows=w.slide if isinstance(w.slide, int) else 0,
     )
 
 
@@ -324,6 +326,13 @@ def window_spec_from_proto(m: pb.WindowSpec) -> WindowSpec:
     st = m.storage
     with _at("storage"):
         storage = Storage(kind, st.durable, st.block_size, st.cache_size)
+    slide: timedelta | int | None = None
+    if m.HasField("slide"):
+        if m.slide_rows:
+            raise SpecError("slide", "expected slide or slide_rows, got both")
+        slide = duration_from_proto(m.slide, "slide")
+    elif m.slide_rows:
+        slide = m.slide_rows
     return WindowSpec(
         stream=m.stream,
         name=m.name,
@@ -331,6 +340,7 @@ def window_spec_from_proto(m: pb.WindowSpec) -> WindowSpec:
         policy=policy,
         algorithm=algorithm,
         storage=storage,
+        slide=slide,
     )
 
 
@@ -376,6 +386,7 @@ def window_info_to_proto(i: WindowInfo) -> pb.WindowInfo:
         ],
         path=i.path,
         storage=i.storage,
+        plan=i.plan,
     )
 
 
@@ -402,6 +413,7 @@ def window_info_from_proto(m: pb.WindowInfo) -> WindowInfo:
         outputs=outputs,
         path=m.path,
         storage=m.storage,
+        plan=m.plan,
     )
 
 
@@ -476,6 +488,7 @@ def result_to_proto(r: WindowResult, types: Mapping[str, str]) -> pb.WindowResul
         sequence=r.sequence,
         timestamp=r.timestamp,
         key=r.key,
+        boundary=r.boundary,
     )
 
 
@@ -489,6 +502,7 @@ def result_from_proto(m: pb.WindowResult) -> WindowResult:
         sequence=m.sequence,
         timestamp=m.timestamp,
         key=m.key,
+        boundary=m.boundary,
     )
 
 

@@ -131,6 +131,11 @@ class Reason(StrEnum):
         "a call for keyed streams about an unkeyed one, or an unkeyed call on a keyed one",
     )
     TOO_MANY_KEYS = "TOO_MANY_KEYS", "the server holds its limit of keys (--max-keys)"
+    RANGE_NOT_SUPPORTED = (
+        "RANGE_NOT_SUPPORTED",
+        "a query-time range or count on a window whose algorithm cannot answer a suffix (or a "
+        "hopping window)",
+    )
     BAD_RESULT_MODE = "BAD_RESULT_MODE", "an Append asks for a result mode the server does not know"
     OUT_OF_ORDER = (
         "OUT_OF_ORDER",
@@ -226,6 +231,9 @@ REMEDY: dict[Reason, str] = {
     "an unkeyed one (streams get shows its key field)",
     Reason.TOO_MANY_KEYS: "set a key_ttl on the stream so idle keys expire, delete old keys, "
     "or raise --max-keys",
+    Reason.RANGE_NOT_SUPPORTED: "query the whole window, or recreate it with an algorithm that "
+    "answers suffixes (AMTA, LMTA, FLATFAT, BINT, FLATFIT); a hopping window answers its last "
+    "closed boundary only",
     Reason.BAD_RESULT_MODE: "use a mode this server knows (NONE, FINAL, PER_ROW); upgrade the "
     "server for a newer one",
     Reason.OUT_OF_ORDER: "send each stream's (each key's) rows in timestamp order, or create "

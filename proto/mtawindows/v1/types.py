@@ -335,6 +335,10 @@ class WindowSpec:
     policy: Policy
     algorithm: str = "AMTA"
     storage: Storage = Storage()
+    # a hopping window: results at each slide boundary (a timedelta: boundaries at its
+    # multiples since the epoch, in event time; an int: after every that many rows); None:
+    # a result after every batch or row
+    slide: timedelta | int | None = None
 
     def __post_init__(self) -> None:
         _check_type("WindowSpec", "stream", self.stream, str)
@@ -344,6 +348,16 @@ class WindowSpec:
         algorithm = _enum("WindowSpec", "algorithm", self.algorithm, ALGORITHMS, upper=True)
         object.__setattr__(self, "algorithm", algorithm)
         _check_type("WindowSpec", "storage", self.storage, Storage)
+        slide = self.slide
+        if isinstance(slide, timedelta):
+            _check_duration("WindowSpec", "slide", slide, positive=True)
+        elif slide is not None:
+            if isinstance(slide, bool) or not isinstance(slide, int):
+                msg = f"expected a timedelta, an int (rows) or None, got {type(slide).__name__}"
+                raise SpecError("slide", msg, owner="WindowSpec")
+            if slide < 1:
+                msg = f"expected a row count >= 1, got {slide}"
+                raise SpecError("slide", msg, owner="WindowSpec")
 
 
 OUTPUT_TYPES = (*FIELD_TYPES, "STRUCT", "ANY")
@@ -401,6 +415,9 @@ class WindowInfo:
     # where its state lives, by its algorithm (Redis-backed middle levels, or all in the
     # server with every item checkpointed)
     storage: str = ""
+    # a hopping window's plan: its slices' edges, the windows sharing them, its final
+    # aggregator ("" without a slide)
+    plan: str = ""
 
 
 @dataclass
@@ -419,6 +436,9 @@ class WindowResult:
     sequence: int = 0
     timestamp: int = 0
     key: str = ""  # a keyed stream's: the key whose window this is
+    # a hopping window's result: the boundary it closed (ns since the epoch for a time slide,
+    # a row count for a slide in rows); 0 for other windows
+    boundary: int = 0
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]

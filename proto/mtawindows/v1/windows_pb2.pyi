@@ -96,6 +96,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     KEY_NOT_FOUND: _ClassVar[ErrorReason]
     NOT_KEYED: _ClassVar[ErrorReason]
     TOO_MANY_KEYS: _ClassVar[ErrorReason]
+    RANGE_NOT_SUPPORTED: _ClassVar[ErrorReason]
 FIELD_TYPE_UNSPECIFIED: FieldType
 DOUBLE: FieldType
 INT64: FieldType
@@ -165,6 +166,7 @@ LOWER_FAILED: ErrorReason
 KEY_NOT_FOUND: ErrorReason
 NOT_KEYED: ErrorReason
 TOO_MANY_KEYS: ErrorReason
+RANGE_NOT_SUPPORTED: ErrorReason
 
 class FieldSpec(_message.Message):
     __slots__ = ("name", "type", "allow_nan")
@@ -322,20 +324,24 @@ class Storage(_message.Message):
     def __init__(self, kind: _Optional[_Union[StorageKind, str]] = ..., durable: _Optional[bool] = ..., block_size: _Optional[int] = ..., cache_size: _Optional[int] = ...) -> None: ...
 
 class WindowSpec(_message.Message):
-    __slots__ = ("stream", "name", "algorithm", "aggregations", "policy", "storage")
+    __slots__ = ("stream", "name", "algorithm", "aggregations", "policy", "storage", "slide", "slide_rows")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     ALGORITHM_FIELD_NUMBER: _ClassVar[int]
     AGGREGATIONS_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     STORAGE_FIELD_NUMBER: _ClassVar[int]
+    SLIDE_FIELD_NUMBER: _ClassVar[int]
+    SLIDE_ROWS_FIELD_NUMBER: _ClassVar[int]
     stream: str
     name: str
     algorithm: Algorithm
     aggregations: _containers.RepeatedCompositeFieldContainer[Aggregation]
     policy: SlidePolicy
     storage: Storage
-    def __init__(self, stream: _Optional[str] = ..., name: _Optional[str] = ..., algorithm: _Optional[_Union[Algorithm, str]] = ..., aggregations: _Optional[_Iterable[_Union[Aggregation, _Mapping]]] = ..., policy: _Optional[_Union[SlidePolicy, _Mapping]] = ..., storage: _Optional[_Union[Storage, _Mapping]] = ...) -> None: ...
+    slide: _duration_pb2.Duration
+    slide_rows: int
+    def __init__(self, stream: _Optional[str] = ..., name: _Optional[str] = ..., algorithm: _Optional[_Union[Algorithm, str]] = ..., aggregations: _Optional[_Iterable[_Union[Aggregation, _Mapping]]] = ..., policy: _Optional[_Union[SlidePolicy, _Mapping]] = ..., storage: _Optional[_Union[Storage, _Mapping]] = ..., slide: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., slide_rows: _Optional[int] = ...) -> None: ...
 
 class WindowStats(_message.Message):
     __slots__ = ("size", "levels", "inserted", "evicted", "bulk_evictions", "store_round_trips", "cache_misses", "late_rows", "policy_errors", "store_bytes_read", "store_bytes_written", "columnar_rows", "columnar_batches")
@@ -368,18 +374,20 @@ class WindowStats(_message.Message):
     def __init__(self, size: _Optional[int] = ..., levels: _Optional[int] = ..., inserted: _Optional[int] = ..., evicted: _Optional[int] = ..., bulk_evictions: _Optional[int] = ..., store_round_trips: _Optional[int] = ..., cache_misses: _Optional[int] = ..., late_rows: _Optional[int] = ..., policy_errors: _Optional[int] = ..., store_bytes_read: _Optional[int] = ..., store_bytes_written: _Optional[int] = ..., columnar_rows: _Optional[int] = ..., columnar_batches: _Optional[int] = ...) -> None: ...
 
 class WindowInfo(_message.Message):
-    __slots__ = ("spec", "stats", "outputs", "path", "storage")
+    __slots__ = ("spec", "stats", "outputs", "path", "storage", "plan")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     STORAGE_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
     spec: WindowSpec
     stats: WindowStats
     outputs: _containers.RepeatedCompositeFieldContainer[OutputSpec]
     path: str
     storage: str
-    def __init__(self, spec: _Optional[_Union[WindowSpec, _Mapping]] = ..., stats: _Optional[_Union[WindowStats, _Mapping]] = ..., outputs: _Optional[_Iterable[_Union[OutputSpec, _Mapping]]] = ..., path: _Optional[str] = ..., storage: _Optional[str] = ...) -> None: ...
+    plan: str
+    def __init__(self, spec: _Optional[_Union[WindowSpec, _Mapping]] = ..., stats: _Optional[_Union[WindowStats, _Mapping]] = ..., outputs: _Optional[_Iterable[_Union[OutputSpec, _Mapping]]] = ..., path: _Optional[str] = ..., storage: _Optional[str] = ..., plan: _Optional[str] = ...) -> None: ...
 
 class OutputSpec(_message.Message):
     __slots__ = ("name", "type", "parts")
@@ -475,7 +483,7 @@ class Value(_message.Message):
     def __init__(self, null: _Optional[bool] = ..., double_value: _Optional[float] = ..., int_value: _Optional[int] = ..., string_value: _Optional[str] = ..., bool_value: _Optional[bool] = ..., timestamp_value: _Optional[int] = ..., struct_value: _Optional[_Union[Struct, _Mapping]] = ..., list_value: _Optional[_Union[ValueList, _Mapping]] = ...) -> None: ...
 
 class WindowResult(_message.Message):
-    __slots__ = ("window", "values", "size", "evicted", "sequence", "timestamp", "key")
+    __slots__ = ("window", "values", "size", "evicted", "sequence", "timestamp", "key", "boundary")
     class ValuesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -490,6 +498,7 @@ class WindowResult(_message.Message):
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
+    BOUNDARY_FIELD_NUMBER: _ClassVar[int]
     window: str
     values: _containers.MessageMap[str, Value]
     size: int
@@ -497,7 +506,8 @@ class WindowResult(_message.Message):
     sequence: int
     timestamp: int
     key: str
-    def __init__(self, window: _Optional[str] = ..., values: _Optional[_Mapping[str, Value]] = ..., size: _Optional[int] = ..., evicted: _Optional[int] = ..., sequence: _Optional[int] = ..., timestamp: _Optional[int] = ..., key: _Optional[str] = ...) -> None: ...
+    boundary: int
+    def __init__(self, window: _Optional[str] = ..., values: _Optional[_Mapping[str, Value]] = ..., size: _Optional[int] = ..., evicted: _Optional[int] = ..., sequence: _Optional[int] = ..., timestamp: _Optional[int] = ..., key: _Optional[str] = ..., boundary: _Optional[int] = ...) -> None: ...
 
 class WindowRowResults(_message.Message):
     __slots__ = ("window", "columns", "sizes", "rows", "arrow_ipc")
@@ -622,14 +632,18 @@ class AppendResponse(_message.Message):
     def __init__(self, rows_applied: _Optional[int] = ..., rows_late: _Optional[int] = ..., rows_buffered: _Optional[int] = ..., duplicate: _Optional[bool] = ..., results: _Optional[_Iterable[_Union[WindowResult, _Mapping]]] = ..., row_results: _Optional[_Iterable[_Union[WindowRowResults, _Mapping]]] = ...) -> None: ...
 
 class QueryRequest(_message.Message):
-    __slots__ = ("stream", "window", "key")
+    __slots__ = ("stream", "window", "key", "range", "count")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
+    RANGE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
     stream: str
     window: str
     key: str
-    def __init__(self, stream: _Optional[str] = ..., window: _Optional[str] = ..., key: _Optional[str] = ...) -> None: ...
+    range: _duration_pb2.Duration
+    count: int
+    def __init__(self, stream: _Optional[str] = ..., window: _Optional[str] = ..., key: _Optional[str] = ..., range: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., count: _Optional[int] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
     __slots__ = ("stream", "window", "keys")

@@ -266,8 +266,11 @@ class WindowServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Query(self, request, context):
-        """Returns a window's current result.
-        Errors: NOT_FOUND STREAM_NOT_FOUND, WINDOW_NOT_FOUND. Read-only.
+        """Returns a window's current result (a hopping window's: its last closed boundary's); with
+        QueryRequest.range or count, the result over that suffix of the window.
+        Errors: NOT_FOUND STREAM_NOT_FOUND, WINDOW_NOT_FOUND; INVALID_ARGUMENT INVALID_ARGUMENT
+        (range and count both set, a negative one); FAILED_PRECONDITION RANGE_NOT_SUPPORTED.
+        Read-only.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -329,7 +329,8 @@ def window_spec_from_proto(m: pb.WindowSpec) -> WindowSpec:
     slide: timedelta | int | None = None
     if m.HasField("slide"):
         if m.slide_rows:
-            raise SpecError("slide", "expected slide or slide_rows, got both")
+            field, msg = "slide", "expected slide or slide_rows, got both"
+            raise SpecError(field, msg)
         slide = duration_from_proto(m.slide, "slide")
     elif m.slide_rows:
         slide = m.slide_rows

@@ -354,10 +354,10 @@ class WindowSpec:
         elif slide is not None:
             if isinstance(slide, bool) or not isinstance(slide, int):
                 msg = f"expected a timedelta, an int (rows) or None, got {type(slide).__name__}"
-                raise SpecError("slide", msg, owner="WindowSpec")
+                _refuse("WindowSpec", "slide", msg)
             if slide < 1:
                 msg = f"expected a row count >= 1, got {slide}"
-                raise SpecError("slide", msg, owner="WindowSpec")
+                _refuse("WindowSpec", "slide", msg)
 
 
 OUTPUT_TYPES = (*FIELD_TYPES, "STRUCT", "ANY")

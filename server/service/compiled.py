@@ -46,6 +46,9 @@ class Output:
     parts: tuple[tuple[str, str], ...] = ()  # (part name, FieldType value)
     split: Callable[[Any], tuple[Any, ...]] | None = None  # lowered value -> parts
     nullable_when_empty: bool = True
+    # a list output's element (quantiles: "DOUBLE"; top_k: parts item, count): its results
+    # are lists (Value.list_value; Arrow: a list of that type); on the wire its type is ANY
+    element: str | tuple[tuple[str, str], ...] | None = None
     # a plugin's (user code): its ``lower`` is tried on a batch's results before the batch
     # is applied (HostedWindow.check_results); the built-ins' never raise
     plugin: bool = False
@@ -62,3 +65,8 @@ class Built:
     # insert-all-then-enforce-once equals row by row (count and time range over a stream whose
     # timestamps never go backwards); other policies are enforced after every row
     batch_safe: bool = False
+    # a hopping window (WindowSpec.slide): its plan, and what its final aggregator runs over
+    # (the record with a slice's rows and label; the policy that evicts slices before a cutoff)
+    hop: Any = None
+    slice_monoid: Record | None = None
+    slice_policy: Any = None

@@ -5,6 +5,7 @@ record layout of the Redis tier that the column types allow (:func:`struct_layou
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -28,6 +29,7 @@ from ..engine.monoids import (
     Sum,
     Variance,
 )
+from ..engine.sketches import Distinct, Quantiles, TopK
 from .compiled import DefinitionError, Output
 from .plugins import load_plugin, plugin_names
 
@@ -171,6 +173,80 @@ def _maxcount(
     return MaxCount(agg.field), Output(agg.name, "STRUCT", parts, split=_pair)
 
 
+def _int_param(where: str, agg: Aggregation, name: str, default: int, lo: int, hi: int) -> int:
+    text = agg.params.get(name)
+    if text is None:
+        return default
+    try:
+        v = int(text.strip())
+    except ValueError:
+        v = lo - 1
+    if not lo <= v <= hi:
+        raise DefinitionError(
+            f"{where}.params.{name}", f"expected an integer from {lo} to {hi}, got {show(text)}"
+        )
+    return v
+
+
+def _distinct(
+    where: str, agg: Aggregation, types: Mapping[str, FieldType]
+) -> tuple[Monoid, Output]:
+    """distinct: an HLL sketch of any field (params lg_k, 4 to 21, default 12), lowered to the
+    estimated number of distinct values, a DOUBLE (0.0 when empty)."""
+    _params(where, agg, ("lg_k",))
+    need_field(where, agg, types, tuple(FieldType))
+    lg_k = _int_param(where, agg, "lg_k", 12, 4, 21)
+    return Distinct(agg.field, lg_k=lg_k), Output(
+        agg.name, FieldType.DOUBLE, nullable_when_empty=False
+    )
+
+
+def _quantiles(
+    where: str, agg: Aggregation, types: Mapping[str, FieldType]
+) -> tuple[Monoid, Output]:
+    """quantiles: a KLL sketch of a numeric field (params fractions, default "0.5,0.9,0.99";
+    k, 8 to 65535, default 200), lowered to a list of DOUBLEs, one per fraction in order."""
+    _params(where, agg, ("fractions", "k"))
+    need_field(where, agg, types, NUMERIC)
+    text = agg.params.get("fractions", "0.5,0.9,0.99")
+    fractions = []
+    for part in text.split(","):
+        try:
+            f = float(part)
+        except ValueError:
+            f = math.nan
+        if not 0.0 <= f <= 1.0:
+            raise DefinitionError(
+                f"{where}.params.fractions",
+                'expected numbers from 0 to 1 separated by commas (e.g. "0.5,0.9,0.99"), got '
+                f"{show(text)} ({show(part.strip())} is not one)",
+            )
+        fractions.append(f)
+    k = _int_param(where, agg, "k", 200, 8, 65535)
+    out = Output(agg.name, "ANY", element=FieldType.DOUBLE.value)
+    return Quantiles(agg.field, fractions=fractions, k=k), out
+
+
+def _top_k(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tuple[Monoid, Output]:
+    """top_k: a frequent items sketch of a STRING, INT64 or BOOL field (params k, the items
+    given, 1 to 10000, default 10; lg_map_size, 3 to 26, default the least >= 10 tracking 4k),
+    lowered to a list of {item, count}, most frequent first."""
+    _params(where, agg, ("k", "lg_map_size"))
+    t = need_field(where, agg, types, (FieldType.STRING, FieldType.INT64, FieldType.BOOL))
+    k = _int_param(where, agg, "k", 10, 1, 10_000)
+    least = max(10, (4 * k - 1).bit_length())
+    lg = _int_param(where, agg, "lg_map_size", least, 3, 26)
+    if 3 * 2**lg // 4 < k:
+        raise DefinitionError(
+            f"{where}.params.lg_map_size",
+            f"a map of 2**{lg} entries tracks {3 * 2**lg // 4} items, fewer than k = {k}; "
+            f"expected {least} or more, got {show(agg.params['lg_map_size'])}",
+        )
+    parts = (("item", t.value), ("count", FieldType.INT64.value))
+    top = TopK(agg.field, k=k, lg_map_size=lg, item_type=t.value)
+    return top, Output(agg.name, "ANY", element=parts)
+
+
 def _plugin(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tuple[Monoid, Output]:
     """A monoid of an entry point; its ``output_type`` (if a FieldType) types the column."""
     factory = load_plugin(agg.monoid)
@@ -213,6 +289,9 @@ _BUILDERS: dict[str, Builder] = {
     "argmax": _arg,
     "argmin": _arg,
     "maxcount": _maxcount,
+    "distinct": _distinct,
+    "quantiles": _quantiles,
+    "top_k": _top_k,
 }
 BUILTINS = tuple(_BUILDERS)
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from .compiled import Output
 
-__all__ = ["SIZE", "RowResults", "arrow_ipc", "arrow_type"]
+__all__ = ["SIZE", "RowResults", "arrow_ipc", "arrow_type", "list_arrow_type"]
 
 SIZE = "__size"  # the columns form's entry of the window's size after each row
 
@@ -41,6 +41,16 @@ def arrow_type(kind: str) -> pa.DataType | None:
         FieldType.BOOL.value: pa.bool_(),
         FieldType.TIMESTAMP.value: pa.timestamp("ns", tz="UTC"),
     }.get(kind)
+
+
+def list_arrow_type(element: str | Sequence[tuple[str, str]]) -> pa.DataType:
+    """The Arrow type of a list output whose elements are of FieldType ``element``, or structs
+    of ``element``'s (part name, FieldType value) parts (top_k: item, count)."""
+    import pyarrow as pa
+
+    if isinstance(element, str):
+        return pa.list_(arrow_type(element) or pa.string())
+    return pa.list_(pa.struct([(p, arrow_type(t) or pa.string()) for p, t in element]))
 
 
 class RowResults(Mapping[str, tuple[str, list[Any]]]):
@@ -170,6 +180,10 @@ class RowResults(Mapping[str, tuple[str, list[Any]]]):
 
         cols = self.typed()
         for o in self._outputs:
+            if o.element is not None:  # a list output (quantiles, top_k)
+                t = list_arrow_type(o.element)
+                yield pa.field(o.name, t), pa.array(cols[o.name][1], t)
+                continue
             if o.split is None:
                 kind, values = cols[o.name]
                 yield _typed_array(o.name, kind, values)

@@ -7,7 +7,8 @@ Each monoid owns a codec (like Beam's accumulator coder); :func:`codec_for` pick
   :class:`StructCodec`: every pair is a fixed-size record, so one pair is a ``GETRANGE`` at a
   computed offset and a run of pairs is one ``GETRANGE``;
 * everything else gets :class:`MsgpackCodec`, a safe generic codec (never pickle: nothing read
-  from Redis can run code).
+  from Redis can run code); a value of a type that serializes itself (a sketch) goes through it
+  in its own bytes once its type is registered (:func:`register_value_type`).
 
 Layouts: ``"q"`` int64, ``"d"`` float64, ``"n"`` a number that keeps its Python type (int64 or
 float64, tagged); a string of several letters is a tuple of scalars (``"qdd"`` for variance
@@ -40,6 +41,7 @@ __all__ = [
     "MsgpackCodec",
     "StructCodec",
     "codec_for",
+    "register_value_type",
 ]
 
 _M32 = 0xFFFFFFFF
@@ -80,9 +82,59 @@ def stamps(salt: int, level: int, start: int, stop: int) -> list[int]:
 
 # ---------------------------------------------------------------------------- msgpack
 _EXT_EMPTY, _EXT_NOTHING, _EXT_DATETIME, _EXT_DATE, _EXT_DECIMAL, _EXT_BIGINT = range(1, 7)
+_EXT_OWN = 7  # a value of a registered type, in its own serialization (a sketch's)
+
+# values that bring their own bytes (register_value_type): type -> (tag, encode), tag -> decode
+_OWN_ENCODERS: dict[type, tuple[bytes, Callable[[Any], bytes]]] = {}
+_OWN_DECODERS: dict[bytes, Callable[[bytes], Any]] = {}
+
+
+def register_value_type(
+    cls: type, tag: str, encode: Callable[[Any], bytes], decode: Callable[[bytes], Any]
+) -> None:
+    """Let lifted values of type ``cls`` (exactly: no subclasses) through every codec in their
+    own serialization (a sketch's ``serialize()`` / ``deserialize()``, never pickle), as the
+    msgpack extension ``(tag, bytes)``. ``tag`` names the format in the stored bytes: keep it
+    as long as the bytes it reads stay readable. Registering the same type and tag again is a
+    no-op; another type under a tag taken is refused."""
+    key = tag.encode()
+    if not key or b"\0" in key or len(key) > 32:
+        msg = f"register_value_type: tag must be 1 to 32 bytes without NUL, got {tag!r}"
+        raise ValueError(msg)
+    known = _OWN_ENCODERS.get(cls)
+    if known is not None and known[0] != key:
+        msg = f"register_value_type: {cls.__name__} is already registered as {known[0].decode()!r}"
+        raise ValueError(msg)
+    taken = next((c for c, (t, _) in _OWN_ENCODERS.items() if t == key and c is not cls), None)
+    if taken is not None:
+        msg = f"register_value_type: tag {tag!r} is already {taken.__name__}'s"
+        raise ValueError(msg)
+    _OWN_ENCODERS[cls] = (key, encode)
+    _OWN_DECODERS[key] = decode
+
+
+def _own(tag: bytes, encode: Callable[[Any], bytes], obj: Any) -> msgpack.ExtType:
+    return msgpack.ExtType(_EXT_OWN, tag + b"\0" + encode(obj))
+
+
+def _own_value(data: bytes) -> Any:
+    tag, sep, payload = data.partition(b"\0")
+    decode = _OWN_DECODERS.get(tag)
+    if not sep or decode is None:
+        known = sorted(t.decode() for t in _OWN_DECODERS)
+        msg = f"a value of unknown type {tag[:32]!r}; expected one of {known}"
+        raise CorruptDataError(msg)
+    try:
+        return decode(payload)
+    except Exception as ex:  # the library's own check of its bytes
+        msg = f"a {tag.decode()} value that does not decode ({type(ex).__name__}: {ex})"
+        raise CorruptDataError(msg) from ex
 
 
 def _default(obj: Any) -> Any:
+    own = _OWN_ENCODERS.get(type(obj))
+    if own is not None:
+        return _own(*own, obj)
     if obj is EMPTY:
         return msgpack.ExtType(_EXT_EMPTY, b"")
     if obj is NOTHING:
@@ -116,6 +168,8 @@ def _ext_hook(code: int, data: bytes) -> Any:
         return decimal.Decimal(data.decode())
     if code == _EXT_BIGINT:
         return int(data.decode())
+    if code == _EXT_OWN:
+        return _own_value(data)
     msg = f"unknown msgpack extension type {code}"
     raise CorruptDataError(msg)
 

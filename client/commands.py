@@ -40,6 +40,7 @@ EPILOG_WINDOWS = """examples:
   mtawindows windows create cpu last_hour --agg n=count --agg peak=max:load \\
       --agg when=argmax:load:key=ts --policy time:1h
   mtawindows windows create cpu last_1k --agg m=mean:load --agg sd=stddev:load:ddof=1 --policy count:1000
+  mtawindows windows create cpu every_10s --agg peak=max:load --policy time:1m --slide 10s
   mtawindows windows create cpu custom --agg ts_max=max:ts --agg n=count \\
       --policy 'cel:total.ts_max - old.ts_max >= duration("10m") || total.n - old.n > 5000'
   mtawindows windows list cpu
@@ -394,6 +395,26 @@ def _add_windows(sub: Any) -> None:
         "keeps its middle levels there, the other algorithms checkpoints of every item)",
     )
     a.add_argument("--durable", action="store_true", help="journal every batch")
+    a.add_argument(
+        "--slide",
+        type=parse_slide,
+        default=None,
+        metavar="DURATION|ROWS",
+        help="a hopping window: a result at each multiple of DURATION (event time; 10s, 1m) "
+        "or after every ROWS rows, over the policy's range before it (count:N or time:D)",
+    )
+
+
+def parse_slide(text: str) -> Any:
+    """``--slide``: a row count (digits) or a duration."""
+    t = text.strip()
+    if t.isdigit():
+        n = int(t)
+        if n < 1:
+            msg = f"expected a row count >= 1 or a duration like 10s, got {text!r}"
+            raise argparse.ArgumentTypeError(msg)
+        return n
+    return parse_duration(t)
 
 
 def _add_keys(sub: Any) -> None:
@@ -790,11 +811,11 @@ def run(args: argparse.Namespace) -> int:
             )
             out.emit(got, f"{members}\n\n{owners}" if got["owners"] else members)
         elif args.command == "query":
-            times = [] if out.raw else _time_outputs(c, args.stream, args.window)
+            times = [] if out.raw else _time_outputs(c, args.stream, args.window, out)
             r = c.query(args.stream, args.window, key=args.key)
             out.emit(r, out.result(args.stream, r, times), times)
         elif args.command == "watch":
-            times = [] if out.raw else _time_outputs(c, args.stream, args.window)
+            times = [] if out.raw else _time_outputs(c, args.stream, args.window, out)
             try:
                 for batch, result in c.subscribe(args.stream, args.window, keys=args.keys):
                     if out.json:  # the result as `query --json` prints it
@@ -809,9 +830,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _time_outputs(c: Any, stream: str, window: str) -> list[str]:
-    """The outputs of a window that are timestamps (printed as RFC 3339 text)."""
-    return [o.name for o in c.get_window(stream, window).outputs if o.type == "TIMESTAMP"]
+def _time_outputs(c: Any, stream: str, window: str, out: Presenter | None = None) -> list[str]:
+    """The outputs of a window that are timestamps (printed as RFC 3339 text); tells ``out``
+    whether a hopping window's boundaries are row counts."""
+    info = c.get_window(stream, window)
+    if out is not None:
+        out.boundary_rows = isinstance(info.spec.slide, int)
+    return [o.name for o in info.outputs if o.type == "TIMESTAMP"]
 
 
 def _streams(c: Any, args: argparse.Namespace, out: Presenter) -> None:
@@ -888,6 +913,7 @@ def _windows(c: Any, args: argparse.Namespace, out: Presenter) -> None:
             args.policy,
             args.algorithm,
             Storage(args.storage, args.durable),
+            slide=args.slide,
         )
         info = c.create_window(wspec)
         key = c.get_stream(args.stream).spec.key

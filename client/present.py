@@ -60,6 +60,7 @@ class Presenter:
     def __init__(self, *, json_out: bool = False, raw: bool = False) -> None:
         self.json = json_out
         self.raw = raw
+        self.boundary_rows = False  # a hopping window's boundaries are row counts
 
     # -- the values
     def when(self, ns: int) -> Any:
@@ -79,6 +80,8 @@ class Presenter:
         for k, v in d.items():
             if k in _NS_FIELDS and isinstance(v, int) and not isinstance(v, bool):
                 v = self.when(v)
+            elif k == "boundary" and "window" in d and v and not self.boundary_rows:
+                v = self.when(v)  # a hopping window's result: a time boundary
             elif k in _MS_FIELDS and isinstance(v, int) and not isinstance(v, bool):
                 v = v if self.raw else (rfc3339(v * 1_000_000) if v else None)
             elif k == "values" and isinstance(v, dict) and outs:
@@ -166,9 +169,14 @@ class Presenter:
             "cel": f"cel: {p.cel}",
         }.get(p.kind, p.kind)
         storage = spec.storage.kind + (", durable" if spec.storage.durable else "")
+        every = ""
+        if isinstance(spec.slide, timedelta):
+            every = f"every {_duration(spec.slide)} (event time), "
+        elif spec.slide:
+            every = f"every {spec.slide:,} rows, "
         lines = [
             f"{head} {spec.stream}/{spec.name}: {aggs}",
-            f"  over {policy}; {spec.algorithm}, {storage}",
+            f"  {every}over {policy}; {spec.algorithm}, {storage}",
         ]
         st = info.stats
         if key:
@@ -185,6 +193,8 @@ class Presenter:
             lines.append(f"  per-row results: {info.path}")
         if info.storage:
             lines.append(f"  state: {info.storage}")
+        if info.plan:
+            lines.append(f"  plan: {info.plan}")
         return "\n".join(lines)
 
     def result(self, stream: str, r: Any, time_outputs: Iterable[str] = ()) -> str:
@@ -194,6 +204,9 @@ class Presenter:
             f"{stream}/{r.window}{key}: {r.size:,} rows after batch {r.sequence} "
             f"(newest row {newest})"
         )
+        if r.boundary:  # a hopping window's: its last closed boundary's
+            head = f"{stream}/{r.window}{key}: {r.size:,} rows before {self.boundary(r)}"
+
         return "\n".join([head, *self.values(r.values, time_outputs)])
 
     def result_line(self, batch: int, r: Any, time_outputs: Iterable[str] = ()) -> str:
@@ -201,7 +214,16 @@ class Presenter:
         vals = " ".join(f"{n}={self.output(n, v, outs)}" for n, v in sorted(r.values.items()))
         key = f"key {r.key}  " if r.key else ""
         at = f"  (newest row {self.when(r.timestamp)})" if r.timestamp else ""
+        if r.boundary:
+            return f"{self.boundary(r)}  {key}size {r.size}  {vals}"
         return f"batch {batch}  {key}size {r.size}  {vals}{at}"
+
+    def boundary(self, r: Any) -> str:
+        """A hopping window's boundary: a time or, for a slide in rows (``boundary_rows``,
+        set from the window's definition), a row count."""
+        if self.boundary_rows:
+            return f"row {r.boundary:,}"
+        return f"boundary {self.when(r.boundary)}"
 
     def table(self, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
         rows = [[str(c) for c in row] for row in rows]

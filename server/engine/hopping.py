@@ -90,20 +90,33 @@ class HopPlan:
         return max(a, b)
 
     def describe(self) -> str:
-        unit = {"time": "ns", "rows": "rows"}
-        what = (
-            f"slide {self.slide} {unit[self.slide_kind]}, range {self.range} "
-            f"{unit[self.range_kind]}"
-        )
+        what = f"slide {self._show(self.slide_kind, self.slide)}, range {self._show(self.range_kind, self.range)}"
         if not self.sliced:
             return f"{what}; a slice per row (the slide and the range count different things)"
         shift = (-self.range) % self.slide
+        s = self._show(self.slide_kind, self.slide)
         edges = (
-            f"edges at multiples of {self.slide}"
+            f"slice edges every {s}"
             if not shift
-            else f"edges at multiples of {self.slide} and at those minus {self.range}"
+            else f"slice edges every {s} and {self._show(self.slide_kind, self.range)} before each"
         )
         return f"{what}; Pairs slices, {edges}"
+
+    @staticmethod
+    def _show(kind: str, n: int) -> str:
+        if kind == "rows":
+            return f"{n:,} rows"
+        for unit, per in (
+            ("d", 86_400 * 10**9),
+            ("h", 3_600 * 10**9),
+            ("m", 60 * 10**9),
+            ("s", 10**9),
+            ("ms", 10**6),
+            ("us", 10**3),
+        ):
+            if n % per == 0:
+                return f"{n // per}{unit}"
+        return f"{n}ns"
 
 
 class SliceCutoff:

@@ -47,6 +47,8 @@ class Batch:
     columns: dict[str, list[Any]] = field(default_factory=dict)
     arrays: dict[str, Any] = field(default_factory=dict)
     row_tables: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    # a hopping window's boundaries the batch closed (engine.hopping.Boundary), oldest first
+    boundaries: dict[str, list[Any]] = field(default_factory=dict)
 
 
 class Deferred(Exception):

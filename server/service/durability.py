@@ -42,6 +42,8 @@ def window_meta(s: Stream, w: HostedWindow, state: str) -> dict[str, Any]:
     report them after a restart too), and without a journal to replay the
     stream's state (``state``, its JSON), since recovery then takes the newest saved."""
     meta: dict[str, Any] = {"lsn": w.lsn, "evicted": w.evicted}
+    if w.hopper is not None:  # the open slice, the last boundary: the rest is the engine's
+        meta["hop"] = w.hopper.state()
     if s.journal is None:
         meta["state"] = state
     return meta
@@ -124,13 +126,15 @@ def recover(s: Stream, *, reload: bool = True) -> None:
                 if n in metas:
                     w.lsn = int(metas[n].get("lsn", state.lsn))
                     w.evicted = int(metas[n].get("evicted", 0))  # its last batch's
+                    if w.hopper is not None:
+                        w.hopper.restore(metas[n].get("hop"))
                 elif not reload:
                     w.lsn = end  # in memory: empty after a restart, joins after the journal
             for e in entries:
                 if e.lsn > state.lsn:
                     s.replay(e)
             for w in s.windows.values():
-                w.sequence = s.state.sequence
+                w.sequence = s.state.sequence if w.hopper is None else w.hopper.closed
                 w.timestamp = s.state.newest or 0
             if reload and s.state.lsn < live:  # pragma: no cover - a journal shorter than acked
                 log.error("stream %s recovered at lsn %d < %d", s.spec.name, s.state.lsn, live)

@@ -24,6 +24,8 @@ from mtawindows.v1.types import (
 )
 
 from ..engine.algorithms import card
+from ..engine.hopping import Boundary, Hopper
+from ..storage.codecs import codec_for
 from .cel import CelPolicy
 from .columnar_lift import columnar_lifter
 from .compiled import Built, Output
@@ -92,6 +94,15 @@ class HostedWindow:
             else ("a keyed stream's windows (an instance per key) compute them row by row")
         )
         self.shadow_results = 0  # batches whose per-row results it gave
+        # a hopping window (a slide): its slicer over the engine, the final aggregator
+        self.hopper: Hopper | None = None
+        if built.hop is not None and engine is not None:
+            assert built.slice_monoid is not None
+            self.hopper = Hopper(built.hop, built.monoid, engine, built.slice_policy)
+            self.hopper.codec = codec_for(built.slice_monoid)
+            self._general = "a hopping window reports its boundaries' results"
+            self._lowers = built.slice_monoid.field_lowers()
+            self.sequence = 0  # its results are numbered by the boundaries it closed
         # the engine's inserted count when the shadow last caught up with it: any other count
         # before a batch means the engine changed behind it (reloaded from a checkpoint after a
         # store failure, then the journal replayed): the shadow starts anew
@@ -102,7 +113,7 @@ class HostedWindow:
         """May a small batch be tried on the event loop (not reloading, no plugin results
         to check: that may read the store)? A stream with a journal never tries
         (:meth:`Stream.inline_ok`)."""
-        return not self.engine.stale and not self._plugin_lowers
+        return not self.engine.stale and not self._plugin_lowers and self.hopper is None
 
     @property
     def checks_results(self) -> bool:
@@ -150,9 +161,29 @@ class HostedWindow:
             out[o.name] = v
         return out
 
+    def boundary_result(self, b: Boundary) -> WindowResult:
+        """A hopping window's result at boundary ``b`` (numbered by the boundaries closed)."""
+        assert self.built.slice_monoid is not None
+        lowered = self.built.slice_monoid.lower(b.aggregate)
+        return WindowResult(
+            self.spec.name,
+            self.values(lowered, b.size),
+            b.size,
+            self.evicted,
+            self.sequence,
+            self.timestamp,
+            boundary=b.at,
+        )
+
     def result(self, evicted: int | None = None) -> WindowResult:
         """The current result; ``evicted``: the rows the batch that produced it evicted
-        (default: the last batch's)."""
+        (default: the last batch's). A hopping window's: its last closed boundary's."""
+        if self.hopper is not None:
+            last = self.hopper.last
+            if last is None:  # no boundary closed yet: empty
+                lowered = self.built.monoid.lower(self.built.monoid.identity)
+                return WindowResult(self.spec.name, self.values(lowered, 0), 0, 0, 0, 0)
+            return self.boundary_result(last)
         if evicted is None:
             evicted = self.evicted
         # first: a window reloading after a store failure does it here, before its size
@@ -289,8 +320,11 @@ class HostedWindow:
         s = self.engine.stats()
         store = s.get("store", {})
         policy = self.built.policy
+        hop = self.hopper
         return {
-            "size": s["size"],
+            # a hopping window's engine holds slices: its size in rows is theirs and the
+            # open slice's
+            "size": s["size"] if hop is None else hop.held + hop.open_rows,
             "levels": s["levels"],
             "inserted": s["inserted"],
             "evicted": s["evicted"],
@@ -309,8 +343,21 @@ class HostedWindow:
 
     def info(self, late_rows: int) -> WindowInfo:
         return WindowInfo(
-            self.spec, self.stats(late_rows), self.output_specs, self.path, self.storage
+            self.spec,
+            self.stats(late_rows),
+            self.output_specs,
+            self.path,
+            self.storage,
+            plan=self.plan,
         )
+
+    @property
+    def plan(self) -> str:
+        """A hopping window's plan (GetWindow): its slices and final aggregator."""
+        hop = self.built.hop
+        if hop is None:
+            return ""
+        return f"{hop.describe()}; final aggregator {self.spec.algorithm} over the slices"
 
     @property
     def storage(self) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from mtawindows.v1.types import Aggregation, FieldType, Policy
@@ -23,7 +24,7 @@ from .cel import CelError, CelField, CelPolicy
 from .compiled import DefinitionError, Output
 from .monoid_catalog import NUMERIC, ORDERED, need_field
 
-__all__ = ["build_policy", "compile_expression_policy"]
+__all__ = ["build_policy", "compile_expression_policy", "timedelta_ns"]
 
 _CEL_TYPES = {
     FieldType.DOUBLE: "double",
@@ -104,7 +105,11 @@ def build_policy(
 
 
 def _duration_ns(p: Policy) -> int:
-    r = p.range
+    return timedelta_ns(p.range)
+
+
+def timedelta_ns(r: timedelta) -> int:
+    """A duration in nanoseconds (the unit of the service's timestamps)."""
     return int((r.days * 86_400 + r.seconds) * 1_000_000_000 + r.microseconds * 1_000)
 
 

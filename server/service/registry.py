@@ -263,6 +263,15 @@ class Registry:
                 f"storage {spec.storage.kind!r} is not possible; use storage 'redis'",
                 [("spec.storage.kind", "a keyed stream's windows are stored in Redis")],
             )
+        if built.hop is not None:
+            raise ServiceError(
+                "INVALID_ARGUMENT",
+                Reason.INVALID_DEFINITION,
+                f"stream {s.spec.name!r} is keyed: hopping windows (a slide) are not supported "
+                "on keyed streams yet; create the window without a slide, or on an unkeyed "
+                "stream (one per key)",
+                [("spec.slide", "no slide on a keyed stream's window")],
+            )
         w = HostedWindow(s.spec, spec, built, None, history=1)
         if w.checks_results:
             raise ServiceError(
@@ -310,8 +319,11 @@ class Registry:
         """A window's engine; its Redis store writes through ``fence`` (default: the stream's;
         a keyed stream's key window: its group's)."""
         cls = engine_class(spec.algorithm)
+        # a hopping window's engine is its final aggregator, over slices
+        monoid = built.slice_monoid or built.monoid
+        policy = built.slice_policy or built.policy
         if spec.storage.kind == "memory":
-            return cls(built.monoid, built.policy)
+            return cls(monoid, policy)
         from ..storage.redis_store import RedisStore
 
         # No log per window and no checkpoint of its own: the stream's journal makes durable
@@ -332,7 +344,7 @@ class Registry:
             opts["cache_size"] = spec.storage.cache_size
             opts["refill_at"] = max(1, spec.storage.cache_size // 2)
         store = RedisStore(self.url, window_id=window_id, **opts)
-        return cls(built.monoid, built.policy, store=store)
+        return cls(monoid, policy, store=store)
 
     def flush(self, stream: Any, *, wait: bool = True, final: bool = False) -> None:
         """Checkpoint ``stream``'s Redis windows and save its state (:func:`.durability.flush`);

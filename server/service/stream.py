@@ -330,6 +330,9 @@ class Stream:
             per_row: tuple[list[Any], list[int]] | None = None
             if request.mode == PER_ROW and (not request.which or name in request.which):
                 per_row = ([], [])
+            if win.hopper is not None:
+                self._apply_hopping(batch, name, win, per_row)
+                continue
             # a window's columnar shadow takes every row its engine takes, first (all or
             # nothing); when it holds what the engine holds, it gives the per-row results
             # and the engine takes the batch in one step
@@ -380,6 +383,40 @@ class Stream:
             batch.applied.add(name)
             win.lsn = batch.lsn
 
+    def _apply_hopping(
+        self,
+        batch: Batch,
+        name: str,
+        win: HostedWindow,
+        per_row: tuple[list[Any], list[int]] | None,
+    ) -> None:
+        """A hopping window takes the batch through its slicer (never deferred: its final
+        aggregator gets a slice at a time). A store failure leaves it to reload its
+        checkpoint, the hopper's state with it."""
+        hop = win.hopper
+        assert hop is not None
+        if win.engine.stale and self.journal is None:
+            win.engine.reload()
+            meta = win.engine.store.checkpoint_meta or {}
+            hop.restore(meta.get("hop"))
+        totals, sizes = per_row or (None, None)
+        try:
+            closed, evicted = hop.apply(batch.lifted[name], batch.released_ts, totals, sizes)
+        except StoreError as ex:
+            if self.journal is not None:
+                self.stale = True
+            if batch.replay:
+                raise
+            if self.journal is not None and isinstance(ex, FencedError):
+                raise moved_after_journal(self.spec.name) from None
+            raise store_unavailable(self.spec.name, ex, window=name) from None
+        batch.evicted[name] = evicted
+        batch.boundaries[name] = closed
+        if per_row is not None:
+            batch.per_row[name] = per_row
+        batch.applied.add(name)
+        win.lsn = batch.lsn
+
     def _finish(self, batch: Batch) -> AppendResult:
         """Commit the stream's state and build the answer."""
         st = self.state
@@ -399,15 +436,31 @@ class Stream:
         if batch.request.producer_id:
             st.producers.record(batch.request.producer_id, batch.request.sequence)
         self.batches += 1
-        finals: dict[str, WindowResult] = {}
+        finals: dict[str, Any] = {}
         for n, w in self.windows.items():
-            w.sequence = st.sequence
             w.timestamp = st.newest or 0
             w.evicted = batch.evicted.get(n, 0)
+            if w.hopper is not None:
+                # results numbered by boundary: one per boundary the batch closed (a
+                # subscriber gets each, a reader pages through them by sequence)
+                closed = batch.boundaries.get(n, ())
+                first = w.hopper.closed - len(closed)
+                out = []
+                for i, b in enumerate(closed):
+                    w.sequence = first + i + 1
+                    out.append(w.boundary_result(b))
+                w.history.extend(out)
+                finals[n] = out
+                continue
+            w.sequence = st.sequence
             finals[n] = r = w.result()
             w.history.append(r)
         if batch.request.mode == FINAL:
-            result.results = {n: finals[n] for n in batch.request.which or finals}
+            which = batch.request.which or finals
+            result.results = {
+                n: self.windows[n].result() if isinstance(finals[n], list) else finals[n]
+                for n in which
+            }
         for name, (totals, sizes) in batch.per_row.items():
             result.row_results[name] = self.windows[name].row_results(totals, sizes)
         for name, (table, sizes) in batch.row_tables.items():

@@ -4,15 +4,18 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import ALGORITHMS, StreamSpec, WindowSpec, show
 
 from ..engine.algorithms import EngineRefusal, check_algorithm
+from ..engine.hopping import HopPlan, SliceCutoff, slice_record
 from ..engine.monoids import Monoid, Record
 from ..storage.codecs import StructCodec
 from .compiled import NAME, Built, DefinitionError, Output
 from .monoid_catalog import build_aggregation, field_types, struct_layout
-from .policy_catalog import build_policy, compile_expression_policy
+from .policy_catalog import build_policy, compile_expression_policy, timedelta_ns
 
 __all__ = ["build_window"]
 
@@ -69,4 +72,39 @@ def build_window(stream: StreamSpec, spec: WindowSpec) -> Built:
     layout = struct_layout(record, types)
     if layout is not None:
         record.codec = StructCodec(layout)  # type: ignore[attr-defined]
-    return Built(record, policy, outputs, hidden, batch_safe)
+    built = Built(record, policy, outputs, hidden, batch_safe)
+    if spec.slide is not None:
+        _hopping(spec, built, layout)
+    return built
+
+
+def _hopping(spec: WindowSpec, built: Built, layout: tuple[str, ...] | None) -> None:
+    """A hopping window's plan and final aggregator (:mod:`..engine.hopping`)."""
+    p = spec.policy
+    if p.kind not in ("count", "time_range"):
+        raise DefinitionError(
+            "spec.slide",
+            f"a hopping window needs a count or a time_range policy (its range), got {p.kind}",
+        )
+    if isinstance(spec.slide, timedelta):
+        slide_kind, slide = "time", timedelta_ns(spec.slide)
+    else:
+        slide_kind, slide = "rows", int(spec.slide or 0)
+    if p.kind == "count":
+        range_kind, size = "rows", p.size
+    else:
+        range_kind, size = "time", timedelta_ns(p.range)
+    if slide <= 0 or size <= 0:
+        raise DefinitionError(
+            "spec.slide", f"expected a slide and a range > 0, got {spec.slide} and {size}"
+        )
+    built.hop = HopPlan(slide_kind, slide, range_kind, size)
+    built.slice_monoid = slice_record(built.monoid)
+    built.slice_policy = SliceCutoff()
+    built.batch_safe = True  # the hopper takes rows one at a time itself
+    try:
+        check_algorithm(spec.algorithm, built.slice_monoid, built.slice_policy)
+    except EngineRefusal as ex:
+        raise DefinitionError(ex.field, str(ex)) from None
+    if layout is not None:
+        built.slice_monoid.codec = StructCodec((*layout, "q", "q"))  # type: ignore[attr-defined]

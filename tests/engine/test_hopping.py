@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mtawindows.server.engine.algorithms import ALGORITHMS, engine_class
-from mtawindows.server.engine.hopping import HopPlan, Hopper, SliceCutoff, slice_record
+from mtawindows.server.engine.hopping import Hopper, HopPlan, SliceCutoff, slice_record
 from mtawindows.server.engine.monoids import Concat, Count, Max, Record
 from mtawindows.server.storage.codecs import codec_for
 
@@ -88,7 +88,9 @@ plans = st.one_of(
 
 @st.composite
 def streams(draw: Any) -> tuple[list[tuple[int, int]], list[int]]:
-    gaps = draw(st.lists(st.one_of(st.just(0), st.integers(0, 5), st.integers(20, 200)), max_size=80))
+    gaps = draw(
+        st.lists(st.one_of(st.just(0), st.integers(0, 5), st.integers(20, 200)), max_size=80)
+    )
     t = draw(st.integers(-50, 50))
     rows = []
     for i, g in enumerate(gaps):

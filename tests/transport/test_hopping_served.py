@@ -1,0 +1,245 @@
+"""Hopping windows (issue 25) through a real server: random batches (ties, gaps, bursts) into
+windows with a slide, every boundary's result read back (Append FINAL, Query, ReadResults
+paging, Subscribe, per-row results) against an oracle of the boundaries' ranges, over
+several algorithms as final aggregators, in Redis and in memory; a durable one after kill -9
+of the server; and the definitions refused, naming what was wrong."""
+
+from __future__ import annotations
+
+import random
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from mtawindows.client import (
+    Aggregation,
+    Field,
+    InvalidArgumentError,
+    Policy,
+    Storage,
+    StreamSpec,
+    WindowClient,
+    WindowSpec,
+)
+from mtawindows.server.engine.hopping import HopPlan
+from mtawindows.testing import LocalServer
+from tests.engine.test_hopping import oracle
+
+pytestmark = [pytest.mark.server, pytest.mark.redis]
+
+S = 1_000_000_000
+AGGS = (
+    Aggregation("hi", "max", "v"),
+    Aggregation("n", "count"),
+    Aggregation("total", "sum", "k"),
+    Aggregation("first", "first", "v"),
+    Aggregation("last", "last", "v"),
+)
+# (slide, policy, the plan the oracle follows)
+CASES = [
+    (
+        timedelta(seconds=10),
+        Policy.time_range(timedelta(seconds=60)),
+        HopPlan("time", 10 * S, "time", 60 * S),
+    ),
+    (
+        timedelta(seconds=10),
+        Policy.time_range(timedelta(seconds=25)),
+        HopPlan("time", 10 * S, "time", 25 * S),
+    ),
+    (timedelta(seconds=7), Policy.count(5), HopPlan("time", 7 * S, "rows", 5)),
+    (3, Policy.count(8), HopPlan("rows", 3, "rows", 8)),
+    (4, Policy.time_range(timedelta(seconds=30)), HopPlan("rows", 4, "time", 30 * S)),
+]
+SETUPS = [("AMTA", "redis"), ("LMTA", "memory"), ("FLATFIT", "redis"), ("TWO_STACKS", "memory")]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    with LocalServer(tmp_path_factory.mktemp("hop")) as srv:
+        yield srv
+
+
+def _stream(c: WindowClient, name: str) -> None:
+    fields = (Field("v", "DOUBLE"), Field("k", "INT64"))
+    c.create_stream(StreamSpec(name, fields, ts_unit="s", wall_clock=False))
+
+
+def _batches(rng: random.Random, n: int) -> list[dict[str, list[Any]]]:
+    t, out, i = 0, [], 0
+    for _ in range(n):
+        size = rng.choice([1, 2, 5, 20, 60])
+        ts, v, k = [], [], []
+        for _ in range(size):
+            t += rng.choice([0, 0, 1, 2, 3, 9, 40, 130])
+            ts.append(t)
+            v.append(float(rng.randint(-50, 50)))
+            k.append(i)
+            i += 1
+        out.append({"ts": ts, "v": v, "k": k})
+    return out
+
+
+def _want(
+    plan: HopPlan, rows: list[tuple[int, float, int]]
+) -> list[tuple[int, dict[str, Any], int]]:
+    """(boundary, values, size) for each boundary, from the oracle of the engine's tests."""
+    got = oracle(
+        plan,
+        [
+            (t * S if plan.slide_kind == "time" or plan.range_kind == "time" else t, i)
+            for i, (t, _, _) in enumerate(rows)
+        ],
+    )
+    out = []
+    for b, idx in got:
+        vs = [rows[i][1] for i in idx]
+        out.append(
+            (
+                b,
+                {
+                    "hi": max(vs),
+                    "n": len(vs),
+                    "total": sum(rows[i][2] for i in idx),
+                    "first": vs[0],
+                    "last": vs[-1],
+                },
+                len(vs),
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize(("algorithm", "storage"), SETUPS)
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_boundaries_match_the_oracle(
+    server: LocalServer, algorithm: str, storage: str, case: int
+) -> None:
+    slide, policy, plan = CASES[case]
+    stream = f"hop_{algorithm.lower()}_{storage}_{case}"
+    rng = random.Random(hash(stream) & 0xFFFF)
+    with WindowClient(server.target, timeout=60) as c:
+        _stream(c, stream)
+        info = c.create_window(
+            WindowSpec(stream, "w", AGGS, policy, algorithm, Storage(storage), slide=slide)
+        )
+        assert info.plan and ("Pairs" in info.plan) == plan.sliced
+        rows: list[tuple[int, float, int]] = []
+        for batch in _batches(rng, 12):
+            mode = rng.choice(["final", "per_row"])
+            res = c.append(stream, batch, results=mode)
+            before = len(rows)
+            rows += list(zip(batch["ts"], batch["v"], batch["k"], strict=True))
+            want = _want(plan, rows)
+            last = c.query(stream, "w")
+            if want:
+                b, values, size = want[-1]
+                assert (last.boundary, last.values, last.size) == (b, values, size)
+                assert last.sequence == len(want)
+            else:
+                assert last.size == 0 and last.boundary == 0
+            if mode == "final":
+                assert res.results["w"] == last
+            else:  # after each row: the last boundary closed by then
+                cols = res.row_results["w"]
+                for j in range(len(batch["ts"])):
+                    upto = _want(plan, rows[: before + j + 1])
+                    assert cols["n"][j] == (upto[-1][1]["n"] if upto else 0)
+        # every boundary, paged by sequence
+        got, after = [], 0
+        while True:
+            page, latest = c.read_results(stream, "w", after_sequence=after, limit=7)
+            if not page:
+                break
+            got += page
+            after = page[-1].sequence
+        want = _want(plan, rows)
+        assert latest == len(want)
+        assert [(r.boundary, r.values, r.size) for r in got] == want
+        assert [r.sequence for r in got] == list(range(1, len(want) + 1))
+
+
+def test_subscribers_get_every_boundary(server: LocalServer) -> None:
+    """A subscriber gets one event per boundary, in order, however many a batch closes."""
+    slide, policy, plan = CASES[0]
+    rng = random.Random(5)
+    batches = _batches(rng, 10)
+    rows = [r for b in batches for r in zip(b["ts"], b["v"], b["k"], strict=True)]
+    want = _want(plan, rows)
+    events: list[Any] = []
+    with WindowClient(server.target, timeout=60) as c:
+        _stream(c, "hop_sub")
+        c.create_window(WindowSpec("hop_sub", "w", AGGS, policy, slide=slide))
+        it = c.subscribe("hop_sub", "w", timeout=60)
+
+        def follow() -> None:
+            for _, r in it:
+                events.append(r)
+                if len(events) == len(want):
+                    return
+
+        reader = threading.Thread(target=follow, daemon=True)
+        reader.start()
+        for b in batches:
+            c.append("hop_sub", b)
+        reader.join(30)
+        it.close()
+    assert [(r.boundary, r.values, r.size) for r in events] == want
+    assert [r.sequence for r in events] == list(range(1, len(want) + 1))
+
+
+def test_durable_hopping_window_survives_kill_9(tmp_path: Any) -> None:
+    """Acknowledged batches are all in the window after kill -9 of its server: the boundaries
+    closed after the restart continue the sequence exactly."""
+    slide, policy, plan = CASES[1]
+    rng = random.Random(9)
+    batches = _batches(rng, 16)
+    with LocalServer(tmp_path / "d") as srv:
+        with WindowClient(srv.target, timeout=60) as c:
+            _stream(c, "dur")
+            c.create_window(
+                WindowSpec(
+                    "dur", "w", AGGS, policy, storage=Storage("redis", durable=True), slide=slide
+                )
+            )
+            c.create_window(
+                WindowSpec("dur", "nd", AGGS, policy, storage=Storage("redis"), slide=slide)
+            )
+            for i, b in enumerate(batches[:10]):
+                c.append("dur", b, producer_id="p", sequence=i + 1)
+        srv.kill()
+        srv.start()
+        rows = [r for b in batches[:10] for r in zip(b["ts"], b["v"], b["k"], strict=True)]
+        with WindowClient(srv.target, timeout=60) as c:
+            want = _want(plan, rows)
+            last = c.query("dur", "w")
+            assert (last.boundary, last.values, last.size, last.sequence) == (*want[-1], len(want))
+            for i, b in enumerate(batches[10:], start=10):
+                c.append("dur", b, producer_id="p", sequence=i + 1)
+                rows += list(zip(b["ts"], b["v"], b["k"], strict=True))
+            want = _want(plan, rows)
+            last = c.query("dur", "w")
+            assert (last.boundary, last.values, last.size, last.sequence) == (*want[-1], len(want))
+
+
+def test_definitions_refused(server: LocalServer) -> None:
+    with WindowClient(server.target, timeout=60) as c:
+        _stream(c, "hop_bad")
+        bad = WindowSpec(
+            "hop_bad", "w", AGGS, Policy.bounded_sum("v", 10.0), slide=timedelta(seconds=1)
+        )
+        with pytest.raises(InvalidArgumentError, match="count or a time_range"):
+            c.create_window(bad)
+        c.create_stream(
+            StreamSpec("hop_keyed", (Field("v", "DOUBLE"), Field("host", "STRING")), key="host")
+        )
+        keyed = WindowSpec("hop_keyed", "w", AGGS[:2], Policy.count(3), slide=2)
+        with pytest.raises(InvalidArgumentError, match="keyed"):
+            c.create_window(keyed)
+        assert c.get_stream("hop_bad").windows == []
+    with pytest.raises(ValueError, match="slide"):
+        WindowSpec("s", "w", AGGS, Policy.count(3), slide=0)
+    with pytest.raises(ValueError, match="slide"):
+        WindowSpec("s", "w", AGGS, Policy.count(3), slide=timedelta(0))

@@ -27,6 +27,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import (
+    ArrayType,
     DataType,
     LongType,
     StringType,
@@ -149,16 +150,18 @@ def _keys_of(opts: ConnectorOptions, wanted: KeyFilter) -> list[str]:
 
 def read_schema(opts: ConnectorOptions) -> StructType:
     """The schema of a read with ``opts`` (asked of the servers, on the driver)."""
-    _spec_of(opts)
-    return results_schema(opts, _windows_of(opts))
+    spec = _spec_of(opts)
+    return results_schema(opts, _windows_of(opts), spec)
 
 
-def results_schema(opts: ConnectorOptions, windows: Sequence[WindowInfo]) -> StructType:
+def results_schema(
+    opts: ConnectorOptions, windows: Sequence[WindowInfo], stream: StreamSpec | None = None
+) -> StructType:
     """The base columns, then every window's outputs (one column per output name)."""
     cols = list(_BASE_COLUMNS)
     seen: dict[str, DataType] = {}
     for w in windows:
-        for name, dtype in output_struct_type(w.outputs):
+        for name, dtype in output_struct_type(w.outputs, w.spec, stream):
             if name in seen:
                 if seen[name] != dtype:
                     msg = f"option 'window': windows of {opts.stream!r} have an output {name!r} of two types ({seen[name].simpleString()} and {dtype.simpleString()}); read one window at a time"
@@ -181,6 +184,8 @@ def _spark_value(dtype: DataType, v: object) -> object:
         return datetime.fromtimestamp(v / 1e9, tz=UTC)
     if isinstance(dtype, StructType) and isinstance(v, dict):
         return tuple(_spark_value(f.dataType, v.get(f.name)) for f in dtype.fields)
+    if isinstance(dtype, ArrayType) and isinstance(v, list):  # quantiles, top_k
+        return [_spark_value(dtype.elementType, x) for x in v]
     return v
 
 

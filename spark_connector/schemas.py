@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from mtawindows.client import OutputSpec, StreamSpec
+from mtawindows.client import OutputSpec, StreamSpec, WindowSpec
 
 from .connector_errors import ConnectorError
 
@@ -59,8 +59,15 @@ def check_columns(
     return mapping
 
 
-def output_struct_type(outputs: Sequence[OutputSpec]) -> list[tuple[str, DataType]]:
-    """Spark types of a window's outputs: [(name, DataType)]."""
+def output_struct_type(
+    outputs: Sequence[OutputSpec],
+    window: WindowSpec | None = None,
+    stream: StreamSpec | None = None,
+) -> list[tuple[str, DataType]]:
+    """Spark types of a window's outputs: [(name, DataType)]. The outputs of the sketches whose
+    results are lists (their OutputSpec says ANY) are typed from the ``window``'s aggregations
+    and the ``stream``'s fields: quantiles array<double>, top_k array<struct<item: the field's
+    type, count: bigint>> (windows.proto, Aggregation)."""
     from pyspark.sql import types as T
 
     scalar: dict[str, T.DataType] = {
@@ -70,9 +77,21 @@ def output_struct_type(outputs: Sequence[OutputSpec]) -> list[tuple[str, DataTyp
         "BOOL": T.BooleanType(),
         "TIMESTAMP": T.TimestampType(),
     }
+    aggs = {a.name: a for a in window.aggregations} if window is not None else {}
+    fields = {f.name: str(f.type) for f in stream.fields} if stream is not None else {}
     out: list[tuple[str, T.DataType]] = []
     for o in outputs:
-        if o.parts:
+        agg = aggs.get(o.name)
+        kind = agg.monoid.lower() if agg is not None and str(o.type) == "ANY" else ""
+        if kind == "quantiles":
+            out.append((o.name, T.ArrayType(T.DoubleType())))
+        elif kind == "top_k":
+            item = scalar.get(fields.get(agg.field, "") if agg else "", T.StringType())
+            counted = T.StructType(
+                [T.StructField("item", item), T.StructField("count", T.LongType())]
+            )
+            out.append((o.name, T.ArrayType(counted)))
+        elif o.parts:
             parts = [
                 T.StructField(p.name, scalar.get(str(p.type), T.StringType())) for p in o.parts
             ]

@@ -104,7 +104,7 @@ def sliding_aggregate(
         opts, target, df.schema, tuple(names), tuple(results), order, df.isStreaming, scratch
     )
     planned = _plan(df, key_col, order, num_partitions)
-    return planned.mapInArrow(fn, _output_schema(df.schema, results, infos))
+    return planned.mapInArrow(fn, _output_schema(df.schema, results, infos, spec))
 
 
 def _target(spec: StreamSpec, key_col: str | None, df: DataFrame) -> StreamSpec:
@@ -215,13 +215,16 @@ def _result_columns(infos: dict[str, WindowInfo], columns: Sequence[str]) -> lis
 
 
 def _output_schema(
-    schema: StructType, results: Sequence[ResultColumn], infos: dict[str, WindowInfo]
+    schema: StructType,
+    results: Sequence[ResultColumn],
+    infos: dict[str, WindowInfo],
+    stream: StreamSpec | None = None,
 ) -> StructType:
     from pyspark.sql import types as T
 
     by_name: dict[tuple[str, str], DataType] = {}
     for wname, info in infos.items():
-        for name, dtype in output_struct_type(info.outputs):
+        for name, dtype in output_struct_type(info.outputs, info.spec, stream):
             by_name[(wname, name)] = dtype
     fields = list(schema.fields)
     fields += [T.StructField(r.column, by_name[(r.window, r.output)], True) for r in results]

@@ -170,10 +170,12 @@ class _Sketch(MonoidBase):
 
 
 def _number_key(v: Any) -> int | float | str:
-    """A number as HLL hashes it: an integral float as its int (3.0 is 3), an int past int64
-    as its text; NaN and infinities as floats."""
+    """A number as HLL hashes it: an integral float as its int (3.0 is 3), an integer past
+    int64 as its text; NaN and infinities as floats."""
     if v.__class__ is float:
-        return int(v) if v.is_integer() and -(2**63) <= v < 2**63 else v
+        if not v.is_integer():
+            return v
+        return int(v) if -(2**63) <= v < 2**63 else str(int(v))
     if isinstance(v, numbers.Integral):
         i = int(v)
         return i if -(2**63) <= i < 2**63 else str(i)

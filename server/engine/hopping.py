@@ -40,7 +40,7 @@ from typing import Any
 
 from .monoids import Count, Max, Record
 
-__all__ = ["Boundary", "HopPlan", "Hopper", "SliceCutoff", "slice_record"]
+__all__ = ["Boundary", "HopGroup", "HopPlan", "Hopper", "SliceCutoff", "slice_record"]
 
 _FAR = -(1 << 63)  # a cutoff before every position: evict nothing
 SLICE_FIELD = "__slice"
@@ -78,16 +78,6 @@ class HopPlan:
             return a
         b = ((pos - shift) // s + 1) * s + shift
         return min(a, b)
-
-    def edge_at_or_before(self, pos: int) -> int:
-        """The last slice edge at or before ``pos``: the label of the slice holding it."""
-        s = self.slide
-        a = (pos // s) * s
-        shift = (-self.range) % s
-        if not shift:
-            return a
-        b = ((pos - shift) // s) * s + shift
-        return max(a, b)
 
     def describe(self) -> str:
         what = f"slide {self._show(self.slide_kind, self.slide)}, range {self._show(self.range_kind, self.range)}"
@@ -160,7 +150,8 @@ class Boundary:
 
 class Hopper:
     """The slicing and reporting of one hopping window over its final aggregator ``engine``
-    (any engine, built over :func:`slice_record` with a :class:`SliceCutoff` policy)."""
+    (any engine, built over :func:`slice_record` with a :class:`SliceCutoff` policy). Its
+    rows come through a :class:`HopGroup` (of one, or of the windows sharing its slices)."""
 
     def __init__(self, plan: HopPlan, record: Record, engine: Any, cutoff: SliceCutoff) -> None:
         self.plan = plan
@@ -169,13 +160,14 @@ class Hopper:
         self.engine = engine
         self.cutoff = cutoff
         self.codec: Any = None  # set by the owner (the record codec) for state()
+        self.group: HopGroup | None = None  # the group sealing the slices it shares
         self.reset()
 
     def reset(self) -> None:
         self.open: Any = None  # the open slice's aggregate (None: no open slice)
-        self.open_label = 0
+        self.open_label = 0  # the position of its first row
         self.open_rows = 0
-        self.open_end = 0  # its end edge (sliced plans)
+        self.open_end = 0  # where it must end: the first edge after its first row
         self.rows = 0  # rows seen (the row index of the next)
         self.newest: int | None = None  # the newest row's timestamp
         self.next_boundary: int | None = None  # the first boundary not yet closed
@@ -184,7 +176,6 @@ class Hopper:
         self.held = 0  # rows in the final aggregator's slices
         self.cutoff.cutoff = _FAR
 
-    # -- applying rows
     def apply(
         self,
         lifted: Sequence[Any],
@@ -195,42 +186,29 @@ class Hopper:
         """Rows (lifted, with their timestamps) in order: the boundaries they close, and the
         slices' rows evicted. ``totals``/``sizes`` get, after each row, the last closed
         boundary's aggregate and size (its result as of that row)."""
-        plan = self.plan
-        out: list[Boundary] = []
-        evicted = 0
-        time_slide = plan.slide_kind == "time"
-        for x, t in zip(lifted, ts, strict=True):
-            if time_slide:
-                evicted += self._close_time(t, out)
-            pos = t if plan.range_kind == "time" else self.rows
-            if plan.sliced:
-                if self.open is not None and pos >= self.open_end:
-                    self._seal()
-                if self.open is None:
-                    self.open = x
-                    self.open_label = plan.edge_at_or_before(pos)
-                    self.open_end = plan.next_edge(pos)
-                    self.open_rows = 1
-                else:
-                    self.open = self.combine(self.open, x)
-                    self.open_rows += 1
-            else:
-                self.open, self.open_label, self.open_rows = x, pos, 1
-                self._seal()
-            self.rows += 1
-            self.newest = t
-            if not time_slide and self.rows % plan.slide == 0:
-                evicted += self._close_rows(out)
-            if totals is not None and sizes is not None:
-                last = self.last
-                totals.append(self._agg(last))
-                sizes.append(0 if last is None else last.size)
-        return out, evicted
+        per_row = None if totals is None or sizes is None else [(totals, sizes)]
+        return HopGroup([self]).apply(lifted, ts, per_row)[0]
+
+    def pos(self, t: int) -> int:
+        """The position of a row at ``t`` arriving now: its time, or its row index."""
+        return t if self.plan.range_kind == "time" else self.rows
+
+    def start_slice(self, x: Any, t: int) -> None:
+        pos = self.pos(t)
+        self.open, self.open_rows, self.open_label = x, 1, pos
+        self.open_end = self.plan.next_edge(pos) if self.plan.sliced else pos + 1
 
     def _agg(self, last: Boundary | None) -> Any:
         return (*self.identity, 0, _FAR) if last is None else last.aggregate
 
     def _seal(self) -> None:
+        if self.group is not None:
+            self.group.seal()
+        else:
+            self.seal_own()
+
+    def seal_own(self) -> None:
+        """The open slice into the final aggregator."""
         if self.open is None:
             return
         self.engine.apply_lifted([(*self.open, self.open_rows, self.open_label)])
@@ -253,7 +231,7 @@ class Hopper:
         self.last = b
         out.append(b)
 
-    def _close_time(self, t: int, out: list[Boundary]) -> int:
+    def close_time(self, t: int, out: list[Boundary]) -> int:
         """Close the time boundaries at or before ``t`` (a row at ``t`` arrives) whose range
         holds a row (Spark and Flink emit no empty window); the rows evicted."""
         plan = self.plan
@@ -282,10 +260,10 @@ class Hopper:
         self.next_boundary = (t // s + 1) * s
         return evicted
 
-    def _close_rows(self, out: list[Boundary]) -> int:
+    def close_rows(self, out: list[Boundary]) -> int:
         plan = self.plan
+        self._seal()
         if plan.range_kind == "rows":
-            self._seal()
             evicted = self._evict_before(self.rows - plan.range)
         else:  # a time range as the time-range policy keeps it: newer than newest - range
             assert self.newest is not None
@@ -338,3 +316,114 @@ class Hopper:
             self.last = Boundary(int(last[0]), unpack(last[1]), int(last[2]))
         self.held = int(st.get("held", 0))
         self.cutoff.cutoff = int(st.get("cutoff", _FAR))
+
+
+class HopGroup:
+    """Hopping windows of one stream that share their slices (the multi-query plan of the
+    papers' ACQs, over the union of their edges): the same record, each cutting where any of
+    them needs an edge, so a row is combined once for all of them and each final aggregator
+    gets the same slices, labelled in its own positions. A finer slice is never wrong (no
+    slice straddles any member's edge), so a member joining, or members whose open slices
+    differ (after a restart mid-slice), just seal first. A group of one is a window alone."""
+
+    def __init__(self, members: Sequence[Hopper]) -> None:
+        self.members = list(members)
+
+    def seal(self) -> None:
+        for m in self.members:
+            m.seal_own()
+
+    def _align(self) -> None:
+        """The members' open slices one and the same, or none open."""
+        lead = self.members[0]
+        for m in self.members[1:]:
+            same = m.open is lead.open or (m.open == lead.open and m.open_rows == lead.open_rows)
+            if not same:
+                self.seal()
+                return
+        for m in self.members[1:]:
+            m.open = lead.open
+
+    def apply(
+        self,
+        lifted: Sequence[Any],
+        ts: Sequence[int],
+        per_row: Sequence[tuple[list[Any], list[int]] | None] | None = None,
+    ) -> list[tuple[list[Boundary], int]]:
+        """Rows (lifted once, with their timestamps) into every member: per member, the
+        boundaries closed and the rows evicted; ``per_row``: per member, lists for its last
+        closed boundary's aggregate and size after each row (or None)."""
+        ms = self.members
+        for m in ms:
+            m.group = self
+        try:
+            return self._apply(lifted, ts, per_row)
+        finally:
+            for m in ms:
+                m.group = None
+
+    def _apply(
+        self,
+        lifted: Sequence[Any],
+        ts: Sequence[int],
+        per_row: Sequence[tuple[list[Any], list[int]] | None] | None,
+    ) -> list[tuple[list[Boundary], int]]:
+        ms = self.members
+        self._align()
+        lead = ms[0]
+        combine = lead.combine
+        outs: list[list[Boundary]] = [[] for _ in ms]
+        evicted = [0] * len(ms)
+        by_time = [i for i, m in enumerate(ms) if m.plan.slide_kind == "time"]
+        by_rows = [i for i, m in enumerate(ms) if m.plan.slide_kind == "rows"]
+        at_time = [m for m in ms if m.plan.range_kind == "time"]
+        at_rows = [m for m in ms if m.plan.range_kind == "rows"]
+        inf = 1 << 126
+
+        def first_boundary() -> int:
+            nb = [ms[i].next_boundary for i in by_time]
+            return min((b for b in nb if b is not None), default=inf) if by_time else inf
+
+        def slice_ends() -> tuple[int, int]:
+            """(the time at which, the rows after which) the open slice must be sealed."""
+            end_t = min((m.open_end for m in at_time), default=inf)
+            left = min((m.open_end - m.rows for m in at_rows), default=inf)
+            return end_t, left
+
+        nb = first_boundary()
+        end_t, left = slice_ends() if lead.open is not None else (inf, inf)
+        fresh = any(ms[i].newest is None for i in by_time)
+        count_down = [ms[i].plan.slide - ms[i].rows % ms[i].plan.slide for i in by_rows]
+        for x, t in zip(lifted, ts, strict=True):
+            if t >= nb or fresh:
+                for i in by_time:
+                    evicted[i] += ms[i].close_time(t, outs[i])
+                nb = first_boundary()
+                fresh = False
+            if lead.open is not None and (t >= end_t or left <= 0):
+                self.seal()
+            if lead.open is None:
+                for m in ms:
+                    m.start_slice(x, t)
+                end_t, left = slice_ends()
+            else:
+                agg = combine(lead.open, x)
+                for m in ms:
+                    m.open = agg
+                    m.open_rows += 1
+            for m in ms:
+                m.rows += 1
+                m.newest = t
+            left -= 1
+            for j, i in enumerate(by_rows):
+                count_down[j] -= 1
+                if not count_down[j]:
+                    count_down[j] = ms[i].plan.slide
+                    evicted[i] += ms[i].close_rows(outs[i])
+            if per_row is not None:
+                for m, lists in zip(ms, per_row, strict=True):
+                    if lists is not None:
+                        last = m.last
+                        lists[0].append(m._agg(last))
+                        lists[1].append(0 if last is None else last.size)
+        return list(zip(outs, evicted, strict=True))

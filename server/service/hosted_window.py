@@ -96,6 +96,7 @@ class HostedWindow:
         self.shadow_results = 0  # batches whose per-row results it gave
         # a hopping window (a slide): its slicer over the engine, the final aggregator
         self.hopper: Hopper | None = None
+        self.sharing: tuple[str, ...] = ()  # the hopping windows sharing its slices
         if built.hop is not None and engine is not None:
             assert built.slice_monoid is not None
             self.hopper = Hopper(built.hop, built.monoid, engine, built.slice_policy)
@@ -357,7 +358,12 @@ class HostedWindow:
         hop = self.built.hop
         if hop is None:
             return ""
-        return f"{hop.describe()}; final aggregator {self.spec.algorithm} over the slices"
+        shared = (
+            f"; slices shared with {', '.join(self.sharing)} (their edges too)"
+            if self.sharing
+            else ""
+        )
+        return f"{hop.describe()}{shared}; final aggregator {self.spec.algorithm} over the slices"
 
     @property
     def storage(self) -> str:

@@ -249,6 +249,7 @@ class Registry:
                 engine.flush(meta=durability.window_meta(s, w, state_json(s.state)))
             self.definitions.save_window(spec, window_id, s.fence)
             s.windows[spec.name] = w
+            s.hop_groups()  # a hopping window may share the slices of others
             durability.journal_if_durable(s)
             return w.info(s.state.rows_late)
 
@@ -305,6 +306,7 @@ class Registry:
                 s.drop_window(name)
             return
         w = s.windows.pop(name)
+        s.hop_groups()
         store = w.engine.store
         if store is not None and hasattr(store, "delete_window"):
             try:
@@ -484,6 +486,7 @@ class Registry:
                     s.windows[sw.name] = HostedWindow(
                         s.spec, sw.spec, built, engine, history=self.limits.result_history
                     )
+                s.hop_groups()
                 if any(w.spec.storage.durable for w in s.windows.values()):
                     s.journal = s.state_store
                 durability.recover(s, reload=False)

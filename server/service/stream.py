@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import AppendResult, StreamInfo, StreamSpec, WindowResult, clip, show
 
+from ..engine.hopping import HopGroup
 from ..storage.fencing import Fence, FencedError
 from ..storage.journal import JournalEntry, StreamJournal
 from ..storage.protocol import StoreError, WouldBlock
@@ -65,6 +66,19 @@ def _gc_paused(rows: int) -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+def _lift_key(win: HostedWindow) -> Any:
+    """What a window's lift depends on (its aggregations and the hidden fields its policy
+    kind adds): windows with equal keys lift a row alike. None: not shared (an expression
+    policy's record holds what its CEL reads)."""
+    spec = win.spec
+    if spec.policy.kind == "expression":
+        return None
+    aggs = tuple(
+        (a.name, a.monoid, a.field, tuple(sorted(a.params.items()))) for a in spec.aggregations
+    )
+    return (aggs, spec.policy.kind, spec.policy.field)
 
 
 def _check_idempotency(producer_id: str, sequence: int) -> None:
@@ -303,9 +317,16 @@ class Stream:
         """The batch lifted for every window before any changes: a refused row changes
         nothing. A window lifts whole columns, or else the rows one by one."""
         lifted: dict[str, list[Any]] = {}
+        same: dict[Any, list[Any]] = {}  # windows of one record lift the batch once
         for name, win in self.windows.items():
+            key = _lift_key(win)
+            if key is not None and key in same:
+                lifted[name] = same[key]
+                continue
             if win.lift_columns is not None:
                 lifted[name] = win.lift_columns(columns_of)
+                if key is not None:
+                    same[key] = lifted[name]
                 continue
             if rows is None:
                 names = self.schema.order
@@ -318,6 +339,8 @@ class Stream:
                 raise invalid(
                     "columns", f"window {name!r} refused a row: {clip(str(ex))}", Reason.BAD_VALUES
                 ) from None
+            if key is not None:
+                same[key] = lifted[name]
         return lifted
 
     def _apply(self, batch: Batch, *, nonblocking: bool) -> None:
@@ -331,7 +354,7 @@ class Stream:
             if request.mode == PER_ROW and (not request.which or name in request.which):
                 per_row = ([], [])
             if win.hopper is not None:
-                self._apply_hopping(batch, name, win, per_row)
+                self._apply_hopping(batch, name, request)
                 continue
             # a window's columnar shadow takes every row its engine takes, first (all or
             # nothing); when it holds what the engine holds, it gives the per-row results
@@ -383,25 +406,48 @@ class Stream:
             batch.applied.add(name)
             win.lsn = batch.lsn
 
-    def _apply_hopping(
-        self,
-        batch: Batch,
-        name: str,
-        win: HostedWindow,
-        per_row: tuple[list[Any], list[int]] | None,
-    ) -> None:
-        """A hopping window takes the batch through its slicer (never deferred: its final
-        aggregator gets a slice at a time). A store failure leaves it to reload its
-        checkpoint, the hopper's state with it."""
-        hop = win.hopper
-        assert hop is not None
-        if win.engine.stale and self.journal is None:
-            win.engine.reload()
-            meta = win.engine.store.checkpoint_meta or {}
-            hop.restore(meta.get("hop"))
-        totals, sizes = per_row or (None, None)
+    def hop_groups(self) -> dict[str, list[str]]:
+        """The hopping windows sharing slices (HopGroup): each window's group, by name (the
+        windows in definition order; a window alone is a group of one). Windows share when
+        their plans slice (slide and range count the same thing) and their records are one:
+        the same aggregations under the same kind of policy."""
+        groups: dict[Any, list[str]] = {}
+        out: dict[str, list[str]] = {}
+        for name, w in self.windows.items():
+            if w.hopper is None:
+                continue
+            key = _lift_key(w) if w.built.hop.sliced else None
+            members = groups.setdefault(key, []) if key is not None else [name]
+            if key is not None:
+                members.append(name)
+            out[name] = members
+        for name, members in out.items():
+            self.windows[name].sharing = tuple(m for m in members if m != name)
+        return out
+
+    def _apply_hopping(self, batch: Batch, name: str, request: Append) -> None:
+        """A hopping window takes the batch through its slicer, with the windows sharing its
+        slices (one combine per row for all; never deferred: a final aggregator gets a slice
+        at a time). A store failure leaves a window to reload its checkpoint, the hopper's
+        state with it."""
+        members = [m for m in self.hop_groups()[name] if m not in batch.applied]
+        wins = [self.windows[m] for m in members]
+        for win in wins:
+            hop = win.hopper
+            assert hop is not None
+            if win.engine.stale and self.journal is None:
+                win.engine.reload()
+                meta = win.engine.store.checkpoint_meta or {}
+                hop.restore(meta.get("hop"))
+        per_row: list[tuple[list[Any], list[int]] | None] = [
+            ([], [])
+            if request.mode == PER_ROW and (not request.which or m in request.which)
+            else None
+            for m in members
+        ]
+        group = HopGroup([w.hopper for w in wins if w.hopper is not None])
         try:
-            closed, evicted = hop.apply(batch.lifted[name], batch.released_ts, totals, sizes)
+            got = group.apply(batch.lifted[name], batch.released_ts, per_row)
         except StoreError as ex:
             if self.journal is not None:
                 self.stale = True
@@ -410,12 +456,13 @@ class Stream:
             if self.journal is not None and isinstance(ex, FencedError):
                 raise moved_after_journal(self.spec.name) from None
             raise store_unavailable(self.spec.name, ex, window=name) from None
-        batch.evicted[name] = evicted
-        batch.boundaries[name] = closed
-        if per_row is not None:
-            batch.per_row[name] = per_row
-        batch.applied.add(name)
-        win.lsn = batch.lsn
+        for m, win, (closed, evicted), lists in zip(members, wins, got, per_row, strict=True):
+            batch.evicted[m] = evicted
+            batch.boundaries[m] = closed
+            if lists is not None:
+                batch.per_row[m] = lists
+            batch.applied.add(m)
+            win.lsn = batch.lsn
 
     def _finish(self, batch: Batch) -> AppendResult:
         """Commit the stream's state and build the answer."""

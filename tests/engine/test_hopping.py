@@ -4,6 +4,7 @@ and bursts; and the hopper's checkpointed state resuming mid-stream."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mtawindows.server.engine.algorithms import ALGORITHMS, engine_class
-from mtawindows.server.engine.hopping import Hopper, HopPlan, SliceCutoff, slice_record
+from mtawindows.server.engine.hopping import HopGroup, Hopper, HopPlan, SliceCutoff, slice_record
 from mtawindows.server.engine.monoids import Concat, Count, Max, Record
 from mtawindows.server.storage.codecs import codec_for
 
@@ -125,5 +126,46 @@ def test_edges_of_pairs() -> None:
     while edges[-1] < 40:
         edges.append(p.next_edge(edges[-1]))
     assert edges == [0, 6, 10, 16, 20, 26, 30, 36, 40]
-    assert p.edge_at_or_before(15) == 10 and p.edge_at_or_before(16) == 16
     assert HopPlan("time", 10, "time", 60).next_edge(-1) == 0
+
+
+sliced_plans = st.one_of(
+    st.builds(HopPlan, st.just("time"), st.integers(1, 12), st.just("time"), st.integers(1, 40)),
+    st.builds(HopPlan, st.just("rows"), st.integers(1, 6), st.just("rows"), st.integers(1, 15)),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    plans=st.lists(sliced_plans, min_size=2, max_size=5),
+    joins=st.lists(st.integers(0, 40), min_size=5, max_size=5),
+    data=streams(),
+    algorithm=st.sampled_from(["AMTA", "FLATFAT", "TWO_STACKS"]),
+)
+def test_a_group_shares_slices_and_each_member_matches_its_oracle(
+    plans: list[HopPlan], joins: list[int], data: Any, algorithm: str
+) -> None:
+    """Windows of different ranges and slides over one record, driven by one HopGroup (a row
+    combined once for all), members joining mid-stream (as a window created later) and the
+    group checkpointed and restored between batches: each member's boundaries are its own
+    oracle's over the rows since it joined."""
+    rows, cuts = data
+    members = [hopper(p, algorithm) for p in plans]
+    start = [min(j, len(rows)) for j in joins[: len(plans)]]
+    start[0] = 0
+    got: list[list[tuple[int, tuple[int, ...]]]] = [[] for _ in members]
+    lower = members[0].engine.monoid.lower
+    edges = sorted({0, len(rows), *cuts, *start})
+    for a, b in itertools.pairwise(edges):
+        live = [i for i, s in enumerate(start) if s <= a]
+        part = rows[a:b]
+        lifted = [RECORD.lift({"v": v}) for _, v in part]
+        res = HopGroup([members[i] for i in live]).apply(lifted, [t for t, _ in part])
+        for i, (bs, _) in zip(live, res, strict=True):
+            got[i] += [(x.at, tuple(lower(x.aggregate)["cat"])) for x in bs]
+        for i in live:  # a checkpoint and a restore: equal open slices, not the same object
+            members[i].restore(members[i].state())
+    for i, p in enumerate(plans):
+        mine = rows[start[i] :]
+        want = oracle(p, mine)
+        assert got[i] == want, (i, p)

@@ -243,3 +243,78 @@ def test_definitions_refused(server: LocalServer) -> None:
         WindowSpec("s", "w", AGGS, Policy.count(3), slide=0)
     with pytest.raises(ValueError, match="slide"):
         WindowSpec("s", "w", AGGS, Policy.count(3), slide=timedelta(0))
+
+
+def _all_boundaries(c: WindowClient, stream: str, window: str) -> list[Any]:
+    got, after = [], 0
+    while True:
+        page, _ = c.read_results(stream, window, after_sequence=after, limit=500)
+        if not page:
+            return got
+        got += page
+        after = page[-1].sequence
+
+
+def test_windows_on_one_stream_share_slices(tmp_path: Any) -> None:
+    """Hopping windows of one record and different ranges and slides share one slicing (GetWindow
+    says with whom); one created after rows arrived counts from then on, one deleted leaves the
+    others exact; each matches its own oracle, and after kill -9 of the server (durable) too."""
+    specs = {
+        "a": (
+            timedelta(seconds=10),
+            Policy.time_range(timedelta(seconds=60)),
+            HopPlan("time", 10 * S, "time", 60 * S),
+        ),
+        "b": (
+            timedelta(seconds=4),
+            Policy.time_range(timedelta(seconds=30)),
+            HopPlan("time", 4 * S, "time", 30 * S),
+        ),
+        "c": (
+            timedelta(seconds=7),
+            Policy.time_range(timedelta(seconds=100)),
+            HopPlan("time", 7 * S, "time", 100 * S),
+        ),
+        "d": (
+            timedelta(seconds=3),
+            Policy.time_range(timedelta(seconds=10)),
+            HopPlan("time", 3 * S, "time", 10 * S),
+        ),
+    }
+    rng = random.Random(21)
+    batches = _batches(rng, 18)
+    storage = Storage("redis", durable=True)
+    rows: list[tuple[int, float, int]] = []
+    joined: dict[str, int] = {}
+    with LocalServer(tmp_path / "share") as srv, WindowClient(srv.target, timeout=60) as c:
+        _stream(c, "sh")
+        for n in ("a", "b", "d"):
+            slide, policy, _ = specs[n]
+            c.create_window(WindowSpec("sh", n, AGGS, policy, storage=storage, slide=slide))
+            joined[n] = 0
+        plan = c.get_window("sh", "a").plan
+        assert "shared with b, d" in plan, plan
+        for i, b in enumerate(batches):
+            if i == 5:
+                slide, policy, _ = specs["c"]
+                c.create_window(WindowSpec("sh", "c", AGGS, policy, storage=storage, slide=slide))
+                joined["c"] = len(rows)
+            if i == 9:
+                c.delete_window("sh", "d")
+                assert "shared with b, c" in c.get_window("sh", "a").plan
+            if i == 12:
+                srv.kill()
+                srv.start()
+            c.append("sh", b, producer_id="p", sequence=i + 1)
+            rows += list(zip(b["ts"], b["v"], b["k"], strict=True))
+        for n in ("a", "b", "c"):
+            want = _want(specs[n][2], rows[joined[n] :])
+            last = c.query("sh", n)
+            assert (last.boundary, last.values, last.size, last.sequence) == (
+                *want[-1],
+                len(want),
+            ), n
+            # the history since the restart: the newest boundaries
+            got = _all_boundaries(c, "sh", n)
+            tail = want[len(want) - len(got) :]
+            assert [(r.boundary, r.values, r.size) for r in got] == tail, n

@@ -18,6 +18,7 @@ Where each part lives (each module's docstring holds its part of the design):
   reference papers' FIFO engines behind one contract in :mod:`.fifo` (:mod:`.two_stacks`,
   :mod:`.two_stacks_lite`, :mod:`.daba`, :mod:`.daba_lite`, :mod:`.flatfat`, :mod:`.bint`,
   :mod:`.flatfit`, :mod:`.slickdeque`);
+* :mod:`.suffix`: query-time ranges (a suffix of a window, asked at query time);
 * :mod:`.columnar`: the columnar path (whole columns in, per-row results as Arrow), loaded on
   first use;
   :mod:`.validate`: checks of user-facing arguments.
@@ -72,6 +73,7 @@ from .policies import (
     bind_policy,
 )
 from .slickdeque import SlickDeque
+from .suffix import RangeNotSupportedError
 from .two_stacks import TwoStacks
 from .two_stacks_lite import TwoStacksLite
 
@@ -114,6 +116,7 @@ __all__ = [
     "MonoidBase",
     "NaiveWindow",
     "Policy",
+    "RangeNotSupportedError",
     "Record",
     "SlickDeque",
     "StdDev",

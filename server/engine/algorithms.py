@@ -20,6 +20,7 @@ __all__ = [
     "ALGORITHMS",
     "EngineRefusal",
     "FactCard",
+    "answers_ranges",
     "card",
     "check_algorithm",
     "engine_class",
@@ -79,6 +80,14 @@ def card(name: str) -> FactCard:
     if name in _MTA_CARDS:
         return _MTA_CARDS[name]
     return engine_class(name).aggregator.card  # type: ignore[no-any-return]
+
+
+def answers_ranges(name: str) -> bool:
+    """Whether algorithm ``name`` answers query-time ranges (a suffix of the window in
+    O(log n): :mod:`.suffix`): the MTAs, FlatFAT, B-Int and FlatFIT."""
+    if name in _MTA_CARDS:
+        return True
+    return bool(engine_class(name).aggregator.answers_ranges)
 
 
 def check_algorithm(name: str, monoid: Any, policy: Any = None) -> None:

@@ -74,6 +74,7 @@ class BIntAggregator(Aggregator):
         "rebuild (the papers' B-Int has a fixed maximum window); the policy's search "
         "descends the base intervals (not in the papers)",
     )
+    answers_ranges = True  # query-time ranges (engine/suffix.py)
 
     def __init__(self, monoid: Any) -> None:
         super().__init__(monoid)

@@ -41,6 +41,7 @@ from .ledger import Ledger
 from .monoids import Monoid, capabilities
 from .policies import bind_policy
 from .seam import StoreSeam, WindowCorruptedError, require_monoid
+from .suffix import RangeNotSupportedError, check_suffix
 
 __all__ = [
     "Aggregator",
@@ -112,6 +113,18 @@ class Aggregator:
     def items(self) -> Iterator[Any]:  # pragma: no cover - abstract
         """The lifted items, oldest first."""
         raise NotImplementedError
+
+    #: answers a suffix of itself at query time (:mod:`.suffix`): ``query_suffix`` in
+    #: O(log n) (FlatFIT: amortized O(1)) and the boundary of a time range by
+    #: :meth:`leaving_items`; the others fold their items, and the service refuses them
+    answers_ranges: ClassVar[bool] = False
+
+    def leaving_items(self, leaves: Callable[[Any], bool]) -> int:
+        """How many of the oldest items a query-time range leaves out: the longest prefix P
+        with ``leaves(agg(P))``, for a time range's rule (``leaves`` is prefix-monotone, and
+        true of a prefix exactly when true of its newest item: timestamps never go
+        backwards). By default :meth:`search`; FlatFIT bisects its items."""
+        return self.search(leaves)
 
     def query_suffix(self, r: int) -> Any:
         """The lifted aggregate of the newest ``r`` items, oldest first (the identity for
@@ -336,6 +349,58 @@ class AggregatorWindow(StoreSeam):
     def query(self) -> Any:
         """``lower`` of the aggregate of the window."""
         return self._lower(self.aggregate())
+
+    @property
+    def answers_ranges(self) -> bool:
+        """Whether its algorithm answers query-time ranges (:mod:`.suffix`)."""
+        return self.aggregator.answers_ranges
+
+    def aggregate_range(
+        self,
+        *,
+        count: int | None = None,
+        time_range: Any = None,
+        field: str | None = None,
+    ) -> tuple[Any, int]:
+        """The lifted aggregate of a suffix of the window and how many items it holds, as
+        :meth:`~.mta_window.MTAWindow.aggregate_range`: the aggregator's ``query_suffix``
+        over the newest ``count`` items, or over those a time range keeps (the boundary by
+        the aggregator's :meth:`~Aggregator.leaving_items`: FlatFAT's and B-Int's O(log n)
+        search, FlatFIT's bisection of its items). :class:`~.suffix.RangeNotSupportedError`
+        for an algorithm that answers no suffix in less than a fold of the window."""
+        owner = f"{type(self).__name__}.aggregate_range"
+        q = check_suffix(owner, count, time_range, field)
+        if not self.aggregator.answers_ranges:
+            msg = (
+                f"{self.algorithm} answers no query-time range (it keeps no aggregate of a "
+                "suffix it is not about to evict); AMTA, LMTA, FLATFAT, BINT and FLATFIT do"
+            )
+            raise RangeNotSupportedError(self.algorithm, msg)
+        self._check_usable()
+        core = self._core
+        n = len(core)
+        if q.count is not None:
+            r = min(n, q.count)
+        else:
+            keep = q.keep(self.monoid)
+            if not n:
+                return self.monoid.identity, 0
+            total = self.aggregate()
+            r = n - core.leaving_items(lambda sub: keep(total, sub))
+        if r == n:
+            return self.aggregate(), n
+        return core.query_suffix(r), r
+
+    def query_range(
+        self,
+        *,
+        count: int | None = None,
+        time_range: Any = None,
+        field: str | None = None,
+    ) -> Any:
+        """``lower`` of :meth:`aggregate_range`."""
+        agg, _ = self.aggregate_range(count=count, time_range=time_range, field=field)
+        return self._lower(agg)
 
     # ------------------------------------------------------------------ the algorithm
     def _plan(self, extra: Sequence[Any]) -> tuple[Any, int]:

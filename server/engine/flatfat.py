@@ -85,6 +85,7 @@ class FlatFATAggregator(Aggregator):
         "as often as needed in one rebuild; the policy's search descends the tree (not in the "
         "paper)",
     )
+    answers_ranges = True  # query-time ranges (engine/suffix.py)
 
     def __init__(self, monoid: Any) -> None:
         super().__init__(monoid)

@@ -52,7 +52,7 @@ paper's ``wSize``); the caller asks the ranges it wants after each slide (the sh
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .fifo import Aggregator, AggregatorWindow, FactCard
@@ -87,6 +87,7 @@ class FlatFITAggregator(Aggregator):
         "them); the oldest position compressed too; one item per partial (no shared plan: the "
         "caller asks its ranges with query_suffix after each slide)",
     )
+    answers_ranges = True  # query-time ranges (engine/suffix.py)
 
     _cap: int
     _mask: int
@@ -201,6 +202,21 @@ class FlatFITAggregator(Aggregator):
             partials[s] = answer
             pointers[s] = end
         return answer
+
+    def leaving_items(self, leaves: Callable[[Any], bool]) -> int:
+        """A query-time range's boundary by bisecting the items, O(log n): for a time range
+        ``leaves`` of a prefix equals ``leaves`` of its newest item (:meth:`Aggregator.
+        leaving_items`), so it holds of the items up to the boundary and of none after. The
+        pointers only jump towards the newest item: no descent over partials here."""
+        items, mask = self._items, self._mask
+        lo, hi = self._front, self._end
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if leaves(items[mid & mask]):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo - self._front
 
     def items(self) -> Iterator[Any]:
         items = self._items

@@ -250,6 +250,131 @@ class LevelForest:
             pos += 1 << lvl
         return self._identity if acc is UNSET else acc
 
+    # ------------------------------------------------------------------ suffix queries
+    def _cover(self, s: int, e: int) -> list[tuple[int, int]]:
+        """The elements ``(level, m)`` that cover the leaves ``[s, e)`` oldest first, as
+        :meth:`_fold` picks them (the highest aligned element inside the range that the levels
+        hold), from local bookkeeping only: O(log n) of them, found in O(log n) steps (a valid
+        level is valid one lower too, so each search starts next to the last one)."""
+        has = self._has_element
+        out: list[tuple[int, int]] = []
+        pos = s
+        lvl = 0
+        while pos < e:
+            lvl += 1
+            while lvl and (
+                pos & ((1 << lvl) - 1) or pos + (1 << lvl) > e or not has(lvl, pos >> lvl)
+            ):
+                lvl -= 1
+            while True:
+                up = lvl + 1
+                if pos & ((1 << up) - 1) or pos + (1 << up) > e or not has(up, pos >> up):
+                    break
+                lvl = up
+            out.append((lvl, pos >> lvl))
+            pos += 1 << lvl
+        return out
+
+    def _prefetch(self, elements: Any, got: dict[tuple[int, int], Any]) -> None:
+        """Gather into ``got`` (by (level, position)) the pairs of ``elements`` ``(level, m)``
+        of a window with a store: those a local tier holds as they are, the others read in one
+        round trip. Nothing is pinned, cached or waited for: a suffix query leaves the levels
+        as it found them. A window in memory gathers nothing (its levels are read directly)."""
+        if self.store is None:
+            return
+        levels = self._levels
+        remote: dict[tuple[int, int], None] = {}
+        for lvl, m in elements:
+            point = (lvl, m >> 1)
+            if point in got or point in remote:
+                continue
+            lv = levels[lvl]
+            if not lv.start <= point[1] < lv.end:
+                continue  # a speculated position past the level: never read
+            p = lv.peek_local(point[1])
+            if p is None:
+                remote[point] = None
+            else:
+                got[point] = p
+        if remote:
+            wanted = list(remote)
+            got.update(zip(wanted, self.store.read_points(wanted), strict=True))
+
+    def _element(self, lvl: int, m: int, got: dict[tuple[int, int], Any]) -> Any:
+        """The element ``m`` of level ``lvl``: a window with a store takes it from the pairs
+        :meth:`_prefetch` gathered (else gathers it now), one in memory from its level."""
+        lv = self._levels[lvl]
+        if self.store is None:
+            pos = m >> 1
+            return (lv.head if pos == lv.start else lv.peek(pos))[m & 1]
+        p = got.get((lvl, m >> 1))
+        if p is None:
+            self._prefetch(((lvl, m),), got)
+            p = got[(lvl, m >> 1)]
+        return p[m & 1]
+
+    def _suffix_fold(self, s: int, got: dict[tuple[int, int], Any]) -> Any:
+        """The aggregate of the leaves ``[s, _next)``, oldest first, read-only: :meth:`_fold`
+        with the non-local pairs read in one round trip."""
+        cover = self._cover(s, self._next)
+        self._prefetch(cover, got)
+        combine = self._combine
+        acc: Any = UNSET
+        for lvl, m in cover:
+            v = self._element(lvl, m, got)
+            acc = v if acc is UNSET else combine(acc, v)
+        return self._identity if acc is UNSET else acc
+
+    def _suffix_start(
+        self, total: Any, leaves: Callable[[Any, Any], bool], got: dict[tuple[int, int], Any]
+    ) -> int:
+        """The first leaf that stays when the longest prefix P with ``leaves(total, agg(P))``
+        goes (a prefix-monotone rule, as a policy): the bulk eviction's search, read-only.
+
+        The covering elements of the window are tested oldest first; inside the first that
+        cannot leave whole, Algorithm 2's root-to-leaf descent (its left child, then the right
+        one). Only elements inside the window are read, exact in both algorithms (no leftmost
+        branch to refresh first, unlike :meth:`_descend`). O(log n) combines; the cover's
+        pairs come in one round trip and the descent's ``SPECULATE_LEVELS`` + 1 levels a round
+        trip."""
+        cover = self._cover(self._first, self._next)
+        self._prefetch(cover, got)
+        combine = self._combine
+        sub: Any = UNSET
+        pos = self._first
+        for lvl, m in cover:
+            v = self._element(lvl, m, got)
+            cand = v if sub is UNSET else combine(sub, v)
+            if leaves(total, cand):
+                sub = cand
+                pos += 1 << lvl
+                continue
+            while lvl:  # down to the first leaf that stays
+                lvl -= 1
+                if self.store is not None and (lvl, pos >> (lvl + 1)) not in got:
+                    self._prefetch(self._descent_points(lvl, pos), got)
+                v = self._element(lvl, pos >> lvl, got)
+                cand = v if sub is UNSET else combine(sub, v)
+                if leaves(total, cand):
+                    sub = cand
+                    pos += 1 << lvl
+            return pos
+        return self._next
+
+    def _descent_points(self, lvl: int, pos: int) -> list[tuple[int, int]]:
+        """The elements a descent from level ``lvl`` at leaf ``pos`` may read on this level and
+        the ``SPECULATE_LEVELS`` below it, both outcomes of each test (as :meth:`_speculate`)."""
+        out = []
+        gs = {pos}
+        for depth in range(lvl, max(-1, lvl - self.SPECULATE_LEVELS - 1), -1):
+            nxt = set()
+            for x in gs:
+                out.append((depth, x >> depth))
+                nxt.add(x)
+                nxt.add(x + (1 << depth))
+            gs = {x for x in nxt if x < self._next}
+        return out
+
     def _truncate_leaves(self, new_next: int) -> None:
         """Remove the leaves ``>= new_next`` (undo of inserts), structure only."""
         last_leaf = new_next - 1

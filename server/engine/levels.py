@@ -40,7 +40,7 @@ __all__ = ["Level", "MemoryLevel", "TieredLevel"]
 @runtime_checkable
 class Level(Protocol):
     """One level queue, as the algorithms see it. A level over a store (:class:`TieredLevel`)
-    adds what a window with a store calls besides: ``has_local`` and ``pin`` (reads planned
+    adds what a window with a store calls besides: ``has_local``, ``peek_local`` and ``pin`` (reads planned
     ahead), ``flush`` and ``flush_if_full`` (its write buffer), ``audit`` (debug checks)."""
 
     index: int
@@ -305,6 +305,30 @@ class TieredLevel:
             and pending[0] <= pos < pending[1]
             and (not ready or pending[2].done())
         )
+
+    def peek_local(self, pos: int) -> Sequence[Any] | None:
+        """The pair at ``pos`` when a local tier holds it (head, tail, write buffer, head
+        cache, pinned, or a refill that has arrived), else None. Changes nothing: no refill
+        is absorbed or waited for, no miss counted (a suffix query's reads, which leave the
+        level as they found it)."""
+        if pos == self.start:
+            return self.head
+        if pos == self.end - 1:
+            return self.tail
+        if pos >= self._wstart:
+            return self._buf[pos - self._wstart]
+        c = pos - self._cstart
+        if 0 <= c < len(self._cache):
+            return self._cache[c]
+        pinned = self._pinned.get(pos)
+        if pinned is not None:
+            return pinned
+        pending = self._pending
+        if pending is not None and pending[0] <= pos < pending[1] and pending[2].done():
+            fut = pending[2]
+            if fut.exception() is None:
+                return fut.result()[pos - pending[0]]
+        return None
 
     def pin(self, pos: int, pair: SealedPair) -> None:
         self._pinned[pos] = pair

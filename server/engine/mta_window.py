@@ -32,6 +32,7 @@ from .monoids import Monoid
 from .nonblocking import MAX_EVICT, NonBlockingCall, WaitingAllowed, ensure_local
 from .policies import bind_policy
 from .seam import StoreSeam, WindowCorruptedError, require_monoid
+from .suffix import check_suffix
 
 __all__ = ["MTAWindow", "WindowCorruptedError"]
 
@@ -501,6 +502,51 @@ class MTAWindow(StoreSeam, LevelForest):
         if total is UNSET:
             total = self._total = self._window_aggregate()
         return total
+
+    #: answers query-time ranges (:mod:`.suffix`): every MTA window does
+    answers_ranges: ClassVar[bool] = True
+
+    def aggregate_range(
+        self,
+        *,
+        count: int | None = None,
+        time_range: Any = None,
+        field: str | None = None,
+    ) -> tuple[Any, int]:
+        """The lifted aggregate of a suffix of the window and how many items it holds: the
+        newest ``count`` items, or those a :class:`~.policies.TimeRangePolicy` of
+        ``time_range`` over ``field`` would keep (:mod:`.suffix`). Read-only, O(log n):
+        the boundary searched over the aggregates (Algorithm 2's descent, nothing evicted),
+        then the fewest elements inside the suffix combined oldest first; the pairs of the
+        middle levels read through the head cache, else fetched together (one round trip for
+        a count, a few for a time range), never pinned or cached."""
+        q = check_suffix(f"{type(self).__name__}.aggregate_range", count, time_range, field)
+        self._check_usable()
+        n = self._next - self._first
+        got: dict[tuple[int, int], Any] = {}
+        if q.count is not None:
+            s = self._next - min(n, q.count)
+        else:
+            keep = q.keep(self.monoid)
+            if not n:
+                return self._identity, 0
+            s = self._suffix_start(self.aggregate(), keep, got)
+        if s == self._first:
+            return self.aggregate(), n
+        if s == self._next:
+            return self._identity, 0
+        return self._suffix_fold(s, got), self._next - s
+
+    def query_range(
+        self,
+        *,
+        count: int | None = None,
+        time_range: Any = None,
+        field: str | None = None,
+    ) -> Any:
+        """``lower`` of :meth:`aggregate_range`."""
+        agg, _ = self.aggregate_range(count=count, time_range=time_range, field=field)
+        return self._lower(agg)
 
     def clear(self) -> None:
         """Evict everything."""

@@ -8,8 +8,9 @@
 This module ties the parts to the format: the options (:class:`~.options.ConnectorOptions`),
 the writers (:mod:`.writer`: idempotent chunks, :class:`MtaCommitMessage` per task) and the
 readers (:mod:`.readers`: current results, per key of a keyed stream, or every result by its
-sequence). :class:`KeyFilterDataSource` is the same format whose batch reader takes Spark's
-filters on column ``key`` (Spark >= 4.1, filter pushdown on: :func:`~.register` picks it).
+sequence; :mod:`.boundaries`: hopping windows, one row per boundary).
+:class:`KeyFilterDataSource` is the same format whose batch reader takes Spark's filters on
+column ``key`` (Spark >= 4.1, filter pushdown on: :func:`~.register` picks it).
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ from pyspark.sql.types import StructType
 
 from mtawindows.client import StreamSpec
 
+from .boundaries import (
+    BoundariesReader,
+    BoundariesStreamReader,
+    boundaries_schema,
+    hopping_windows,
+)
 from .clients import client_for
 from .connector_errors import ConnectorError, explained
 from .options import ConnectorOptions
@@ -50,13 +57,25 @@ class MtaWindowsDataSource(DataSource):
         return "mtawindows"
 
     def schema(self) -> StructType:
-        return read_schema(ConnectorOptions.parse(self.options))
+        opts = ConnectorOptions.parse(self.options)
+        hopping = hopping_windows(opts)  # hopping windows only: a row per boundary
+        if hopping is not None:
+            return boundaries_schema(opts, hopping)
+        return read_schema(opts)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return ResultsReader(ConnectorOptions.parse(self.options), schema)
+        opts = ConnectorOptions.parse(self.options)
+        hopping = hopping_windows(opts)
+        if hopping is not None:
+            return BoundariesReader(opts, schema, hopping)
+        return ResultsReader(opts, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return ResultsStreamReader(ConnectorOptions.parse(self.options), schema)
+        opts = ConnectorOptions.parse(self.options)
+        hopping = hopping_windows(opts)
+        if hopping is not None:
+            return BoundariesStreamReader(opts, schema, hopping)
+        return ResultsStreamReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         opts = ConnectorOptions.parse(self.options)
@@ -76,7 +95,11 @@ class KeyFilterDataSource(MtaWindowsDataSource):
     off."""
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return KeyFilterReader(ConnectorOptions.parse(self.options), schema)
+        opts = ConnectorOptions.parse(self.options)
+        hopping = hopping_windows(opts)
+        if hopping is not None:  # no column key to filter on
+            return BoundariesReader(opts, schema, hopping)
+        return KeyFilterReader(opts, schema)
 
 
 def _check_write(opts: ConnectorOptions, schema: StructType, overwrite: bool) -> StreamSpec:

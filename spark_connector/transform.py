@@ -22,12 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from mtawindows.client import StreamSpec, WindowClient, WindowInfo, WindowSpec
 
 from .clients import client_for
 from .connector_errors import ConnectorError, explained
+from .hopping import hopping_choice, hopping_plan
 from .options import ConnectorOptions, split_endpoints
 from .schemas import check_columns, output_struct_type
 from .sliding import APPLIED, ResultColumn, Sliding
@@ -54,6 +56,7 @@ def sliding_aggregate(
     num_partitions: int | None = None,
     scratch_storage: str = "memory",
     timeout: float = 60.0,
+    slide: timedelta | int | None = None,
 ) -> DataFrame:
     """Each row of ``df`` plus the result of ``window`` (of stream ``stream``) after that row.
 
@@ -75,7 +78,11 @@ def sliding_aggregate(
     nothing to survive, a retried task recomputes) or "redis" (for a window too large for
     the server's memory). Streaming DataFrames append to
     ``stream`` itself, which must then be keyed by ``key_col`` (windows carry on across
-    micro-batches)."""
+    micro-batches).
+
+    ``slide`` (a timedelta, or an int: rows), or a window with a slide: a hopping window,
+    one row per (key, boundary) instead of per input row, as Spark's
+    ``groupBy(key, window(ts, range, slide))`` (batch DataFrames; see :mod:`.hopping`)."""
     _check_arguments(endpoint, batch_rows, scratch_storage)
     opts = ConnectorOptions(
         endpoint=endpoint,
@@ -86,6 +93,9 @@ def sliding_aggregate(
         batch_rows=batch_rows,
         timeout=timeout,
     )
+    hopping = hopping_choice(opts, window, slide)
+    if hopping is not None:
+        return _hopping(df, opts, *hopping, key_col, num_partitions, scratch_storage)
     spec, names, infos = _template(opts, window)
     key_col = key_col or spec.key or None
     columns = df.schema.fieldNames()
@@ -105,6 +115,27 @@ def sliding_aggregate(
     )
     planned = _plan(df, key_col, order, num_partitions)
     return planned.mapInArrow(fn, _output_schema(df.schema, results, infos, spec))
+
+
+def _hopping(
+    df: DataFrame,
+    opts: ConnectorOptions,
+    spec: StreamSpec,
+    window: WindowSpec,
+    key_col: str | None,
+    num_partitions: int | None,
+    storage: str,
+) -> DataFrame:
+    """One row per (key, boundary) of hopping window ``window`` (:mod:`.hopping`)."""
+    key_col = key_col or spec.key or None
+    columns = df.schema.fieldNames()
+    if key_col is not None and key_col not in columns:
+        msg = f"key_col: the DataFrame has no column {key_col!r}; its columns are {columns}"
+        raise ConnectorError(msg)
+    fn, schema = hopping_plan(opts, spec, window, df, key_col, storage)
+    ts = opts.timestamp_column or spec.timestamp_field
+    order = [ts] if key_col is None else [key_col, ts]
+    return _plan(df, key_col, order, num_partitions).mapInArrow(fn, schema)
 
 
 def _target(spec: StreamSpec, key_col: str | None, df: DataFrame) -> StreamSpec:

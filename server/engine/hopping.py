@@ -174,7 +174,9 @@ class Hopper:
         self.closed = 0  # boundaries closed so far
         self.last: Boundary | None = None
         self.held = 0  # rows in the final aggregator's slices
-        self.cutoff.cutoff = _FAR
+        # its own cutoff: the policy's cell may serve several hoppers (a keyed stream's keys
+        # share one window definition), so it is set from here before every engine call
+        self.limit = _FAR
 
     def apply(
         self,
@@ -211,6 +213,7 @@ class Hopper:
         """The open slice into the final aggregator."""
         if self.open is None:
             return
+        self.cutoff.cutoff = self.limit
         self.engine.apply_lifted([(*self.open, self.open_rows, self.open_label)])
         self.held += self.open_rows
         self.open = None
@@ -218,7 +221,7 @@ class Hopper:
 
     def _evict_before(self, cutoff: int) -> int:
         """The slices labelled before ``cutoff`` leave; the rows they held."""
-        self.cutoff.cutoff = cutoff
+        self.limit = self.cutoff.cutoff = cutoff
         if not self.engine.enforce():
             return 0
         held = self.engine.aggregate()[-2] if len(self.engine) else 0
@@ -290,7 +293,7 @@ class Hopper:
             "closed": self.closed,
             "last": None if last is None else [last.at, pack(last.aggregate), last.size],
             "held": self.held,
-            "cutoff": self.cutoff.cutoff,
+            "cutoff": self.limit,
         }
 
     def restore(self, st: dict[str, Any] | None) -> None:
@@ -315,7 +318,7 @@ class Hopper:
         if last is not None:
             self.last = Boundary(int(last[0]), unpack(last[1]), int(last[2]))
         self.held = int(st.get("held", 0))
-        self.cutoff.cutoff = int(st.get("cutoff", _FAR))
+        self.limit = int(st.get("cutoff", _FAR))
 
 
 class HopGroup:

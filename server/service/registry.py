@@ -34,6 +34,7 @@ from .definitions import Definitions
 from .hosted_window import HostedWindow
 from .keyed import KeyCache, KeyedStream, not_keyed
 from .limits import Limits
+from .ranges import RangeQuery, check_range, suffix_result
 from .refusals import ServiceError, not_found, store_unavailable
 from .specs import check_policy_numbers, check_stream_spec
 from .state import state_json
@@ -97,16 +98,19 @@ class Registry:
             )
         return w
 
-    def result(self, stream: str, name: str) -> WindowResult:
-        """A window's current result (under the stream's lock)."""
+    def result(self, stream: str, name: str, q: RangeQuery | None = None) -> WindowResult:
+        """A window's current result (under the stream's lock); with ``q``, over that suffix
+        of the window (ranges.py)."""
         w = self.window(stream, name)
         s = self.stream(stream)
         if isinstance(s, KeyedStream):
             raise not_keyed(stream, "is keyed: name the key whose window to query")
         with s.lock:
+            if q is not None:
+                check_range(s.spec, w, q)  # a refusal before a reload
             s.ensure_current()
             try:
-                result: WindowResult = w.result()
+                result: WindowResult = w.result() if q is None else suffix_result(s.spec, w, q)
                 return result
             except StoreError as ex:
                 if s.journal is not None:
@@ -263,15 +267,6 @@ class Registry:
                 f"stream {s.spec.name!r} is keyed: its windows keep cold keys in Redis, so "
                 f"storage {spec.storage.kind!r} is not possible; use storage 'redis'",
                 [("spec.storage.kind", "a keyed stream's windows are stored in Redis")],
-            )
-        if built.hop is not None:
-            raise ServiceError(
-                "INVALID_ARGUMENT",
-                Reason.INVALID_DEFINITION,
-                f"stream {s.spec.name!r} is keyed: hopping windows (a slide) are not supported "
-                "on keyed streams yet; create the window without a slide, or on an unkeyed "
-                "stream (one per key)",
-                [("spec.slide", "no slide on a keyed stream's window")],
             )
         w = HostedWindow(s.spec, spec, built, None, history=1)
         if w.checks_results:

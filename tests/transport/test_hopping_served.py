@@ -6,8 +6,10 @@ of the server; and the definitions refused, naming what was wrong."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +22,7 @@ from mtawindows.client import (
     Policy,
     Storage,
     StreamSpec,
+    UnavailableError,
     WindowClient,
     WindowSpec,
 )
@@ -232,12 +235,9 @@ def test_definitions_refused(server: LocalServer) -> None:
         )
         with pytest.raises(InvalidArgumentError, match="count or a time_range"):
             c.create_window(bad)
-        c.create_stream(
-            StreamSpec("hop_keyed", (Field("v", "DOUBLE"), Field("host", "STRING")), key="host")
-        )
-        keyed = WindowSpec("hop_keyed", "w", AGGS[:2], Policy.count(3), slide=2)
-        with pytest.raises(InvalidArgumentError, match="keyed"):
-            c.create_window(keyed)
+        expr = WindowSpec("hop_bad", "w", AGGS, Policy.expression("total.n > 3"), slide=2)
+        with pytest.raises(InvalidArgumentError, match="spec.slide"):
+            c.create_window(expr)
         assert c.get_stream("hop_bad").windows == []
     with pytest.raises(ValueError, match="slide"):
         WindowSpec("s", "w", AGGS, Policy.count(3), slide=0)
@@ -318,3 +318,78 @@ def test_windows_on_one_stream_share_slices(tmp_path: Any) -> None:
             got = _all_boundaries(c, "sh", n)
             tail = want[len(want) - len(got) :]
             assert [(r.boundary, r.values, r.size) for r in got] == tail, n
+
+
+def test_keyed_stream_one_result_per_key_and_boundary(tmp_path: Any) -> None:
+    """A keyed stream's hopping windows: each key's boundaries are its own oracle's (Query by
+    key, per-row results in input order, a subscriber's events per key and boundary), keys
+    across the compact-to-tree threshold, and after kill -9 of a durable stream's server."""
+    plans = {
+        "t": (
+            timedelta(seconds=10),
+            Policy.time_range(timedelta(seconds=60)),
+            HopPlan("time", 10 * S, "time", 60 * S),
+        ),
+        "r": (3, Policy.count(8), HopPlan("rows", 3, "rows", 8)),
+    }
+    rng = random.Random(33)
+    keys = [f"h{i}" for i in range(12)]
+    batches = []
+    t = 0
+    for _ in range(14):
+        ts, v, k, host = [], [], [], []
+        for _ in range(rng.choice([5, 30, 80])):
+            t += rng.choice([0, 1, 2, 5, 30])
+            ts.append(t)
+            v.append(float(rng.randint(-9, 9)))
+            k.append(rng.randint(0, 100))
+            host.append(rng.choice(keys))
+        batches.append({"ts": ts, "v": v, "k": k, "host": host})
+    fields = (Field("v", "DOUBLE"), Field("k", "INT64"), Field("host", "STRING"))
+    rows_of: dict[str, list[tuple[int, float, int]]] = {h: [] for h in keys}
+    events: list[Any] = []
+    args = ("--key-compact-items", "4")
+    with LocalServer(tmp_path / "keyed", *args) as srv, WindowClient(srv.target, timeout=60) as c:
+        c.create_stream(StreamSpec("kh", fields, key="host", ts_unit="s", wall_clock=False))
+        for name, (slide, policy, _) in plans.items():
+            c.create_window(
+                WindowSpec(
+                    "kh", name, AGGS, policy, storage=Storage("redis", durable=True), slide=slide
+                )
+            )
+        it = c.subscribe("kh", "t", timeout=60)
+
+        def follow() -> None:
+            with contextlib.suppress(UnavailableError):  # its server killed below
+                events.extend(r for _, r in it)
+
+        reader = threading.Thread(target=follow, daemon=True)
+        reader.start()
+        for i, b in enumerate(batches):
+            if i == 9:
+                time.sleep(0.5)  # the subscriber's events so far
+                seen = list(events)
+                srv.kill()
+                srv.start()
+            res = c.append("kh", b, producer_id="p", sequence=i + 1, results="per_row")
+            for j, (ts, v, k, h) in enumerate(zip(b["ts"], b["v"], b["k"], b["host"], strict=True)):
+                rows_of[h].append((ts, v, k))
+                upto = _want(plans["r"][2], rows_of[h])
+                assert res.row_results["r"]["n"][j] == (upto[-1][1]["n"] if upto else 0)
+        for h in keys:
+            for name, (_, _, plan) in plans.items():
+                want = _want(plan, rows_of[h])
+                last = c.query("kh", name, key=h)
+                assert last.key == h
+                if want:
+                    assert (last.boundary, last.values, last.size, last.sequence) == (
+                        *want[-1],
+                        len(want),
+                    ), (h, name)
+                else:
+                    assert last.size == 0
+    # the subscriber, before the kill: per key, a prefix of the key's boundaries, in order
+    assert seen
+    for h in keys:
+        mine = [(r.boundary, r.values, r.size) for r in seen if r.key == h]
+        assert mine == _want(plans["t"][2], rows_of[h])[: len(mine)], h

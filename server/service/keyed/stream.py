@@ -69,6 +69,7 @@ from ...storage.protocol import CorruptDataError, StoreError, StoreUnavailableEr
 from ..batch import FINAL, PER_ROW
 from ..columns import Columns, Schema
 from ..hosted_window import HostedWindow
+from ..ranges import RangeQuery, check_range, suffix_of
 from ..refusals import (
     ServiceError,
     batch_too_large,
@@ -1074,6 +1075,18 @@ class KeyedStream:
             name, w.values(lowered, size), size, evicted, st.batches, st.newest or 0, st.key
         )
 
+    def _suffix_result(
+        self, name: str, st: KeyState, kw: KeyWindow, q: RangeQuery, field: str | None
+    ) -> WindowResult:
+        """``kw``'s result over the suffix ``q``: :meth:`_result`'s shape, its size the rows
+        in the suffix (a full window's engine answers, a compact one folds its items)."""
+        w = self.windows[name]
+        aggregate_range = functools.partial(kw.aggregate_range, self.ops[name], w.built.monoid)
+        lowered, size = suffix_of(self.spec, w, q, field, aggregate_range)
+        return WindowResult(
+            name, w.values(lowered, size), size, kw.evicted, st.batches, st.newest or 0, st.key
+        )
+
     def _tell(self, touched: list[tuple[str, KeyState]]) -> None:
         """Subscribers: each window's result for each key the batch changed."""
         out: dict[str, list[WindowResult]] = {}
@@ -1260,7 +1273,10 @@ class KeyedStream:
 
     # -- reads
     @_locked
-    def query(self, window: str, key: Any) -> WindowResult:
+    def query(self, window: str, key: Any, q: RangeQuery | None = None) -> WindowResult:
+        """``key``'s result of ``window``; with ``q``, over that suffix (ranges.py: refused
+        first when the window cannot answer it, whatever form the key's window is in)."""
+        field = None if q is None else check_range(self.spec, self.windows[window], q)
         self.ensure_current()
         text = self._text(key)
         table = self._index_of(text)
@@ -1271,7 +1287,10 @@ class KeyedStream:
         if kw is None:
             kw = KeyWindow()
         try:
-            result = self._result(window, st, kw)
+            if q is None:
+                result = self._result(window, st, kw)
+            else:
+                result = self._suffix_result(window, st, kw, q, field)
         except StoreError as ex:
             self.stale = True
             raise store_unavailable(self.spec.name, ex, window=window) from None

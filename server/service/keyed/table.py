@@ -79,12 +79,17 @@ class KeyState:
         for name, kw in self.windows.items():
             if kw.engine is not None:
                 ws[name] = ["f", kw.lsn, kw.wid]
-            elif kw.items:
+            elif kw.items or kw.hop is not None or kw.hop_state is not None:
                 packer = packers[name]
                 if packer is INLINE:
                     ws[name] = ["i", kw.items]
                 else:
                     ws[name] = ["c", packer(kw.items)]
+            else:
+                continue
+            if kw.hop is not None or kw.hop_state is not None:  # a hopping window's hopper
+                hop = kw.hop.state() if kw.hop is not None else kw.hop_state
+                ws[name] += [None] * (3 - len(ws[name])) + [hop]
         return packb([self.newest, self.rows, self.late, self.touched, self.batches, ws])
 
     @classmethod
@@ -111,6 +116,8 @@ class KeyState:
                 kw = KeyWindow(list(data))
             else:
                 kw = KeyWindow(unpack(data))
+            if len(rest) >= 2:  # a hopping window's hopper: [form, data, wid or None, hop]
+                kw.hop_state = rest[1]
             st.windows[name] = kw
         return st
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ...engine.suffix import check_suffix
 from ...sentinels import UNSET
 
 __all__ = ["KeyWindow", "WindowOps"]
@@ -33,7 +34,19 @@ class WindowOps:
     whether a batch is enforced once (``batch_safe``), the compact form's size limit, and
     how a new full-form engine is made (``make_engine() -> (engine, its Redis id)``)."""
 
-    __slots__ = ("batch_safe", "combine", "identity", "make_engine", "name", "policy", "threshold")
+    __slots__ = (
+        "batch_safe",
+        "codec",
+        "combine",
+        "cutoff",
+        "hop",
+        "identity",
+        "make_engine",
+        "name",
+        "policy",
+        "record",
+        "threshold",
+    )
 
     def __init__(
         self,
@@ -53,6 +66,12 @@ class WindowOps:
         self.batch_safe = batch_safe
         self.threshold = threshold
         self.make_engine = make_engine
+        # a hopping window's: its plan, the record its rows combine in, the slice policy's
+        # cell and the slice record's codec (for the hopper's state)
+        self.hop: Any = None
+        self.record: Any = None
+        self.cutoff: Any = None
+        self.codec: Any = None
 
 
 class KeyWindow:
@@ -61,7 +80,7 @@ class KeyWindow:
     checkpoint says so too); ``evicted``: the items the key's last batch evicted (what its
     results report; not stored: 0 after a reload)."""
 
-    __slots__ = ("engine", "evicted", "items", "lsn", "total", "wid")
+    __slots__ = ("closed", "engine", "evicted", "hop", "hop_state", "items", "lsn", "total", "wid")
 
     def __init__(self, items: list[Any] | None = None) -> None:
         self.items: list[Any] = items if items is not None else []
@@ -70,6 +89,21 @@ class KeyWindow:
         self.wid = ""
         self.lsn = 0
         self.evicted = 0
+        # a hopping window's: the key's hopper (made on first use, from ``hop_state`` as
+        # stored), and the boundaries the key's last batch closed
+        self.hop: Any = None
+        self.hop_state: Any = None
+        self.closed: list[Any] = []
+
+    def hopper(self, ops: WindowOps) -> Any:
+        """The key's hopper over this window's slices (compact or full, as any key's)."""
+        if self.hop is None:
+            from ...engine.hopping import Hopper
+
+            self.hop = Hopper(ops.hop, ops.record, _Slices(self, ops), ops.cutoff)
+            self.hop.codec = ops.codec
+            self.hop.restore(self.hop_state)
+        return self.hop
 
     def __len__(self) -> int:
         return len(self.items) if self.engine is None else len(self.engine)
@@ -90,6 +124,48 @@ class KeyWindow:
                 total = combine(total, u)
             self.total = total
         return total
+
+    def aggregate_range(
+        self,
+        ops: WindowOps,
+        monoid: Any,
+        *,
+        count: int | None = None,
+        time_range: Any = None,
+        field: str | None = None,
+    ) -> tuple[Any, int]:
+        """A query-time range (:mod:`mtawindows.server.engine.suffix`): the lifted aggregate
+        of the window's newest ``count`` items, or of those a time range over ``field`` keeps,
+        and how many. A full window asks its engine; a compact one folds its few items (the
+        boundary by the time-range policy's rule, tested from the oldest as enforcement
+        does). Read-only."""
+        if self.engine is not None:
+            return self.engine.aggregate_range(  # type: ignore[no-any-return]
+                count=count, time_range=time_range, field=field
+            )
+        q = check_suffix("KeyWindow.aggregate_range", count, time_range, field)
+        items = self.items
+        n = len(items)
+        combine = ops.combine
+        if q.count is not None:
+            k = n - min(n, q.count)
+        else:
+            keep = q.keep(monoid)
+            total = self.aggregate(ops)
+            k = 0
+            sub: Any = UNSET
+            while k < n:
+                cand = items[k] if sub is UNSET else combine(sub, items[k])
+                if not keep(total, cand):
+                    break
+                sub = cand
+                k += 1
+        if not k:
+            return self.aggregate(ops), n
+        acc = ops.identity
+        for u in items[k:]:
+            acc = combine(acc, u)
+        return acc, n - k
 
     def apply(
         self,
@@ -162,3 +238,28 @@ class KeyWindow:
         self.wid = wid
         self.items = []
         self.total = UNSET
+
+
+class _Slices:
+    """A key's window as a hopper's final aggregator: its items are slices."""
+
+    __slots__ = ("kw", "ops")
+
+    def __init__(self, kw: KeyWindow, ops: WindowOps) -> None:
+        self.kw = kw
+        self.ops = ops
+
+    def apply_lifted(self, us: list[Any]) -> int:
+        return self.kw.apply(self.ops, us)
+
+    def enforce(self) -> int:
+        kw = self.kw
+        if kw.engine is not None:
+            return int(kw.engine.enforce())
+        return kw._extend(self.ops, ())
+
+    def aggregate(self) -> Any:
+        return self.kw.aggregate(self.ops)
+
+    def __len__(self) -> int:
+        return len(self.kw)

@@ -18,6 +18,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import grpc
@@ -378,10 +379,17 @@ class AsyncWindowClient(ClientBase):
         return await self._ask(p.part.address, p.course.call, timeout, p.course)
 
     async def query(
-        self, stream: str, window: str, *, key: Key | None = None, timeout: float | None = None
+        self,
+        stream: str,
+        window: str,
+        *,
+        key: Key | None = None,
+        range: timedelta | None = None,
+        count: int | None = None,
+        timeout: float | None = None,
     ) -> WindowResult:
-        """As :meth:`WindowClient.query`."""
-        call = calls.query(stream, window, key)
+        """As :meth:`WindowClient.query` (``range`` or ``count``: a query-time range)."""
+        call = calls.query(stream, window, key, range, count)
         return await self._run(call, timeout, await self._keyed_course(call, call.request.key))
 
     async def _keyed_course(self, call: calls.Call[Any, Any], key: str) -> calls.Course | None:

@@ -14,6 +14,7 @@ import time
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
 
@@ -460,13 +461,27 @@ class WindowClient(ClientBase):
         return self._ask(p.part.address, p.course.call, timeout, p.course)
 
     def query(
-        self, stream: str, window: str, *, key: Key | None = None, timeout: float | None = None
+        self,
+        stream: str,
+        window: str,
+        *,
+        key: Key | None = None,
+        range: timedelta | None = None,
+        count: int | None = None,
+        timeout: float | None = None,
     ) -> WindowResult:
         """The window's result; of a keyed stream, ``key``'s (a str, or an int of an INT64 key
         field): required there (FailedPreconditionError ``NOT_KEYED`` without it), refused
         elsewhere. NotFoundError ``KEY_NOT_FOUND`` for a key the stream does not hold. On a
-        cluster holding the key groups apart, asked of the holder of the key's group."""
-        call = calls.query(stream, window, key)
+        cluster holding the key groups apart, asked of the holder of the key's group.
+
+        Query-time ranges: with ``range`` (a timedelta: the rows newer than the newest minus
+        it, as a time-range policy counts them) or ``count`` (the newest rows), the result over
+        that suffix of the window, ``size`` its rows (a range or count longer than the window:
+        the whole window). Answered in O(log n) by AMTA, LMTA, FLATFAT, BINT and FLATFIT;
+        FailedPreconditionError ``RANGE_NOT_SUPPORTED`` for the other algorithms, a hopping
+        window, or a time range on a window whose aggregates hold no timestamp."""
+        call = calls.query(stream, window, key, range, count)
         return self._run(call, timeout, self._keyed_course(call, call.request.key))
 
     def _keyed_course(self, call: calls.Call[Any, Any], key: str) -> calls.Course | None:

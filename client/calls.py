@@ -18,6 +18,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from google.protobuf.message import Message
@@ -203,10 +204,40 @@ def append_part(request: pb.AppendRequest) -> Call[pb.AppendResponse, pb.AppendR
     return Call("Append", request, _same, retry, request.stream)
 
 
-def query(stream: str, window: str, key: Key | None = None) -> Call[pb.WindowResult, WindowResult]:
+def query(
+    stream: str,
+    window: str,
+    key: Key | None = None,
+    range: timedelta | None = None,
+    count: int | None = None,
+) -> Call[pb.WindowResult, WindowResult]:
     """Query: the window's result; of a keyed stream, ``key``'s (its text, see
-    :func:`~mtawindows.v1.keys.key_text`; required there, None elsewhere)."""
-    req = pb.QueryRequest(stream=stream, window=window, key=_key(key))
+    :func:`~mtawindows.v1.keys.key_text`; required there, None elsewhere). With ``range`` (a
+    timedelta >= 0: the rows newer than the newest minus it) or ``count`` (an int >= 1: the
+    newest rows), the result over that suffix of the window (query-time ranges); not both.
+    ValueError or TypeError naming the argument before anything is sent."""
+    if range is not None and count is not None:
+        msg = f"query: expected range or count, not both; got range={range}, count={count}"
+        raise ValueError(msg)
+    duration = None
+    if range is not None:
+        if not isinstance(range, timedelta):
+            msg = f"query: range must be a timedelta, got {type(range).__name__} {range!r}"  # type: ignore[unreachable,unused-ignore]
+            raise TypeError(msg)
+        if range < timedelta(0):
+            msg = f"query: range must be >= 0, got {range}"
+            raise ValueError(msg)
+        duration = convert.duration_to_proto(range)
+    if count is not None:
+        if isinstance(count, bool) or not isinstance(count, int):
+            msg = f"query: count must be an int, got {type(count).__name__} {count!r}"
+            raise TypeError(msg)
+        if count < 1:
+            msg = f"query: count must be >= 1 (leave it out for the whole window), got {count}"
+            raise ValueError(msg)
+    req = pb.QueryRequest(
+        stream=stream, window=window, key=_key(key), range=duration, count=count or 0
+    )
     return Call("Query", req, convert.result_from_proto, True, stream)
 
 

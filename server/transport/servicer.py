@@ -40,6 +40,7 @@ from ..service.fanout import Ending, Fanout, Subscription
 from ..service.inputs import check_request
 from ..service.keyed import KeyedStream, not_keyed
 from ..service.ownership import Ownership
+from ..service.ranges import range_query
 from ..service.refusals import ServiceError, group_refusal, invalid, not_found
 from ..service.registry import Registry
 from ..service.row_results import RowResults, arrow_ipc
@@ -498,17 +499,22 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         return out
 
     async def Query(self, request: pb.QueryRequest, context: Any) -> pb.WindowResult:
+        # a query-time range (range or count): checked before anything is read
+        q = range_query(
+            request.count,
+            (request.range.seconds, request.range.nanos) if request.HasField("range") else None,
+        )
         fetch = self.data_window if request.key else self.window_of
         _, w = await fetch(request.stream, request.window)
         async with self.lock(request.stream):
             self.store_ready("Query")
             s, w = await fetch(request.stream, request.window)
             if isinstance(s, KeyedStream) and request.key:
-                r = await self.run(s.query, request.window, request.key)
+                r = await self.run(s.query, request.window, request.key, q)
             elif request.key:
                 raise not_keyed(request.stream, "is not keyed: query it without a key")
             else:
-                r = await self.run(self.registry.result, request.stream, request.window)
+                r = await self.run(self.registry.result, request.stream, request.window, q)
         return convert.result_to_proto(r, w.type_tags)
 
     # -- keys

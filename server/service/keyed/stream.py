@@ -59,9 +59,10 @@ from mtawindows.v1.types import (
     show,
 )
 
+from ...engine.hopping import HopGroup
 from ...engine.policies import bind_policy
 from ...sentinels import UNSET
-from ...storage.codecs import StructCodec, packb
+from ...storage.codecs import StructCodec, codec_for, packb
 from ...storage.fencing import Fence, FencedError, Op, check_reply, fenced
 from ...storage.journal import JournalEntry, StreamJournal
 from ...storage.keys import GroupKeys, group_lease_keys, key_window_base
@@ -461,17 +462,21 @@ class KeyedStream:
     def add_window(self, w: HostedWindow) -> None:
         """A new window (or one reopened): keys get their instance at their next row."""
         built = w.built
-        monoid = built.monoid
+        # a hopping window's instances hold slices (its final aggregator's items)
+        monoid = built.slice_monoid or built.monoid
         name = w.spec.name
-        self.ops[name] = WindowOps(
+        self.ops[name] = ops = WindowOps(
             name,
             monoid.combine,
             monoid.identity,
-            bind_policy(built.policy, monoid),
+            bind_policy(built.slice_policy or built.policy, monoid),
             batch_safe=built.batch_safe,
             threshold=self.compact_items,
             make_engine=functools.partial(self._new_engine, w),
         )
+        if built.hop is not None:
+            ops.hop, ops.record, ops.cutoff = built.hop, built.monoid, built.slice_policy
+            ops.codec = codec_for(monoid)
         codec = getattr(monoid, "codec", None)
         if codec is not None and not isinstance(codec, StructCodec):  # a plugin's own
             self.packers[name] = codec.pack_values
@@ -906,7 +911,7 @@ class KeyedStream:
         fast = [
             (name, o, lifted[name], o.combine, o.policy)
             for name, o in ops.items()
-            if o.batch_safe and name not in per_row and not final
+            if o.batch_safe and name not in per_row and not final and o.hop is None
         ]
         fast_names = {f[0] for f in fast}
         slow = [(name, o, lifted[name]) for name, o in ops.items() if name not in fast_names]
@@ -968,7 +973,21 @@ class KeyedStream:
                         kw.lsn = lsn
                         us = [lw[i] for i in idx]
                         b0 = _window_bytes(kw)
-                        if name in per_row:
+                        if win_ops.hop is not None:  # a hopping window: the key's hopper
+                            lists: tuple[list[Any], list[int]] | None = (
+                                ([], []) if name in per_row else None
+                            )
+                            hop_ts = [ts[i] for i in idx]
+                            kw.closed, evicted = HopGroup([kw.hopper(win_ops)]).apply(
+                                us, hop_ts, [lists]
+                            )[0]
+                            kw.evicted = evicted
+                            if lists is not None:
+                                rt, rs = row_totals[name], row_sizes[name]
+                                for i, t, sz in zip(idx, *lists, strict=True):
+                                    rt[i] = t
+                                    rs[i] = sz
+                        elif name in per_row:
                             totals: list[Any] = []
                             sizes: list[int] = []
                             evicted = kw.apply(win_ops, us, totals, sizes)
@@ -1066,6 +1085,10 @@ class KeyedStream:
         w = self.windows[name]
         if evicted is None:
             evicted = kw.evicted
+        ops = self.ops[name]
+        if ops.hop is not None:  # a hopping window's: its last closed boundary's
+            last = kw.hopper(ops).last
+            return self._boundary_result(name, st, last, evicted)
         if kw.engine is not None:
             lowered = kw.engine.query()
         else:
@@ -1073,6 +1096,26 @@ class KeyedStream:
         size = len(kw)
         return WindowResult(
             name, w.values(lowered, size), size, evicted, st.batches, st.newest or 0, st.key
+        )
+
+    def _boundary_result(self, name: str, st: KeyState, b: Any, evicted: int) -> WindowResult:
+        """A key's hopping window's result at boundary ``b`` (None: none closed yet)."""
+        w = self.windows[name]
+        if b is None:
+            lowered = w.built.monoid.lower(w.built.monoid.identity)
+            return WindowResult(name, w.values(lowered, 0), 0, 0, 0, 0, st.key)
+        assert w.built.slice_monoid is not None
+        lowered = w.built.slice_monoid.lower(b.aggregate)
+        kw = st.windows[name]
+        return WindowResult(
+            name,
+            w.values(lowered, b.size),
+            b.size,
+            evicted,
+            kw.hopper(self.ops[name]).closed,
+            st.newest or 0,
+            st.key,
+            boundary=b.at,
         )
 
     def _suffix_result(
@@ -1088,14 +1131,25 @@ class KeyedStream:
         )
 
     def _tell(self, touched: list[tuple[str, KeyState]]) -> None:
-        """Subscribers: each window's result for each key the batch changed."""
+        """Subscribers: each window's result for each key the batch changed (a hopping
+        window's: one per boundary the batch closed for the key)."""
         out: dict[str, list[WindowResult]] = {}
         for name in self.windows:
             rs = out[name] = []
+            hopping = self.ops[name].hop is not None
             for _key, st in touched:
                 kw = st.windows.get(name)
-                if kw is not None:
+                if kw is None:
+                    continue
+                if not hopping:
                     rs.append(self._result(name, st, kw))
+                    continue
+                hop = kw.hopper(self.ops[name])
+                first = hop.closed - len(kw.closed)
+                for i, b in enumerate(kw.closed):
+                    r = self._boundary_result(name, st, b, kw.evicted)
+                    r.sequence = first + i + 1
+                    rs.append(r)
         for listener in list(self.listeners):
             listener(self.batches, out)
 

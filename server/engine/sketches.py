@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import Any
 
 from datasketches import (  # type: ignore[import-untyped]
@@ -292,6 +293,7 @@ _FROM_KEY: dict[str, Callable[[str], Any]] = {
     "BOOL": lambda t: t == "1",
 }
 _NO_FALSE_NEGATIVES = frequent_items_error_type.NO_FALSE_NEGATIVES
+_ESTIMATE = itemgetter(1)  # of a row (item, estimate, lower bound, upper bound)
 
 
 class TopK(_Sketch):
@@ -356,9 +358,17 @@ class TopK(_Sketch):
         if not agg or (agg.__class__ is not tuple and agg.is_empty()):
             return None
         rows = self.sketch_of(agg).get_frequent_items(_NO_FALSE_NEGATIVES, 0)
+        k = self.k
+        if len(rows) > k:  # the k largest estimates and their ties, by a sort in C
+            rows.sort(key=_ESTIMATE, reverse=True)
+            kth = rows[k - 1][1]
+            end = k
+            while end < len(rows) and rows[end][1] == kth:
+                end += 1
+            rows = rows[:end]
         item = self._item
         # most frequent first, ties by value (as the field's type orders them)
-        best = sorted((-r[1], item(r[0])) for r in rows)[: self.k]
+        best = sorted((-r[1], item(r[0])) for r in rows)[:k]
         return [{"item": v, "count": -c} for c, v in best]
 
 

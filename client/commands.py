@@ -60,6 +60,8 @@ EPILOG_QUERY = """examples:
   mtawindows query cpu last_hour --json --raw   # JSON, timestamps as int nanoseconds
   mtawindows query hosts last_hour --key web-1                  # a keyed stream: one key's
   mtawindows watch hosts last_hour --key web-1 --key web-2      # those keys' (default: all)
+  mtawindows query cpu last_hour --range 5m     # the last 5 minutes of the window only
+  mtawindows query cpu last_hour --count 100    # its newest 100 rows only
 """
 EPILOG_CLUSTER = """examples:
   mtawindows cluster                                # members, and the owner of every stream
@@ -82,6 +84,15 @@ def parse_duration(text: str) -> timedelta:
         msg = f"expected a duration like 500ms, 30s, 10m, 1h, got {text!r}"
         raise argparse.ArgumentTypeError(msg)
     return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def _row_count(text: str) -> int:
+    """``--count``: a row count >= 1."""
+    t = text.strip()
+    if not t.isdigit() or int(t) < 1:
+        msg = f"expected a row count >= 1, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return int(t)
 
 
 def _env(name: str, default: Any = None) -> Any:
@@ -253,6 +264,20 @@ def add_commands(sub: Any) -> None:
         q.add_argument("window")
         if name == "query":
             q.add_argument("--key", default=None, help="a keyed stream: the key whose result")
+            suffix = q.add_mutually_exclusive_group()
+            suffix.add_argument(
+                "--range",
+                type=parse_duration,
+                default=None,
+                help="only the rows newer than the newest minus this (500ms, 30s, 5m, 1h), as "
+                "a time-range policy counts them (AMTA, LMTA, FLATFAT, BINT, FLATFIT windows)",
+            )
+            suffix.add_argument(
+                "--count",
+                type=_row_count,
+                default=None,
+                help="only the newest COUNT rows (AMTA, LMTA, FLATFAT, BINT, FLATFIT windows)",
+            )
         else:
             q.add_argument(
                 "--key",
@@ -812,7 +837,7 @@ def run(args: argparse.Namespace) -> int:
             out.emit(got, f"{members}\n\n{owners}" if got["owners"] else members)
         elif args.command == "query":
             times = [] if out.raw else _time_outputs(c, args.stream, args.window, out)
-            r = c.query(args.stream, args.window, key=args.key)
+            r = c.query(args.stream, args.window, key=args.key, range=args.range, count=args.count)
             out.emit(r, out.result(args.stream, r, times), times)
         elif args.command == "watch":
             times = [] if out.raw else _time_outputs(c, args.stream, args.window, out)

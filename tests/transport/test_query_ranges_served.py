@@ -10,7 +10,10 @@ the window as it was.
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -32,7 +35,7 @@ from mtawindows.client import (
     WindowSpec,
 )
 from mtawindows.client.errors import from_rpc_error
-from mtawindows.testing import LocalServer
+from mtawindows.testing import LocalServer, mtawindows_command
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1 import windows_pb2_grpc as pb_grpc
 
@@ -287,3 +290,42 @@ def test_a_fifo_engine_on_redis_comes_back_with_its_suffixes(tmp_path: Path) -> 
         with WindowClient(srv.target, timeout=60) as c2:
             assert c2.query("dur", "w", count=7).values == want.values
             assert c2.query("dur", "w", range=timedelta(seconds=3)).values["first"] == 47
+
+
+def cli(target: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MTAWINDOWS_")}
+    return subprocess.run(
+        [*mtawindows_command(), *args, "--target", target],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+
+
+def test_the_cli_queries_a_range_or_a_count(server: LocalServer) -> None:
+    """``mtawindows query STREAM WINDOW --range 5s`` / ``--count N``: the suffix's result as
+    JSON; both at once, or a count of 0, is a usage error (exit 2); an algorithm without
+    suffixes names its reason."""
+    with WindowClient(server.target) as c:
+        make(c, "r_cli", "LMTA", "redis", keyed=False)
+        c.create_window(WindowSpec("r_cli", "daba", AGGS, Policy.count(10), "DABA"))
+        c.append(
+            "r_cli", {"ts": [BASE + i for i in range(10)], "x": list(range(10)), "k": ["a"] * 10}
+        )
+    r = cli(server.target, "query", "r_cli", "by_time", "--range", "3s", "--json")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["size"] == 3 and got["values"]["first"] == 7 and got["values"]["s"] == 7 + 8 + 9
+    r = cli(server.target, "query", "r_cli", "by_count", "--count", "4", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["values"]["first"] == 6
+    r = cli(server.target, "query", "r_cli", "by_count", "--count", "4")
+    assert r.returncode == 0 and "4" in r.stdout, r.stderr
+    for bad in (["--range", "3s", "--count", "2"], ["--count", "0"], ["--range", "soon"]):
+        r = cli(server.target, "query", "r_cli", "by_time", *bad)
+        assert r.returncode == 2, (bad, r.stdout, r.stderr)
+    r = cli(server.target, "query", "r_cli", "daba", "--count", "2", "--json")
+    assert r.returncode != 0
+    assert json.loads(r.stderr)["error"]["reason"] == "RANGE_NOT_SUPPORTED", r.stderr

@@ -67,6 +67,7 @@ class MtaWindowsDataSource(DataSource):
         opts = ConnectorOptions.parse(self.options)
         hopping = hopping_windows(opts)
         if hopping is not None:
+            _no_suffix(opts)
             return BoundariesReader(opts, schema, hopping)
         return ResultsReader(opts, schema)
 
@@ -98,8 +99,21 @@ class KeyFilterDataSource(MtaWindowsDataSource):
         opts = ConnectorOptions.parse(self.options)
         hopping = hopping_windows(opts)
         if hopping is not None:  # no column key to filter on
+            _no_suffix(opts)
             return BoundariesReader(opts, schema, hopping)
         return KeyFilterReader(opts, schema)
+
+
+def _no_suffix(opts: ConnectorOptions) -> None:
+    """Options ``range`` and ``count`` are refused for hopping windows (a row per boundary:
+    the server answers no query-time range of one)."""
+    if opts.range is not None or opts.count:
+        option = "range" if opts.range is not None else "count"
+        msg = (
+            f"option {option!r}: hopping windows answer per slide boundary, not query-time "
+            "ranges; read a window without a slide, or leave the option out"
+        )
+        raise ConnectorError(msg)
 
 
 def _check_write(opts: ConnectorOptions, schema: StructType, overwrite: bool) -> StreamSpec:

@@ -3,9 +3,12 @@ and named in every error (Spark passes the keys lower-cased; several spellings a
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 
+from mtawindows.client.commands import parse_duration
 from mtawindows.client.routing import split_targets
 
 from .connector_errors import ConnectorError
@@ -30,6 +33,9 @@ class ConnectorOptions:
     keys               batch reads of a keyed stream: only these keys (comma-separated)
     key_prefix         batch reads of a keyed stream: only the keys starting with this
     window             read: only this window (default all)
+    range / count      batch reads: each window's result over its newest rows only, a
+                       query-time range ("5m", "30s", "1h", as the CLI's --range) or the newest
+                       N rows (windows of AMTA, LMTA, FLATFAT, BINT, FLATFIT; not both)
     token / tls        bearer token; "true" (system roots) or a CA file path
     batch_rows         rows per Append (default 10000)
     sort               "true": buffer each partition and send it sorted by (key, timestamp);
@@ -50,6 +56,8 @@ class ConnectorOptions:
     keys: tuple[str, ...] | None = None
     key_prefix: str = ""
     window: str = ""
+    range: timedelta | None = None
+    count: int = 0
     token: str | None = None
     tls: bool | str | None = None
     batch_rows: int = 10_000
@@ -91,6 +99,7 @@ class ConnectorOptions:
             tls = None
         else:
             tls = tls_raw
+        range_, count = _suffix(opts)
         starting = opts.get("starting_offsets", "latest").lower()
         if starting not in ("latest", "earliest"):
             msg = f"option 'starting_offsets': expected 'latest' or 'earliest', got {starting!r}"
@@ -103,6 +112,8 @@ class ConnectorOptions:
             keys=_keys(opts),
             key_prefix=opts.get("key_prefix", ""),
             window=opts.get("window", ""),
+            range=range_,
+            count=count,
             token=opts.get("token") or None,
             tls=tls,
             batch_rows=_positive_int(opts, "batch_rows", 10_000),
@@ -131,6 +142,8 @@ _ALIASES: dict[str, str] = {
     "key": "keys",
     "keyprefix": "key_prefix",
     "window": "window",
+    "range": "range",
+    "count": "count",
     "token": "token",
     "tls": "tls",
     "batchrows": "batch_rows",
@@ -153,6 +166,24 @@ def _flag(opts: Mapping[str, str], name: str) -> bool:
         return False
     msg = f"option {name!r}: expected true or false, got {raw!r}"
     raise ConnectorError(msg)
+
+
+def _suffix(opts: Mapping[str, str]) -> tuple[timedelta | None, int]:
+    """Options ``range`` (a duration, parsed as the CLI's ``--range``) and ``count`` (rows
+    >= 1): a query-time range of batch reads; not both."""
+    raw = opts.get("range", "").strip()
+    range_ = None
+    if raw:
+        try:
+            range_ = parse_duration(raw)
+        except argparse.ArgumentTypeError as ex:
+            msg = f"option 'range': {ex}"
+            raise ConnectorError(msg) from None
+    count = _positive_int(opts, "count", 0)
+    if range_ is not None and count:
+        msg = f"option 'range': expected range or count, not both; got range={raw!r}, count={count}"
+        raise ConnectorError(msg)
+    return range_, count
 
 
 def _keys(opts: Mapping[str, str]) -> tuple[str, ...] | None:

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -245,11 +245,15 @@ class ResultsReader(DataSourceReader):
         part: _Part = partition.value
         stream = self.opts.stream
         client = client_for(self.opts)
+        suffix: dict[str, Any] = {"range": self.opts.range, "count": self.opts.count or None}
         if part.keys is None:
             for window in part.windows:
                 with explained(self.opts, f"reading window {stream}/{window}"):
-                    r = client.query(stream, window)
+                    r = client.query(stream, window, **suffix)
                 yield _row(self.schema, stream, None, r)
+            return
+        if self.opts.range is not None or self.opts.count:
+            yield from self._key_suffixes(client, part, suffix)
             return
 
         def get(key: str) -> KeyInfo | None:
@@ -270,6 +274,31 @@ class ResultsReader(DataSourceReader):
                     got = info.results.get(window)
                     if got is not None:
                         yield _row(self.schema, stream, info.key, got)
+
+    def _key_suffixes(
+        self, client: Any, part: _Part, suffix: dict[str, Any]
+    ) -> Iterator[tuple[object, ...]]:
+        """Options ``range`` / ``count`` on a keyed stream: each (key, window)'s Query over
+        that suffix (GetKey answers whole windows only), a few calls in flight."""
+        stream = self.opts.stream
+
+        def query(key: str) -> list[WindowResult]:
+            out = []
+            for window in part.windows:
+                try:
+                    with explained(self.opts, f"reading key {key!r} of {stream}/{window}"):
+                        out.append(client.query(stream, window, key=key, **suffix))
+                except ConnectorError as ex:  # a key gone since it was listed
+                    cause = ex.__cause__
+                    if isinstance(cause, NotFoundError) and cause.reason == Reason.KEY_NOT_FOUND:
+                        return []
+                    raise
+            return out
+
+        with ThreadPoolExecutor(GETS_IN_FLIGHT, thread_name_prefix="mtaw-read") as pool:
+            for key, results in zip(part.keys or (), pool.map(query, part.keys or ()), strict=True):
+                for r in results:
+                    yield _row(self.schema, stream, key, r)
 
 
 class KeyFilterReader(ResultsReader):
@@ -300,6 +329,14 @@ class ResultsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self.schema = schema
         self.target: Offsets | None = None
+        if opts.range is not None or opts.count:
+            option = "range" if opts.range is not None else "count"
+            msg = (
+                f"option {option!r}: a query-time range is for spark.read (each window's "
+                "current result over its newest rows); spark.readStream follows every result "
+                "of the whole windows"
+            )
+            raise ConnectorError(msg)
         if _spec_of(opts).key:
             msg = (
                 f"option 'stream': stream {opts.stream!r} is keyed, and spark.readStream "

@@ -254,23 +254,18 @@ class LevelForest:
     def _cover(self, s: int, e: int) -> list[tuple[int, int]]:
         """The elements ``(level, m)`` that cover the leaves ``[s, e)`` oldest first, as
         :meth:`_fold` picks them (the highest aligned element inside the range that the levels
-        hold), from local bookkeeping only: O(log n) of them, found in O(log n) steps (a valid
-        level is valid one lower too, so each search starts next to the last one)."""
+        hold), from local bookkeeping only: O(log n) of them. The highest aligned level that
+        fits comes from the bits of the position and of what is left; it is lowered while the
+        levels do not hold that element (a held element's children are held too)."""
         has = self._has_element
         out: list[tuple[int, int]] = []
         pos = s
-        lvl = 0
         while pos < e:
-            lvl += 1
-            while lvl and (
-                pos & ((1 << lvl) - 1) or pos + (1 << lvl) > e or not has(lvl, pos >> lvl)
-            ):
+            lvl = (e - pos).bit_length() - 1
+            if pos:
+                lvl = min(lvl, (pos & -pos).bit_length() - 1)
+            while lvl and not has(lvl, pos >> lvl):
                 lvl -= 1
-            while True:
-                up = lvl + 1
-                if pos & ((1 << up) - 1) or pos + (1 << up) > e or not has(up, pos >> up):
-                    break
-                lvl = up
             out.append((lvl, pos >> lvl))
             pos += 1 << lvl
         return out

@@ -60,7 +60,7 @@ from datasketches import (  # type: ignore[import-untyped]
     kll_doubles_sketch,
 )
 
-from ..storage.codecs import register_value_type
+from ..storage import register_value_type
 from .monoids import MonoidBase, _ordered
 
 __all__ = [

@@ -5,7 +5,8 @@ child processes) and the service's stream journal.
 Imports nothing above it (the engine reaches it, never the other way round).
 
 :func:`reopen_store` finds a window's durable store again by its id: the engine reopens a
-window through it without knowing which store that is.
+window through it without knowing which store that is. :func:`register_value_type` lets the
+values of a type that serializes itself (the engine's sketches) through every codec.
 
     from mtawindows.server.storage import MemoryStore, RedisStore, PairStore, reopen_store
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from .codecs import register_value_type
 from .memory import MemoryStore
 from .protocol import (
     CheckpointedWindow,
@@ -55,6 +57,7 @@ __all__ = [
     "StoreUnavailableError",
     "WindowStore",
     "WouldBlock",
+    "register_value_type",
     "reopen_store",
 ]
 

@@ -282,10 +282,10 @@ def test_a_window_on_redis_reopens_with_the_same_answers(redis_url: str) -> None
         store.close()
         again = type(w).open(w.window_id, rec, CountPolicy(300), url=redis_url, durable=True)
         got = again.query()
-        if name in ("AMTA", "LMTA"):  # their aggregates are stored: the very same sketches
-            assert got == before, name
-        else:  # the items are, and combined again: KLL's compaction draws anew
-            inside = rows[-300:]
-            assert got["n"] == 300 and got["d"] == before["d"] and got["top"] == before["top"]
-            assert quantiles_ok(200, DEFAULT_FRACTIONS, got["q"], [r["x"] for r in inside])
+        # a reopened window may combine stored sketches or rows anew: the same top (exact
+        # under the map's capacity), HLL and KLL within their bounds
+        inside = rows[-300:]
+        assert got["n"] == 300 and got["top"] == before["top"]
+        assert distinct_ok(12, got["d"], [r["v"] for r in inside]), name
+        assert quantiles_ok(200, DEFAULT_FRACTIONS, got["q"], [r["x"] for r in inside]), name
         again.close()

@@ -146,7 +146,11 @@ def test_a_redis_window_answers_the_same_after_a_restart(tmp_path: Any) -> None:
         with WindowClient(srv.target, timeout=60) as c:
             for w in ("amta", "lmta"):
                 after = c.query("restart", w).values
-                assert after == before[w], w
+                # the server may combine stored sketches anew: frequent items under its map's
+                # capacity are exact, the same; HLL (a copy fed values keeps its HIP estimate,
+                # a union does not) and KLL (it compacts at random) within their bounds
+                same = ("n", "top")
+                assert {k: after[k] for k in same} == {k: before[w][k] for k in same}, w
                 check(after, seen[-WINDOW:], w)
             # and it goes on sliding from there
             cols, t = batch(rng, t, 300)

@@ -86,6 +86,7 @@ PAGES = {
     "docs/getting-started.md": "start",
     "docs/guides/service.md": "service",
     "docs/guides/keyed.md": "service",
+    "docs/guides/ranges.md": "service",
     "docs/guides/sketches.md": "service",
     "docs/guides/spark.md": "spark",
     "docs/guides/cluster.md": "cluster",

@@ -329,3 +329,27 @@ def test_the_cli_queries_a_range_or_a_count(server: LocalServer) -> None:
     r = cli(server.target, "query", "r_cli", "daba", "--count", "2", "--json")
     assert r.returncode != 0
     assert json.loads(r.stderr)["error"]["reason"] == "RANGE_NOT_SUPPORTED", r.stderr
+
+
+def test_a_hopping_window_refuses_ranges(server: LocalServer) -> None:
+    """A window with a slide answers its last closed boundary: a range or a count of it is
+    refused (``RANGE_NOT_SUPPORTED``), whatever its algorithm."""
+    with WindowClient(server.target) as c:
+        c.create_stream(StreamSpec("r_hop", (Field("x", "INT64"),), ts_unit="s"))
+        c.create_window(
+            WindowSpec(
+                "r_hop",
+                "hop",
+                AGGS,
+                Policy.time_range(timedelta(seconds=30)),
+                slide=timedelta(seconds=10),
+            )
+        )
+        c.append("r_hop", {"ts": [BASE + i for i in range(25)], "x": list(range(25))})
+        before = c.query("r_hop", "hop")
+        for asked in ({"count": 2}, {"range": timedelta(seconds=5)}):
+            with pytest.raises(FailedPreconditionError) as err:
+                c.query("r_hop", "hop", **asked)  # type: ignore[arg-type]
+            assert err.value.reason == "RANGE_NOT_SUPPORTED"
+            assert "hopping" in err.value.message
+        assert c.query("r_hop", "hop") == before

@@ -205,7 +205,8 @@ class Presenter:
             f"(newest row {newest})"
         )
         if r.boundary:  # a hopping window's: its last closed boundary's
-            head = f"{stream}/{r.window}{key}: {r.size:,} rows before {self.boundary(r)}"
+            rows = "1 row" if r.size == 1 else f"{r.size:,} rows"
+            head = f"{stream}/{r.window}{key}: {rows} before {self.boundary(r)}"
 
         return "\n".join([head, *self.values(r.values, time_outputs)])
 

@@ -88,6 +88,7 @@ PAGES = {
     "docs/guides/keyed.md": "service",
     "docs/guides/ranges.md": "service",
     "docs/guides/sketches.md": "service",
+    "docs/guides/hopping.md": "service",
     "docs/guides/spark.md": "spark",
     "docs/guides/cluster.md": "cluster",
     "docs/guides/engine.md": "engine",

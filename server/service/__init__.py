@@ -8,7 +8,8 @@ Modules, by idea:
 * one stream: ``stream`` (its ingestion), ``batch`` (what an append asks, the batch on its way
   in), ``columns`` (a batch's columns against the schema), ``reorder`` (the lateness rule and
   reorder buffer), ``state`` (a stream's state and its JSON), ``hosted_window`` (one window of
-  a stream: its engine, results and stats), ``fanout`` (results to subscribers);
+  a stream: its engine, results and stats), ``fanout`` (results to subscribers), ``ranges``
+  (query-time ranges: a suffix of a window, asked at query time);
 * keyed streams: ``keyed`` (a window instance per key, keys by key group, the key cache);
 * definitions into engines: ``window_builder`` (``build_window``), ``monoid_catalog``,
   ``plugins``, ``policy_catalog``, ``cel`` (expression policies), ``columnar_lift``,

@@ -327,8 +327,9 @@ class HostedWindow:
             # open slice's
             "size": s["size"] if hop is None else hop.held + hop.open_rows,
             "levels": s["levels"],
-            "inserted": s["inserted"],
-            "evicted": s["evicted"],
+            # a hopping window's: rows (its engine counts slices)
+            "inserted": s["inserted"] if hop is None else hop.rows,
+            "evicted": s["evicted"] if hop is None else hop.rows - hop.held - hop.open_rows,
             "bulk_evictions": s["bulk_evictions"],
             "store_round_trips": store.get("round_trips", 0),
             "cache_misses": store.get("misses", 0),

@@ -98,6 +98,18 @@ def _hopping(spec: WindowSpec, built: Built, layout: tuple[str, ...] | None) -> 
         raise DefinitionError(
             "spec.slide", f"expected a slide and a range > 0, got {spec.slide} and {size}"
         )
+    lowering = [
+        o.name
+        for o in built.outputs
+        if o.plugin and built.monoid.field_lowers()[o.name][1] is not None
+    ]
+    if lowering:
+        raise DefinitionError(
+            "spec.slide",
+            f"output {lowering[0]!r} is a plugin monoid with a lower of its own: a hopping "
+            "window lowers its results at the boundaries, after their rows are applied, where "
+            "a lower that raises could not refuse them; use it in a window without a slide",
+        )
     built.hop = HopPlan(slide_kind, slide, range_kind, size)
     built.slice_monoid = slice_record(built.monoid)
     built.slice_policy = SliceCutoff()

@@ -560,3 +560,20 @@ def test_an_overflowing_policy_on_a_server_counts_errors_and_keeps_the_rows(
             assert (got.size, got.values["n"]) == (4, 4)
         assert errors["mem"] >= 2
         assert errors["plugged"] == errors["mem"]
+
+
+@pytest.mark.server
+@pytest.mark.redis
+def test_a_hopping_window_refuses_a_plugin_that_lowers(picky_server: LocalServer) -> None:
+    """A hopping window lowers its results at the boundaries, after their rows are applied:
+    a plugin's lower that raises could not refuse them, so such a plugin is refused at
+    creation (naming spec.slide), and nothing is created."""
+    from datetime import timedelta
+
+    with WindowClient(picky_server.target, timeout=30) as c:
+        c.create_stream(StreamSpec("pk_hop", (Field("x"),), wall_clock=False))
+        spec = WindowSpec("pk_hop", "h", PICKY_AGGS, Policy.count(3), slide=timedelta(seconds=1))
+        e = rpc_error(lambda: c.create_window(spec))
+        assert (e.code, e.reason) == ("INVALID_ARGUMENT", "INVALID_DEFINITION")
+        assert "spec.slide" in e.message and "'p'" in e.message
+        assert c.get_stream("pk_hop").windows == []

@@ -391,17 +391,6 @@ class AggregatorWindow(StoreSeam):
             return self.aggregate(), n
         return core.query_suffix(r), r
 
-    def query_range(
-        self,
-        *,
-        count: int | None = None,
-        time_range: Any = None,
-        field: str | None = None,
-    ) -> Any:
-        """``lower`` of :meth:`aggregate_range`."""
-        agg, _ = self.aggregate_range(count=count, time_range=time_range, field=field)
-        return self._lower(agg)
-
     # ------------------------------------------------------------------ the algorithm
     def _plan(self, extra: Sequence[Any]) -> tuple[Any, int]:
         """(the total with ``extra`` appended, how many of the oldest leave): changes nothing."""

@@ -537,17 +537,6 @@ class MTAWindow(StoreSeam, LevelForest):
             return self._identity, 0
         return self._suffix_fold(s, got), self._next - s
 
-    def query_range(
-        self,
-        *,
-        count: int | None = None,
-        time_range: Any = None,
-        field: str | None = None,
-    ) -> Any:
-        """``lower`` of :meth:`aggregate_range`."""
-        agg, _ = self.aggregate_range(count=count, time_range=time_range, field=field)
-        return self._lower(agg)
-
     def clear(self) -> None:
         """Evict everything."""
         self._check_usable()

@@ -52,8 +52,26 @@ class StoreSeam:
     _ledger: Ledger
     on_stale: Callable[[], None] | None
 
+    _lower: Callable[[Any], Any]
+
     def flush(self, *, wait: bool = True, meta: dict[str, Any] | None = None) -> Any:
         raise NotImplementedError  # pragma: no cover - each window's
+
+    def aggregate_range(
+        self, *, count: int | None = None, time_range: Any = None, field: str | None = None
+    ) -> tuple[Any, int]:
+        raise NotImplementedError  # pragma: no cover - each window's
+
+    def query_range(
+        self,
+        *,
+        count: int | None = None,
+        time_range: Any = None,
+        field: str | None = None,
+    ) -> Any:
+        """``lower`` of :meth:`aggregate_range`: the result over a suffix of the window."""
+        agg, _ = self.aggregate_range(count=count, time_range=time_range, field=field)
+        return self._lower(agg)
 
     def _record(
         self,

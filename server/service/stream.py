@@ -16,7 +16,7 @@ import functools
 import gc
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import AppendResult, StreamInfo, StreamSpec, WindowResult, clip, show
@@ -385,15 +385,7 @@ class Stream:
                 raise Deferred(batch) from None
             except StoreError as ex:
                 win.restart_shadow()
-                if self.journal is not None:
-                    # journaled: recovery replays the batch into every window that lacks it
-                    self.stale = True
-                if batch.replay:
-                    raise
-                if self.journal is not None and isinstance(ex, FencedError):
-                    # the batch is in the journal: the new owner applies it; not "nothing done"
-                    raise moved_after_journal(self.spec.name) from None
-                raise store_unavailable(self.spec.name, ex, window=name) from None
+                self._store_failed(batch, name, ex)
             if win.engine.inserted == inserted and batch.released_ts:  # the engine took none
                 win.restart_shadow()
             elif nonblocking and win.shadow is not None:
@@ -405,6 +397,18 @@ class Stream:
                 batch.per_row[name] = per_row
             batch.applied.add(name)
             win.lsn = batch.lsn
+
+    def _store_failed(self, batch: Batch, name: str, ex: StoreError) -> NoReturn:
+        """A window failed on the store while taking ``batch``: what the caller is told."""
+        if self.journal is not None:
+            # journaled: recovery replays the batch into every window that lacks it
+            self.stale = True
+        if batch.replay:
+            raise ex
+        if self.journal is not None and isinstance(ex, FencedError):
+            # the batch is in the journal: the new owner applies it; not "nothing done"
+            raise moved_after_journal(self.spec.name) from None
+        raise store_unavailable(self.spec.name, ex, window=name) from None
 
     def hop_groups(self) -> dict[str, list[str]]:
         """The hopping windows sharing slices (HopGroup): each window's group, by name (the
@@ -449,13 +453,7 @@ class Stream:
         try:
             got = group.apply(batch.lifted[name], batch.released_ts, per_row)
         except StoreError as ex:
-            if self.journal is not None:
-                self.stale = True
-            if batch.replay:
-                raise
-            if self.journal is not None and isinstance(ex, FencedError):
-                raise moved_after_journal(self.spec.name) from None
-            raise store_unavailable(self.spec.name, ex, window=name) from None
+            self._store_failed(batch, name, ex)
         for m, win, (closed, evicted), lists in zip(members, wins, got, per_row, strict=True):
             batch.evicted[m] = evicted
             batch.boundaries[m] = closed

@@ -146,7 +146,11 @@ def test_the_commands_send_the_keys(stand_in: StandIn, capsys: pytest.CaptureFix
 
     code, out, _ = run(capsys, "query", "hosts", "w", "--key", "h2")
     assert code == 0 and json.loads(out)["key"] == "h2"
-    assert stand_in.asked[-1] == ("query", ("hosts", "w"), {"key": "h2"})
+    assert stand_in.asked[-1] == (
+        "query",
+        ("hosts", "w"),
+        {"key": "h2", "range": None, "count": None},
+    )
 
     code, out, _ = run(capsys, "watch", "hosts", "w", "--key", "h1", "--key", "h3")
     assert code == 0

@@ -54,7 +54,8 @@ T = TypeVar("T")  # what the client returns
 
 RESULTS = {"none": pb.NONE, "final": pb.FINAL, "per_row": pb.PER_ROW}
 RETRYABLE = (UnavailableError, DeadlineExceededError)
-DEFAULT_TRIES = 5  # tries of a call to a server alone (not a cluster), unless retries is set
+DEFAULT_TRIES = 7  # tries of a call to a server alone (not a cluster), unless retries is set
+# (their pauses, 50 ms doubling with jitter, wait out about 1.5 to 4.5 s: a server restarting)
 MAX_REDIRECTS = 8  # NOT_OWNER redirects one call follows (relays through a member included)
 
 Key = str | int  # a key of a keyed stream: a STRING key field's str, an INT64 one's int

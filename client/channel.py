@@ -21,13 +21,24 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # the server's default limit too
 
 
 def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
-    """gRPC channel options: messages up to ``max_message_bytes`` both ways, and the
-    keepalive of :func:`mtawindows.v1.keepalive.channel_options`."""
+    """gRPC channel options: messages up to ``max_message_bytes`` both ways, the keepalive of
+    :func:`mtawindows.v1.keepalive.channel_options`, and reconnection paced for a server
+    that restarts: gRPC's own backoff (1 s, then growing to 120 s) would refuse calls
+    ("failed to connect to all addresses") for seconds after the server is back, longer
+    than the SDK's retries wait; here a lost connection is tried again every 0.1 s, growing
+    to 1 s."""
     return [
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.initial_reconnect_backoff_ms", RECONNECT_MIN_MS),
+        ("grpc.min_reconnect_backoff_ms", RECONNECT_MIN_MS),
+        ("grpc.max_reconnect_backoff_ms", RECONNECT_MAX_MS),
         *keepalive.channel_options(),
     ]
+
+
+RECONNECT_MIN_MS = 100
+RECONNECT_MAX_MS = 1000
 
 
 def credentials(tls: bool | str | None) -> grpc.ChannelCredentials | None:

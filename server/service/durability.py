@@ -13,7 +13,7 @@ from typing import Any
 from ..storage.protocol import StoreError
 from .hosted_window import HostedWindow
 from .refusals import store_unavailable
-from .state import StreamState, state_from_json, state_json
+from .state import SEQUENCE_GAP_AFTER_CRASH, StreamState, state_from_json, state_json
 from .stream import Stream
 
 log = logging.getLogger("mtawindows.service")
@@ -128,6 +128,10 @@ def recover(s: Stream, *, reload: bool = True) -> None:
                     w.evicted = int(metas[n].get("evicted", 0))  # its last batch's
                     if w.hopper is not None:
                         w.hopper.restore(metas[n].get("hop"))
+                        if state.unclean:
+                            # its boundaries after the checkpoint are lost with their rows:
+                            # the new ones are numbered past every number readers saw
+                            w.hopper.closed += SEQUENCE_GAP_AFTER_CRASH
                 elif not reload:
                     w.lsn = end  # in memory: empty after a restart, joins after the journal
             for e in entries:

@@ -28,6 +28,8 @@ class StreamState:
     buffer: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)  # heap
     arrivals: int = 0  # tie-breaker of the heap: arrival order
     lsn: int = 0  # appends applied: the journal's sequence number of the last one
+    # loaded after an unclean stop without a journal (never saved): result numbers jump
+    unclean: bool = field(default=False, compare=False)
 
 
 def state_json(st: StreamState, *, clean: bool = False) -> str:
@@ -61,6 +63,7 @@ def state_from_json(blob: bytes | str, *, journaled: bool = False) -> StreamStat
         st.sequence = st.batches_appended
     if not clean and not journaled:
         st.sequence += SEQUENCE_GAP_AFTER_CRASH
+        st.unclean = True
     st.buffer = [(t, a, r) for t, a, r in d.get("buffer", [])]
     heapq.heapify(st.buffer)
     return st

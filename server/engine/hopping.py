@@ -80,20 +80,21 @@ class HopPlan:
         return min(a, b)
 
     def describe(self) -> str:
-        what = f"slide {self._show(self.slide_kind, self.slide)}, range {self._show(self.range_kind, self.range)}"
+        what = f"slide {self.show(self.slide_kind, self.slide)}, range {self.show(self.range_kind, self.range)}"
         if not self.sliced:
             return f"{what}; a slice per row (the slide and the range count different things)"
         shift = (-self.range) % self.slide
-        s = self._show(self.slide_kind, self.slide)
+        s = self.show(self.slide_kind, self.slide)
         edges = (
             f"slice edges every {s}"
             if not shift
-            else f"slice edges every {s} and {self._show(self.slide_kind, self.range)} before each"
+            else f"slice edges every {s} and {self.show(self.slide_kind, self.range)} before each"
         )
         return f"{what}; Pairs slices, {edges}"
 
     @staticmethod
-    def _show(kind: str, n: int) -> str:
+    def show(kind: str, n: int) -> str:
+        """``n`` positions of ``kind`` as text: 10s, 1m, 500ms; 1,000 rows."""
         if kind == "rows":
             return f"{n:,} rows"
         for unit, per in (

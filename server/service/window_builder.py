@@ -78,6 +78,11 @@ def build_window(stream: StreamSpec, spec: WindowSpec) -> Built:
     return built
 
 
+# a time range over a time slide: a row after a pause closes up to range / slide boundaries
+# (each a result, as Spark's window() emits each window holding a row): a day of 1 s slides
+MAX_BOUNDARIES_PER_RANGE = 100_000
+
+
 def _hopping(spec: WindowSpec, built: Built, layout: tuple[str, ...] | None) -> None:
     """A hopping window's plan and final aggregator (:mod:`..engine.hopping`)."""
     p = spec.policy
@@ -109,6 +114,14 @@ def _hopping(spec: WindowSpec, built: Built, layout: tuple[str, ...] | None) -> 
             f"output {lowering[0]!r} is a plugin monoid with a lower of its own: a hopping "
             "window lowers its results at the boundaries, after their rows are applied, where "
             "a lower that raises could not refuse them; use it in a window without a slide",
+        )
+    if slide_kind == range_kind == "time" and size // slide > MAX_BOUNDARIES_PER_RANGE:
+        raise DefinitionError(
+            "spec.slide",
+            f"a slide of {HopPlan.show('time', slide)} over a range of "
+            f"{HopPlan.show('time', size)} gives {size // slide:,} boundaries per "
+            f"range: at most {MAX_BOUNDARIES_PER_RANGE:,} (a row after a pause closes up to "
+            "that many, each a result); use a longer slide",
         )
     built.hop = HopPlan(slide_kind, slide, range_kind, size)
     built.slice_monoid = slice_record(built.monoid)

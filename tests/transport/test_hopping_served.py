@@ -238,6 +238,15 @@ def test_definitions_refused(server: LocalServer) -> None:
         expr = WindowSpec("hop_bad", "w", AGGS, Policy.expression("total.n > 3"), slide=2)
         with pytest.raises(InvalidArgumentError, match=r"spec\.slide"):
             c.create_window(expr)
+        tiny = WindowSpec(
+            "hop_bad",
+            "w",
+            AGGS,
+            Policy.time_range(timedelta(seconds=30)),
+            slide=timedelta(microseconds=1),
+        )
+        with pytest.raises(InvalidArgumentError, match="30,000,000 boundaries per range"):
+            c.create_window(tiny)
         assert c.get_stream("hop_bad").windows == []
     with pytest.raises(ValueError, match="slide"):
         WindowSpec("s", "w", AGGS, Policy.count(3), slide=0)

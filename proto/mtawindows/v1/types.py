@@ -104,7 +104,7 @@ def _check_duration(
     if not low_ok or (upper and value > MAX_DURATION):
         low = "> 0" if positive else ">= 0"
         high = f" and <= {MAX_DURATION.days} days" if upper else ""
-        msg = f"expected a duration {low}{high}, got {value}"
+        msg = f"expected a duration {low}{high}, got {value.total_seconds():g} s"
         raise SpecError(name, msg, owner=owner)
 
 

@@ -357,6 +357,53 @@ def others(out_dir: Path, quick: bool, budget: float) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- output
 
 
+def slicing(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Pairs (what the server runs) against Panes (slices of gcd(range, slide)) as the slicing
+    of one hopping window, in process: the same Hopper and final aggregator (AMTA over max +
+    sum + count), the same rows (``--slicing-rows`` at 1,000 rows/s); rows/s, slices pushed,
+    and the boundaries' results compared."""
+    import numpy as np
+
+    from mtawindows.server.engine import AmortizedMTA, Count, Max, Record, Sum
+    from mtawindows.server.engine.hopping import Hopper, HopPlan, SliceCutoff, slice_record
+
+    class PanesPlan(HopPlan):
+        def next_edge(self, pos: int) -> int:
+            g = math.gcd(self.range, self.slide)
+            return (pos // g + 1) * g
+
+    rec = Record(m=Max("v"), s=Sum("v"), n=Count())
+    n = args.slicing_rows
+    rng = np.random.default_rng(7)
+    ts = (np.cumsum(rng.integers(0, 2_000_000, n)) + 1_700_000_000 * 10**9).tolist()
+    lifted = [rec.lift({"v": float(x)}) for x in rng.normal(100.0, 15.0, n)]
+    out: list[dict[str, Any]] = []
+    for range_s, slide_s in ((600, 1), (600, 7), (61, 10), (65, 10)):
+        got: dict[str, Any] = {}
+        for name, cls in (("Pairs", HopPlan), ("Panes", PanesPlan)):
+            cut = SliceCutoff()
+            srec = slice_record(rec)
+            engine = AmortizedMTA(srec, cut)
+            h = Hopper(cls("time", slide_s * 10**9, "time", range_s * 10**9), rec, engine, cut)
+            seconds, (bs, _) = timed(lambda h=h: h.apply(lifted, ts))
+            got[name] = [(b.at, b.size, srec.lower(b.aggregate)["m"]) for b in bs]
+            out.append(
+                {
+                    "experiment": "slicing",
+                    "case": name,
+                    "range_s": range_s,
+                    "slide_s": slide_s,
+                    "rows": n,
+                    "seconds": round(seconds, 3),
+                    "rows_per_s": round(n / seconds),
+                    "slices": engine.inserted,
+                    "boundaries": len(bs),
+                    "agree": got.get("Pairs") == got[name],
+                }
+            )
+    return out
+
+
 def write(results: list[dict[str, Any]], out_dir: Path, args: argparse.Namespace) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = "queries" + ("-quick" if args.quick else "")
@@ -410,6 +457,21 @@ def write(results: list[dict[str, Any]], out_dir: Path, args: argparse.Namespace
                 f"| {q} | {a['rows_per_s']:,} | {b['rows_per_s']:,} | "
                 f"{a['rows_per_s'] / b['rows_per_s']:.2f}x | {a['note'].replace('|', '/')} |"
             )
+        lines.append("")
+    cuts = [r for r in results if r["experiment"] == "slicing"]
+    if cuts:
+        lines += [
+            f"## Slicing: Pairs (the server's) vs Panes, in process ({cuts[0]['rows']:,} rows "
+            "at 1,000 rows/s, AMTA over max + sum + count)",
+            "",
+            "| range | slide | slicing | rows/s | slices pushed | boundaries | same results |",
+            "|---:|---:|---|---:|---:|---:|---|",
+        ]
+        lines += [
+            f"| {r['range_s']} s | {r['slide_s']} s | {r['case']} | {r['rows_per_s']:,} | "
+            f"{r['slices']:,} | {r['boundaries']:,} | {r['agree']} |"
+            for r in cuts
+        ]
         lines.append("")
     rest = [r for r in results if r["experiment"].startswith("others:")]
     if not rest:
@@ -484,7 +546,8 @@ def main() -> int:
     p.add_argument("--shared-budget", type=float, default=60.0, help="seconds per case at most")
     p.add_argument("--storage", default="memory", choices=("memory", "redis"))
     p.add_argument("--others", action="store_true", help="run bench_ranges/sketches in --quick too")
-    p.add_argument("--skip", default="", help="comma-separated: spark, shared, others")
+    p.add_argument("--slicing-rows", type=int, default=1_000_000)
+    p.add_argument("--skip", default="", help="comma-separated: spark, shared, slicing, others")
     p.add_argument("--quick", action="store_true", help="a smoke run, under 60 s")
     p.add_argument("--out", type=Path, default=OUT, help=f"output directory [{OUT}]")
     args = p.parse_args()
@@ -492,6 +555,7 @@ def main() -> int:
     if args.quick:
         args.rows, args.budget = 20_000, 3.0
         args.shared_rows, args.shared_budget = 20_000, 3.0
+        args.slicing_rows = 20_000
         if not args.others:
             skip.add("others")
     work = Path(tempfile.mkdtemp(prefix="mtaw-bench-queries-"))
@@ -509,6 +573,8 @@ def main() -> int:
                 spark.stop()
         if "shared" not in skip:
             results += shared_vs_separate(srv, args)
+        if "slicing" not in skip:
+            results += slicing(args)
     finally:
         srv.stop()
     if "others" not in skip:

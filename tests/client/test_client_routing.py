@@ -661,11 +661,11 @@ def _refusal(code: str, reason: str = "", target: str = "a:1", **md: str) -> Mta
 def test_a_course_waits_out_a_failover_only_in_a_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     """Unset ``retries``: in a cluster, an unreachable server, a timeout, a store failure are
     waited out as long as ``retry_time`` allows (counted in time from the first try, not in
-    tries); five tries on a server alone; a call that may not be resent ends at once, unless
+    tries); DEFAULT_TRIES (7) tries on a server alone; a call that may not be resent ends at once, unless
     nothing of it was done (STREAM_MOVING, MEMBER_ISOLATED)."""
     read = calls.query("s", "w")
     alone = calls.Course(read, Topology(("a:1",)), retries=None, retry_time=10)
-    for _ in range(4):
+    for _ in range(calls.DEFAULT_TRIES - 1):
         assert alone.failed(_refusal("UNAVAILABLE")).pause == 0.001
     with pytest.raises(UnavailableError):
         alone.failed(_refusal("UNAVAILABLE"))

@@ -162,17 +162,30 @@ class HostedWindow:
             out[o.name] = v
         return out
 
-    def boundary_result(self, b: Boundary) -> WindowResult:
-        """A hopping window's result at boundary ``b`` (numbered by the boundaries closed)."""
+    def boundary_result(
+        self,
+        b: Boundary | None,
+        *,
+        evicted: int,
+        sequence: int,
+        timestamp: int,
+        key: str = "",
+    ) -> WindowResult:
+        """A hopping window's result at boundary ``b`` (None: none closed yet, empty), of the
+        window or of a keyed stream's ``key``; ``sequence`` numbers the boundaries closed."""
+        if b is None:
+            lowered = self.built.monoid.lower(self.built.monoid.identity)
+            return WindowResult(self.spec.name, self.values(lowered, 0), 0, 0, 0, 0, key)
         assert self.built.slice_monoid is not None
         lowered = self.built.slice_monoid.lower(b.aggregate)
         return WindowResult(
             self.spec.name,
             self.values(lowered, b.size),
             b.size,
-            self.evicted,
-            self.sequence,
-            self.timestamp,
+            evicted,
+            sequence,
+            timestamp,
+            key,
             boundary=b.at,
         )
 
@@ -180,11 +193,12 @@ class HostedWindow:
         """The current result; ``evicted``: the rows the batch that produced it evicted
         (default: the last batch's). A hopping window's: its last closed boundary's."""
         if self.hopper is not None:
-            last = self.hopper.last
-            if last is None:  # no boundary closed yet: empty
-                lowered = self.built.monoid.lower(self.built.monoid.identity)
-                return WindowResult(self.spec.name, self.values(lowered, 0), 0, 0, 0, 0)
-            return self.boundary_result(last)
+            return self.boundary_result(
+                self.hopper.last,
+                evicted=self.evicted,
+                sequence=self.sequence,
+                timestamp=self.timestamp,
+            )
         if evicted is None:
             evicted = self.evicted
         # first: a window reloading after a store failure does it here, before its size

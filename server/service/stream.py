@@ -493,7 +493,11 @@ class Stream:
                 out = []
                 for i, b in enumerate(closed):
                     w.sequence = first + i + 1
-                    out.append(w.boundary_result(b))
+                    out.append(
+                        w.boundary_result(
+                            b, evicted=w.evicted, sequence=w.sequence, timestamp=w.timestamp
+                        )
+                    )
                 w.history.extend(out)
                 finals[n] = out
                 continue

@@ -1100,22 +1100,9 @@ class KeyedStream:
 
     def _boundary_result(self, name: str, st: KeyState, b: Any, evicted: int) -> WindowResult:
         """A key's hopping window's result at boundary ``b`` (None: none closed yet)."""
-        w = self.windows[name]
-        if b is None:
-            lowered = w.built.monoid.lower(w.built.monoid.identity)
-            return WindowResult(name, w.values(lowered, 0), 0, 0, 0, 0, st.key)
-        assert w.built.slice_monoid is not None
-        lowered = w.built.slice_monoid.lower(b.aggregate)
-        kw = st.windows[name]
-        return WindowResult(
-            name,
-            w.values(lowered, b.size),
-            b.size,
-            evicted,
-            kw.hopper(self.ops[name]).closed,
-            st.newest or 0,
-            st.key,
-            boundary=b.at,
+        closed = st.windows[name].hopper(self.ops[name]).closed if b is not None else 0
+        return self.windows[name].boundary_result(
+            b, evicted=evicted, sequence=closed, timestamp=st.newest or 0, key=st.key
         )
 
     def _suffix_result(

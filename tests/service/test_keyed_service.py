@@ -25,6 +25,7 @@ from mtawindows.server.service.limits import Limits
 from mtawindows.server.service.refusals import ServiceError
 from mtawindows.server.storage import EmbeddedRedis
 from mtawindows.server.storage.keys import WindowKeys
+from mtawindows.server.storage.protocol import CorruptDataError, StoreUnavailableError
 from mtawindows.v1.keys import key_group
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import Aggregation, Field, Policy, Storage, StreamSpec, WindowSpec
@@ -863,6 +864,86 @@ def test_a_flush_not_written_marks_its_groups_changed_again(keyed: Any) -> None:
     k.reopen()
     k.check()
     assert sorted(p.key for p in k.stream.list_keys("", 0, "")[0]) == ["a", "c"]
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_an_unfenced_flush_writes_every_group_in_one_round_trip(
+    keyed: Any, durable: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server on its own (no fence) writes every changed group of a flush in one round
+    trip, each group in a MULTI/EXEC of its own; the groups' journals are trimmed to their
+    states, and a restart without a flush finds every key exact."""
+    k = keyed(durable=durable, key_groups=8)
+    names = [f"h{i:02d}" for i in range(40)]
+    assert len({key_group(n, 8) for n in names}) == 8
+    for ts in (1000, 2000):
+        k.append(names, [ts] * len(names), [float(i) for i in range(len(names))])
+    rounds = []
+    execute = redis.client.Pipeline.execute
+
+    def counted(pipe: Any, *args: Any, **kw: Any) -> Any:
+        rounds.append(len(pipe.command_stack))
+        return execute(pipe, *args, **kw)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", counted)
+    probe = redis.Redis.from_url(k.url)
+    multi = int(probe.info("commandstats").get("cmdstat_multi", {}).get("calls", 0))
+    k.stream.flush()
+    assert len(rounds) == 1, rounds
+    got = int(probe.info("commandstats")["cmdstat_multi"]["calls"]) - multi
+    assert got == 8  # one transaction per group
+    assert all(not t.changed for t in k.stream.groups.values())
+    for t in k.stream.groups.values():
+        if durable:
+            assert probe.llen(t.keys.journal) == 0
+            assert t.journal.first == t.state.lsn + 1
+        assert probe.hlen(t.keys.keys) == sum(key_group(n, 8) == t.group for n in names)
+    probe.close()
+    monkeypatch.undo()
+    k.reopen(flush=False)
+    k.check()
+
+
+def test_an_unfenced_flush_marks_back_the_groups_it_did_not_write(keyed: Any) -> None:
+    """One round trip for all groups: a group whose transaction failed (here its keys' hash
+    is not a hash) is marked back, its keys dirty again, and the failure raised; the others
+    are written. When the round trip itself fails, every group is marked back. The next
+    flushes write them: a restart finds every key exact."""
+    k = keyed(key_groups=4)
+    names = [f"h{i:02d}" for i in range(24)]
+    k.append(names, [1000] * len(names), [1.0] * len(names))
+    groups = k.stream.groups
+    bad = groups[key_group(names[0], 4)]
+    probe = redis.Redis.from_url(k.url)
+    probe.set(bad.keys.keys, "not a hash")
+    with pytest.raises(CorruptDataError):
+        k.stream.flush()
+    assert bad.changed and bad.dirty == {n for n in names if key_group(n, 4) == bad.group}
+    assert all(not t.changed for t in groups.values() if t is not bad)
+    probe.delete(bad.keys.keys)
+    k.stream.flush()
+    assert all(not t.changed for t in groups.values())
+    # the round trip fails: every group it held is marked back
+    k.append(names, [2000] * len(names), [2.0] * len(names))
+    real = k.stream._script_pipeline
+
+    def broken() -> Any:
+        pipe = real()
+
+        def fail(*args: Any, **kw: Any) -> Any:
+            raise redis.ConnectionError("connection lost")
+
+        pipe.execute = fail
+        return pipe
+
+    k.stream._script_pipeline = broken
+    with pytest.raises(StoreUnavailableError):
+        k.stream.flush()
+    assert all(t.changed and t.dirty for t in groups.values())
+    del k.stream._script_pipeline
+    probe.close()
+    k.reopen()
+    k.check()
 
 
 def test_flushes_written_on_another_thread_while_appends_go_on(keyed: Any) -> None:

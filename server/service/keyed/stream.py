@@ -1569,10 +1569,15 @@ class KeyedStream:
     def _write(self, jobs: list[_GroupWrite]) -> None:
         """Write prepared groups, one fenced script each; a group not written is marked
         back (its keys dirty again, as they are in memory, for the next flush). Fenced
-        groups (a cluster's) go in one pipeline: one round trip for all of them."""
-        if len(jobs) > 1 and all(j.table.fence is not None and j.table.fence.active for j in jobs):
-            self._write_pipelined(jobs)
-            return
+        groups (a cluster's) go in one pipeline: one round trip for all of them; so do
+        unfenced ones (a server on its own), each group's writes in a MULTI/EXEC of its own."""
+        if len(jobs) > 1:
+            if all(j.table.fence is not None and j.table.fence.active for j in jobs):
+                self._write_pipelined(jobs)
+                return
+            if all(j.table.fence is None or not j.table.fence.active for j in jobs):
+                self._write_transactions(jobs)
+                return
         lost: GroupTable | None = None
         for i, job in enumerate(jobs):
             table = job.table
@@ -1598,6 +1603,60 @@ class KeyedStream:
             job.done()
         if lost is not None:
             raise self._fenced_out(lost)
+
+    def _write_transactions(self, jobs: list[_GroupWrite]) -> None:
+        """:meth:`_write` of unfenced groups: each group's writes one ``MULTI``/``EXEC`` (as
+        :meth:`StreamJournal.commit_state` and ``save_state`` write them), all of them in one
+        round trip. A group whose transaction failed is marked back, as is every group when
+        the round trip itself failed (none, some or all were applied: written again next
+        time); the others are done. The first failure is raised as those methods raise it."""
+        pipe = self._script_pipeline()  # (a plain pipeline, on the stream's node)
+        ends: list[int] = []  # per job, the index of its last reply (its EXEC's)
+        n = 0
+        for job in jobs:
+            j = job.table.journal
+            ops = (
+                j.commit_ops(job.blob, job.lsn, job.ops)
+                if job.journal
+                else j.state_ops(job.blob, job.ops)
+            )
+            several = len(ops) > 1
+            if several:
+                pipe.execute_command("MULTI")
+            for cmd, key, args in ops:
+                pipe.execute_command(cmd, key, *args)
+            if several:
+                pipe.execute_command("EXEC")
+            n += len(ops) + 2 * several
+            ends.append(n - 1)
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except (redis.RedisError, StoreError) as ex:
+            for job in jobs:  # none, some or all were applied: written again next time
+                job.undo()
+            raise jobs[0].table.journal.failed(ex, "save key groups' states") from ex
+        failed: BaseException | None = None
+        for job, end in zip(jobs, ends, strict=True):
+            reply = replies[end]
+            err = reply if isinstance(reply, Exception) else None
+            if err is None and isinstance(reply, list):  # a command of the EXEC failed
+                err = next((r for r in reply if isinstance(r, Exception)), None)
+            j = job.table.journal
+            if err is not None:
+                job.undo()
+                if failed is None:
+                    doing = (
+                        f"save the stream's state at lsn {job.lsn}"
+                        if job.journal
+                        else "save the stream's state"
+                    )
+                    failed = j.failed(err, doing)
+                continue
+            if job.journal:
+                j.committed(job.lsn)
+            job.done()
+        if failed is not None:
+            raise failed
 
     def _write_pipelined(self, jobs: list[_GroupWrite]) -> None:
         """:meth:`_write` of fenced groups: each group's writes one script (atomic, refused

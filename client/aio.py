@@ -392,6 +392,20 @@ class AsyncWindowClient(ClientBase):
         call = calls.query(stream, window, key, range, count)
         return await self._run(call, timeout, await self._keyed_course(call, call.request.key))
 
+    async def compute(
+        self,
+        stream: str,
+        rows: Any,
+        *,
+        windows: Sequence[str] = (),
+        key_column: str | None = None,
+        context_rows: int = 0,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """As :meth:`WindowClient.compute`."""
+        call = calls.compute(stream, rows, windows, key_column, context_rows)
+        return await self._run(call, timeout)
+
     async def _keyed_course(self, call: calls.Call[Any, Any], key: str) -> calls.Course | None:
         """As :meth:`WindowClient._keyed_course`."""
         if not key:

@@ -484,6 +484,29 @@ class WindowClient(ClientBase):
         call = calls.query(stream, window, key, range, count)
         return self._run(call, timeout, self._keyed_course(call, call.request.key))
 
+    def compute(
+        self,
+        stream: str,
+        rows: Any,
+        *,
+        windows: Sequence[str] = (),
+        key_column: str | None = None,
+        context_rows: int = 0,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Per-row results of ``stream``'s windows over ``rows`` (a pyarrow Table or
+        RecordBatch, or a pandas DataFrame) without storing anything: the results an Append
+        with PER_ROW results of the same rows into a fresh copy of the stream would give, each
+        key's rows (``key_column``, default the stream's key field; none: all rows one window)
+        one window starting empty. A key's rows must be together and in timestamp order.
+        Returns window name -> ``pyarrow.Table``: one column per output, ``_size`` and
+        ``_row`` (the row of ``rows``). ``windows``: which (default every one). The first
+        ``context_rows`` rows (all of the first key) only fill its window: no results for
+        them. Windows of built-in monoids over a count or a time range (else
+        FailedPreconditionError ``NOT_COLUMNAR``)."""
+        call = calls.compute(stream, rows, windows, key_column, context_rows)
+        return self._run(call, timeout)
+
     def _keyed_course(self, call: calls.Call[Any, Any], key: str) -> calls.Course | None:
         """The course of a call about one key: to its group's holder where the stream's
         groups are held apart (None: to the stream's owner)."""

@@ -44,7 +44,7 @@ from .errors import (
     RedirectLoopError,
     UnavailableError,
 )
-from .rows import Rows, Schema, encode_rows
+from .rows import Rows, Schema, _arrow_ipc, encode_rows
 
 if TYPE_CHECKING:
     from .cluster_map import Topology
@@ -333,6 +333,45 @@ def delete_key(stream: str, key: Key) -> Call[pb.DeleteKeyResponse, None]:
     its server failed."""
     req = pb.DeleteKeyRequest(stream=stream, key=key_text(key))
     return Call("DeleteKey", req, _nothing, False, stream)
+
+
+def compute(
+    stream: str,
+    rows: Any,
+    windows: Sequence[str] = (),
+    key_column: str | None = None,
+    context_rows: int = 0,
+) -> Call[pb.ComputeResponse, dict[str, Any]]:
+    """Compute: the per-row results of ``stream``'s windows over ``rows`` (a pyarrow Table or
+    RecordBatch, or a pandas DataFrame), each key's rows (``key_column``; default the stream's
+    key field) one window starting empty, nothing stored; window name -> ``pyarrow.Table``
+    (outputs, ``_size``, ``_row``). Read-only, so resent after a failure. TypeError or
+    ValueError naming the argument before anything is sent."""
+    import pyarrow as pa
+
+    if isinstance(context_rows, bool) or not isinstance(context_rows, int) or context_rows < 0:
+        msg = f"compute: context_rows must be an int >= 0, got {context_rows!r}"
+        raise ValueError(msg)
+    if not isinstance(rows, pa.Table | pa.RecordBatch):
+        if type(rows).__name__ != "DataFrame":
+            msg = (
+                "compute: rows must be a pyarrow Table or RecordBatch, or a pandas DataFrame; "
+                f"got {type(rows).__name__}"
+            )
+            raise TypeError(msg)
+        rows = pa.Table.from_pandas(rows, preserve_index=False)
+
+    def decode(m: pb.ComputeResponse) -> dict[str, Any]:
+        return {r.window: convert.arrow_table(r.arrow_ipc) for r in m.results}
+
+    req = pb.ComputeRequest(
+        stream=stream,
+        windows=list(windows),
+        arrow_ipc=_arrow_ipc(rows),
+        key_column=key_column or "",
+        context_rows=context_rows,
+    )
+    return Call("Compute", req, decode, True, stream)
 
 
 def schema_of(info: StreamInfo) -> Schema:

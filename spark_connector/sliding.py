@@ -15,10 +15,19 @@ import contextlib
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from mtawindows.client import AppendResult, NotFoundError, StreamSpec, WindowClient, WindowSpec
+from mtawindows.client import (
+    AppendResult,
+    FailedPreconditionError,
+    NotFoundError,
+    StreamSpec,
+    WindowClient,
+    WindowSpec,
+)
 from mtawindows.v1.keys import key_text
+from mtawindows.v1.reasons import Reason
 
 from .arrow import arrow_column, nanos, rechunk, sorted_batches, to_stream_table
 from .clients import client_for
@@ -33,6 +42,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 APPLIED = "mtaw_applied"
+MAX_COMPUTE_ROWS = 400_000  # rows of one Compute call, context included (servers take 500k)
 
 
 @dataclass(frozen=True)
@@ -161,6 +171,7 @@ class Sliding:
         order: list[str],
         streaming: bool,
         scratch_windows: tuple[WindowSpec, ...] = (),
+        compute_windows: tuple[WindowSpec, ...] = (),
     ) -> None:
         self.opts = opts
         self.spec = spec
@@ -170,6 +181,8 @@ class Sliding:
         self.order = order
         self.streaming = streaming
         self.scratch_windows = scratch_windows
+        # the windows asked for, as the stream defines them (what Compute's context reaches)
+        self.compute_windows = compute_windows or scratch_windows
         self.run_id = uuid.uuid4().hex[:12]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -191,9 +204,16 @@ class Sliding:
             )
             self.scratch = True
         self.created = False
+        # batch: Compute (stateless, columnar) while the windows allow it; else a scratch stream
+        self.computing = not self.streaming
+        self.context: pa.Table | None = None  # the last key's rows its windows still reach
+        self.warm: pa.Table | None = None  # context the scratch stream takes first
         try:
             for chunk in self._chunks(batches):
-                yield from self._one(chunk).to_batches()
+                out = self._computed(chunk) if self.computing else None
+                if out is None:
+                    out = self._one(chunk)
+                yield from out.to_batches()
         finally:
             if self.created:
                 with contextlib.suppress(NotFoundError):
@@ -203,6 +223,94 @@ class Sliding:
         if self.streaming:  # one micro-batch's partition: Spark cannot sort it, we do
             batches = iter(sorted_batches(batches, self.order))
         return rechunk(batches, self.opts.batch_rows)
+
+    def _computed(self, part: pa.Table) -> pa.Table | None:
+        """One chunk's results by Compute (nothing stored on the server): the rows of the
+        previous chunk's last key that its windows still reach are sent again first, as
+        context. None (and the scratch stream from then on) when a window needs the
+        row-by-row engine (NOT_COLUMNAR: a plugin monoid, a CEL or bounded policy)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        rows = to_stream_table(part, self.mapping, self.spec)
+        key = self.spec.key
+        context = self.context
+        if (
+            context is not None
+            and key
+            and (not rows.num_rows or context.column(key)[0] != rows.column(key)[0])
+        ):
+            context = None  # the chunk starts a new key: nothing of the last one reaches it
+        send = rows if context is None else pa.concat_tables([context, rows])
+        skip = 0 if context is None else context.num_rows
+        if send.num_rows > MAX_COMPUTE_ROWS:
+            # a key whose windows reach back further than a call should carry: on in a
+            # scratch stream, which takes the rows still in reach first (the earlier keys'
+            # rows are behind for good: rows of a key come together)
+            self.computing = False
+            self.warm = context
+            return None
+        what = f"computing {rows.num_rows} rows' results over stream {self.opts.stream!r}"
+        try:
+            with explained(self.opts, what):
+                got = self.client.compute(
+                    self.opts.stream,
+                    send,
+                    windows=self.windows,
+                    key_column=key or None,
+                    context_rows=skip,
+                )
+        except FailedPreconditionError as ex:
+            if ex.reason != Reason.NOT_COLUMNAR or self.context is not None:
+                raise
+            self.computing = False
+            return None
+        self.context = self._reach(send)
+        res = AppendResult(rows_applied=rows.num_rows)
+        for name, table in got.items():
+            row = table.column("_row")
+            shifted = pc.subtract(row, pa.scalar(skip, pa.int64()))
+            res.row_tables[name] = table.set_column(
+                table.column_names.index("_row"), "_row", shifted
+            )
+        return with_results(part, res, self.results)
+
+    def _reach(self, sent: pa.Table) -> pa.Table | None:
+        """The rows of ``sent``'s last key that a later row of that key may still have in a
+        window: the newest ``size - 1`` of a count window, those newer than the last row's
+        timestamp minus a time window's range."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        n = sent.num_rows
+        if not n:
+            return None
+        key = self.spec.key
+        lo = 0
+        if key:
+            col = sent.column(key).combine_chunks()
+            change = pc.not_equal(col[1:], col[:-1]).to_numpy(zero_copy_only=False)
+            starts = np.flatnonzero(change)
+            lo = int(starts[-1]) + 1 if len(starts) else 0
+        keep = 0
+        ts = None
+        for w in self.compute_windows:
+            policy = w.policy
+            if policy.kind == "count":
+                keep = max(keep, policy.size - 1)
+            else:
+                if ts is None:
+                    col = sent.column(self.spec.timestamp_field).slice(lo)
+                    ts = (
+                        col.cast(pa.int64()).to_numpy()
+                        if pa.types.is_timestamp(col.type) and col.type.unit == "ns"
+                        else np.asarray(nanos(col), dtype=np.int64)
+                    )
+                reach = policy.range // timedelta(microseconds=1) * 1000
+                keep = max(keep, int(np.count_nonzero(ts > ts[-1] - reach)))
+        keep = min(keep, n - lo)
+        return sent.slice(n - keep) if keep else None
 
     def _create_scratch(self) -> None:
         # the cluster places the scratch stream by its name: the tasks of a job spread over
@@ -219,6 +327,10 @@ class Sliding:
         if self.scratch and not self.created:
             self._create_scratch()
         rows = to_stream_table(part, self.mapping, self.spec)
+        if self.warm is not None:  # rows a Compute call carried: the windows take them first
+            warm, self.warm = self.warm, None
+            with explained(self.opts, f"appending {warm.num_rows} rows to {self.stream!r}"):
+                self.client.append(self.stream, warm)
         producer: str | None = None
         seq: int | None = None
         if not self.scratch:

@@ -91,13 +91,14 @@ COUNT_LIMITS: dict[tuple[str, str], int] = {
     (_P + "Aggregation", "params"): MAX_PARAMS,
     (_P + "AppendRequest", "columns"): MAX_COLUMNS,
     (_P + "AppendRequest", "windows"): MAX_WINDOWS_NAMED,
+    (_P + "ComputeRequest", "windows"): MAX_WINDOWS_NAMED,
     (_P + "SubscribeRequest", "keys"): MAX_SUBSCRIBED_KEYS,
 }
 # fields holding data, not definitions: never walked (a batch's values)
 _DATA = {
     (_P + "Column", name)
     for name in ("doubles", "ints", "strings", "bools", "timestamps", "values", "nulls")
-} | {(_P + "AppendRequest", "arrow_ipc")}
+} | {(_P + "AppendRequest", "arrow_ipc"), (_P + "ComputeRequest", "arrow_ipc")}
 _MAP_KEY = MAX_NAME  # map keys (Aggregation.params)
 
 

@@ -131,7 +131,7 @@ class RowResults(Mapping[str, tuple[str, list[Any]]]):
         return cols
 
     # -- the Arrow form
-    def arrow(self, rows: Sequence[int] | None = None) -> pa.Table:
+    def arrow(self, rows: Sequence[int] | Any = None) -> pa.Table:
         """The results as an Arrow table (the wire's layout); ``rows``: the request's row of
         each entry (None: entry i is row i)."""
         import numpy as np

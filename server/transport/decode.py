@@ -196,6 +196,15 @@ def columns_of(request: pb.AppendRequest, max_rows: int) -> Columns:
 
 def arrow_columns(payload: bytes, max_rows: int) -> Columns:
     """The columns of an Arrow IPC stream: names checked before the rows are read."""
+    table = arrow_table(payload, max_rows)
+    return {
+        name: _arrow_column(name, col)
+        for name, col in zip(table.column_names, table.columns, strict=True)
+    }
+
+
+def arrow_table(payload: bytes, max_rows: int) -> Any:
+    """An Arrow IPC stream as a ``pyarrow.Table``: names checked before the rows are read."""
     import pyarrow as pa
 
     def bad_arrow(ex: Exception) -> ServiceError:
@@ -214,10 +223,7 @@ def arrow_columns(payload: bytes, max_rows: int) -> Columns:
         raise bad_arrow(ex) from None
     if table.num_rows > max_rows:
         raise batch_too_large(table.num_rows, max_rows)
-    return {
-        name: _arrow_column(name, col)
-        for name, col in zip(table.column_names, table.columns, strict=True)
-    }
+    return table
 
 
 def _check_arrow_names(names: list[str]) -> None:

@@ -36,6 +36,7 @@ from mtawindows.v1.types import AppendResult
 
 from ..service.batch import Batch, Deferred
 from ..service.cel import CelError, CelLimits, check_limits
+from ..service.compute import compute
 from ..service.fanout import Ending, Fanout, Subscription
 from ..service.inputs import check_request
 from ..service.keyed import KeyedStream, not_keyed
@@ -516,6 +517,33 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             else:
                 r = await self.run(self.registry.result, request.stream, request.window, q)
         return convert.result_to_proto(r, w.type_tags)
+
+    async def Compute(self, request: pb.ComputeRequest, context: Any) -> pb.ComputeResponse:
+        # stateless: the stream's window definitions are read, nothing of it changes
+        s = await self.owned(request.stream)
+        return await self.run(self._compute, s, request)
+
+    def _compute(self, s: Any, request: pb.ComputeRequest) -> pb.ComputeResponse:
+        import numpy as np
+
+        limit = self.registry.limits.max_batch_rows
+        table = decode.arrow_table(request.arrow_ipc, limit)
+        got = compute(
+            s.spec,
+            dict(s.windows),
+            list(request.windows),
+            table,
+            request.key_column,
+            request.context_rows,
+            limit,
+        )
+        rows = np.arange(request.context_rows, table.num_rows, dtype=np.int64)
+        return pb.ComputeResponse(
+            results=[
+                pb.WindowRowResults(window=name, arrow_ipc=arrow_ipc(rr.arrow(rows)))
+                for name, rr in got.items()
+            ]
+        )
 
     # -- keys
     async def _keyed(self, name: str) -> Any:

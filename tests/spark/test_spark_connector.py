@@ -223,6 +223,59 @@ def test_sliding_aggregate_struct_outputs_and_no_key(
         assert r["peak"]["key"] in {x[2] for x in firsts}
 
 
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "one-key"])
+@pytest.mark.parametrize("compute_rows", [400_000, 11], ids=["compute", "then-scratch"])
+def test_a_batch_task_in_small_chunks_carries_each_keys_reach(
+    client: WindowClient,
+    server: LocalServer,
+    monkeypatch: pytest.MonkeyPatch,
+    keyed: bool,
+    compute_rows: int,
+) -> None:
+    """A batch task's function (called here without a Spark job) over a partition sorted by
+    (key, time) in chunks of 7 rows: each chunk one Compute call carrying the rows of its first
+    key the windows still reach, so keys cut by chunks answer as pandas' rolling does; past a
+    call's row limit (11 here) the task goes on in a scratch stream, which takes the carried
+    rows first. The template stream is left as it was."""
+    import pyarrow as pa
+    from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
+
+    import mtawindows.spark_connector.sliding as sliding
+
+    monkeypatch.setattr(sliding, "MAX_COMPUTE_ROWS", compute_rows)
+    for policy in (Policy.time_range(timedelta(seconds=20)), Policy.count(6)):
+        name = new_stream(client, policy)
+        pdf = telemetry(seed=5, hosts=3 if keyed else 1, per_host=40)
+        pdf = pdf.sort_values(["host", "ts"]).reset_index(drop=True)
+        schema = StructType(
+            [
+                StructField("host", StringType()),
+                StructField("ts", TimestampType()),
+                StructField("mem", DoubleType()),
+            ]
+        )
+        results = tuple(
+            ResultColumn("w", c, c, "DOUBLE") for c in ("mx", "total", "sd", "head", "tail")
+        )
+        opts = ConnectorOptions(
+            endpoint=server.target, stream=name, timestamp_column="ts", batch_rows=7
+        )
+        template = client.get_stream(name).spec
+        info = client.get_window(name, "w")
+        spec = sliding.replace(
+            template, key="host", fields=(Field("host", "STRING"), *template.fields)
+        )
+        fn = Sliding(opts, spec, schema, ("w",), results, ["host", "ts"], False, (info.spec,))
+        table = pa.Table.from_pandas(pdf, preserve_index=False)
+        out = pa.Table.from_batches(list(fn(iter(table.to_batches(max_chunksize=13)))))
+        assert fn.computing == (compute_rows > 1000)
+        got = out.to_pandas()
+        assert got["mtaw_applied"].all()
+        assert_matches(got, oracle(pdf, policy))
+        assert streams_of(client, name) == [name]  # a scratch stream, if any, is gone
+        assert client.get_stream(name).rows_appended == 0
+
+
 def test_sliding_aggregate_streaming_carries_state(
     spark: Any, client: WindowClient, server: LocalServer, tmp_path: Path
 ) -> None:

@@ -27,5 +27,6 @@ FORWARDABLE = frozenset(
         "ListKeys",
         "GetKey",
         "DeleteKey",
+        "Compute",
     }
 )

@@ -523,6 +523,26 @@ class WindowRowResults(_message.Message):
     arrow_ipc: bytes
     def __init__(self, window: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., sizes: _Optional[_Union[Int64List, _Mapping]] = ..., rows: _Optional[_Union[Int64List, _Mapping]] = ..., arrow_ipc: _Optional[bytes] = ...) -> None: ...
 
+class ComputeRequest(_message.Message):
+    __slots__ = ("stream", "windows", "arrow_ipc", "key_column", "context_rows")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
+    KEY_COLUMN_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_ROWS_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    windows: _containers.RepeatedScalarFieldContainer[str]
+    arrow_ipc: bytes
+    key_column: str
+    context_rows: int
+    def __init__(self, stream: _Optional[str] = ..., windows: _Optional[_Iterable[str]] = ..., arrow_ipc: _Optional[bytes] = ..., key_column: _Optional[str] = ..., context_rows: _Optional[int] = ...) -> None: ...
+
+class ComputeResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[WindowRowResults]
+    def __init__(self, results: _Optional[_Iterable[_Union[WindowRowResults, _Mapping]]] = ...) -> None: ...
+
 class CreateStreamRequest(_message.Message):
     __slots__ = ("spec",)
     SPEC_FIELD_NUMBER: _ClassVar[int]

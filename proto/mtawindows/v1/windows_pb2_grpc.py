@@ -123,6 +123,11 @@ class WindowServiceStub:
                 request_serializer=mtawindows_dot_v1_dot_windows__pb2.ReadResultsRequest.SerializeToString,
                 response_deserializer=mtawindows_dot_v1_dot_windows__pb2.ReadResultsResponse.FromString,
                 _registered_method=True)
+        self.Compute = channel.unary_unary(
+                '/mtawindows.v1.WindowService/Compute',
+                request_serializer=mtawindows_dot_v1_dot_windows__pb2.ComputeRequest.SerializeToString,
+                response_deserializer=mtawindows_dot_v1_dot_windows__pb2.ComputeResponse.FromString,
+                _registered_method=True)
         self.ListKeys = channel.unary_unary(
                 '/mtawindows.v1.WindowService/ListKeys',
                 request_serializer=mtawindows_dot_v1_dot_windows__pb2.ListKeysRequest.SerializeToString,
@@ -299,6 +304,20 @@ class WindowServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Compute(self, request, context):
+        """Returns the per-row results of a stream's windows over the rows sent, each key's window
+        starting empty, without changing anything (a pure function of the rows and the windows'
+        definitions; see ComputeRequest). Windows of built-in monoids over a count or a time range.
+        Errors: NOT_FOUND STREAM_NOT_FOUND, WINDOW_NOT_FOUND; INVALID_ARGUMENT BAD_ARROW,
+        SCHEMA_MISMATCH, BAD_VALUES (a null, a NaN where the field allows none, a key's rows
+        apart or going back in time), INVALID_ARGUMENT (context_rows); FAILED_PRECONDITION
+        NOT_COLUMNAR (a window only the row-by-row engine computes: append instead);
+        RESOURCE_EXHAUSTED BATCH_TOO_LARGE. Read-only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListKeys(self, request, context):
         """Returns a keyed stream's keys in key order, paged (see ListKeysRequest), without results.
         Errors: INVALID_ARGUMENT INVALID_ARGUMENT (a negative limit); NOT_FOUND STREAM_NOT_FOUND;
@@ -399,6 +418,11 @@ def add_WindowServiceServicer_to_server(servicer, server):
                     servicer.ReadResults,
                     request_deserializer=mtawindows_dot_v1_dot_windows__pb2.ReadResultsRequest.FromString,
                     response_serializer=mtawindows_dot_v1_dot_windows__pb2.ReadResultsResponse.SerializeToString,
+            ),
+            'Compute': grpc.unary_unary_rpc_method_handler(
+                    servicer.Compute,
+                    request_deserializer=mtawindows_dot_v1_dot_windows__pb2.ComputeRequest.FromString,
+                    response_serializer=mtawindows_dot_v1_dot_windows__pb2.ComputeResponse.SerializeToString,
             ),
             'ListKeys': grpc.unary_unary_rpc_method_handler(
                     servicer.ListKeys,
@@ -774,6 +798,33 @@ class WindowService:
             '/mtawindows.v1.WindowService/ReadResults',
             mtawindows_dot_v1_dot_windows__pb2.ReadResultsRequest.SerializeToString,
             mtawindows_dot_v1_dot_windows__pb2.ReadResultsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Compute(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mtawindows.v1.WindowService/Compute',
+            mtawindows_dot_v1_dot_windows__pb2.ComputeRequest.SerializeToString,
+            mtawindows_dot_v1_dot_windows__pb2.ComputeResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,146 @@
+"""Per-row results of a window over rows of many keys given whole (:func:`run_results`):
+each key's rows one run, in timestamp order; no state is kept.
+
+This is the columnar path's segmented scan across keys. Every row's window is a range of its
+own run: for a count window ``[max(run start, i - N + 1), i]``, for a time range the rows of
+the run newer than ``ts[i] - range`` (one ``searchsorted`` over all runs at once: timestamps
+are rebased per run and the runs laid end to end, so one sorted array holds every run). The
+aggregates of all those ranges come from the same block scans as a single window's
+(:func:`~.ranges.range_aggregates`: van Herk / Gil-Werman, no inverses), lowered by the same
+kernels, so a key's results are a :class:`~.window.ColumnarWindow`'s fed that key's rows
+(tests/engine/test_columnar_runs.py checks them against the per-row engine, key by key).
+
+The first ``skip`` rows are context: they are in the first run's windows but get no result (a
+caller sending a long key in parts sends the rows its windows still reach again)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .kernels import SumKernel, _ints
+from .ranges import range_aggregates
+from .window import _INT64_MAX, _INT64_MIN, BatchResult, ColumnarWindow, _Values
+
+__all__ = ["check_order", "run_results"]
+
+
+def run_results(
+    monoid: Any,
+    policy: Any,
+    columns: dict[str, Any],
+    runs: np.ndarray,
+    *,
+    skip: int = 0,
+) -> BatchResult:
+    """The window's result after each row of ``columns`` (name -> array), a window per key:
+    ``runs`` holds the first row of each key's run (ascending, from 0). Rows of one run must
+    be in timestamp order. Returns the results of the rows from ``skip`` on (a ``rows`` table
+    and ``sizes``); ``evicted`` is 0. Raises ``ValueError``/``TypeError`` naming the row for
+    values the window refuses and timestamps that go back within a run."""
+    w = ColumnarWindow(monoid, policy)
+    cols, n = w._columns(columns)
+    runs = np.asarray(runs, dtype=np.int64)
+    if n and (len(runs) == 0 or runs[0] != 0 or (np.diff(runs) <= 0).any() or runs[-1] >= n):
+        msg = f"run starts must rise from 0 below {n} rows, got {runs[:8].tolist()}..."
+        raise ValueError(msg)
+    if not 0 <= skip <= n:
+        msg = f"skip: expected 0..{n} rows, got {skip}"
+        raise ValueError(msg)
+    if n == 0:
+        return BatchResult(0, w._table([], 0), np.empty(0, np.int64))
+    for k in w.kernels:
+        if isinstance(k, SumKernel):  # integer sums stay exact while they cannot overflow
+            k.rows_bound = n
+    lifted = [k.lift(cols, n) for k in w.kernels]  # validates every value first
+    first = np.zeros(n, dtype=np.int64)  # each row's run start
+    first[runs] = runs
+    np.maximum.accumulate(first, out=first)
+    ts = None
+    if w.ts_col is not None:
+        ts = cols[w.ts_col] = _ints("timestamps", cols[w.ts_col])
+        check_order(ts, runs)
+    g = np.arange(n, dtype=np.int64)
+    starts = _starts(w, ts, runs, first, g)
+    empty = starts > g
+    some = ~empty
+    arrays = []
+    values = _Values(cols)
+    with np.errstate(all="ignore"):
+        for i, k in enumerate(w.kernels):
+            if i == w._ts_field:  # the newest timestamp after a row is the row's own
+                assert ts is not None
+                arrays.append(ts[skip:])
+                continue
+            comps = lifted[i]
+            if some.all():
+                res = range_aggregates(k, comps, starts, g)
+            else:
+                got = range_aggregates(k, comps, starts[some], g[some])
+                res = tuple(_spread(c, some, k.pos_comp == j) for j, c in enumerate(got))
+            arrays.append(k.lower(tuple(c[skip:] for c in res), values))
+    import pyarrow as pa
+
+    table = w._table([a if isinstance(a, pa.Array) else pa.array(a) for a in arrays], n - skip)
+    if empty[skip:].any():
+        table = w._patch_empty(table, empty[skip:])
+    sizes = np.maximum(g - starts + 1, 0)[skip:]
+    return BatchResult(0, table, sizes)
+
+
+def check_order(ts: np.ndarray, runs: np.ndarray) -> None:
+    """``ValueError`` naming the first row whose timestamp is older than the row before it
+    in its run (``runs``: each run's first row)."""
+    back = ts[1:] < ts[:-1]
+    if len(runs) > 1:
+        back[runs[1:] - 1] = False  # a run may start older than the one before it
+    if back.any():
+        i = int(np.argmax(back)) + 1
+        msg = (
+            f"timestamps go backwards within a key's rows at row {i}: "
+            f"{ts[i].item()!r} after {ts[i - 1].item()!r}"
+        )
+        raise ValueError(msg)
+
+
+def _spread(c: np.ndarray, some: np.ndarray, positions: bool) -> np.ndarray:
+    out = np.full(len(some), -1, dtype=c.dtype) if positions else np.zeros(len(some), c.dtype)
+    out[some] = c
+    return out
+
+
+def _starts(
+    w: ColumnarWindow, ts: np.ndarray | None, runs: np.ndarray, first: np.ndarray, g: np.ndarray
+) -> np.ndarray:
+    """Each row's window start (a row index; above the row itself: an empty window)."""
+    if w.count is not None:
+        return np.asarray(np.maximum(g - w.count + 1, first), dtype=np.int64)
+    assert ts is not None
+    rng = w.range
+    # rows at or before ``ts - range`` leave; where that is below every int64 none does
+    if rng > _INT64_MAX:
+        return first.copy()
+    low = ts < _INT64_MIN + rng
+    # per run, timestamps rebased to the run's oldest and runs laid end to end (a gap wider
+    # than any run between them): one sorted array; a row's bound never reaches back past
+    # its own run's start (``-1`` rebased)
+    base = ts[first]
+    span = int((ts - base).max()) + 2
+    if span * len(runs) >= _INT64_MAX // 2:  # too wide to lay end to end: a search per run
+        out = np.empty(len(ts), dtype=np.int64)
+        ends = [*runs[1:].tolist(), len(ts)]
+        for lo, hi in zip(runs.tolist(), ends, strict=True):
+            t = ts[lo:hi]
+            with np.errstate(over="ignore"):
+                bound = np.where(low[lo:hi], _INT64_MIN, t - rng)
+            out[lo:hi] = lo + np.searchsorted(t, bound, side="right")
+        return out
+    flags = np.zeros(len(ts), dtype=np.int64)
+    flags[runs] = 1
+    offset = (np.cumsum(flags) - 1) * span
+    laid = (ts - base) + offset
+    with np.errstate(over="ignore"):
+        rel = np.where(low, -1, np.maximum((ts - base) - rng, -1))
+    out = np.searchsorted(laid, rel + offset, side="right")
+    return np.asarray(out, dtype=np.int64)

@@ -26,7 +26,7 @@ import datetime as _dt
 import decimal
 import struct
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import msgpack  # type: ignore[import-untyped]
@@ -194,6 +194,27 @@ def packb(obj: Any) -> bytes:
     except BaseException:
         packer.reset()  # a half-written buffer must not lead the next record
         raise
+
+
+def packb_each(objs: Iterable[Any]) -> list[bytes]:
+    """:func:`packb` of each of ``objs`` (many small records: the thread's packer looked up
+    once, not per record)."""
+    try:
+        packer = _packers.packer
+    except AttributeError:
+        packer = _packers.packer = msgpack.Packer(**_packer_opts)
+    pack = packer.pack
+    out: list[bytes] = []
+    for obj in objs:
+        try:
+            out.append(pack(obj))
+        except OverflowError:  # as packb
+            packer.reset()
+            out.append(pack(_widen(obj)))
+        except BaseException:
+            packer.reset()
+            raise
+    return out
 
 
 def _widen(obj: Any) -> Any:

@@ -34,7 +34,7 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from ...engine.ledger import Ledger
-from ...storage.codecs import packb, unpackb
+from ...storage.codecs import packb, packb_each, unpackb
 from ...storage.fencing import Fence, Op
 from ...storage.journal import StreamJournal
 from ...storage.keys import GroupKeys
@@ -75,22 +75,29 @@ class KeyState:
     def pack(self, packers: dict[str, Any]) -> bytes:
         """Its one Redis value (``packers``: each window's item codec, or :data:`INLINE` for
         items msgpack takes as they are: written inside the value, one pack for the key)."""
+        return packb(self.record(packers))
+
+    def record(self, packers: dict[str, Any], full: Any = None) -> list[Any]:
+        """What :meth:`pack` packs. ``full(state)``: called once before the first full-form
+        window is read, when the key has one (the flush checkpoints its trees there: the
+        value names the lsn each checkpoint took)."""
         ws: dict[str, Any] = {}
         for name, kw in self.windows.items():
+            hop = kw.hop
             if kw.engine is not None:
-                ws[name] = ["f", kw.lsn, kw.wid]
-            elif kw.items or kw.hop is not None or kw.hop_state is not None:
+                if full is not None:
+                    full(self)
+                    full = None
+                w = ["f", kw.lsn, kw.wid]
+            elif kw.items or hop is not None or kw.hop_state is not None:
                 packer = packers[name]
-                if packer is INLINE:
-                    ws[name] = ["i", kw.items]
-                else:
-                    ws[name] = ["c", packer(kw.items)]
+                w = ["i", kw.items] if packer is INLINE else ["c", packer(kw.items)]
             else:
                 continue
-            if kw.hop is not None or kw.hop_state is not None:  # a hopping window's hopper
-                hop = kw.hop.state() if kw.hop is not None else kw.hop_state
-                ws[name] += [None] * (3 - len(ws[name])) + [hop]
-        return packb([self.newest, self.rows, self.late, self.touched, self.batches, ws])
+            if hop is not None or kw.hop_state is not None:  # a hopping window's hopper
+                w += [None] * (3 - len(w)) + [hop.state() if hop is not None else kw.hop_state]
+            ws[name] = w
+        return [self.newest, self.rows, self.late, self.touched, self.batches, ws]
 
     @classmethod
     def unpack(cls, key: str, blob: bytes, unpackers: dict[str, Any]) -> KeyState:
@@ -221,20 +228,31 @@ class GroupTable:
             del index[key]  # to the end: the index stays in touch order
         index[key] = now_ms
 
-    def flush_ops(self, packers: dict[str, Any], ttl: bool) -> list[Op]:
+    def flush_ops(self, packers: dict[str, Any], ttl: bool, full: Any = None) -> list[Op]:
         """The writes of a flush: the dirty keys' values (and touch times), the deleted keys
-        dropped. Clears the dirty marks (the caller restores them when the write fails)."""
+        dropped (``full``: as :meth:`KeyState.record`'s, for each key with a full-form
+        window). The caller clears the dirty marks (and restores them when the write fails)."""
         fields: list[Any] = []
         touches: list[Any] = []
         index = self.index
+        hot = self.hot
+        packed = self.packed
+        names: list[str] = []  # the keys held as objects, packed together below
+        records: list[Any] = []
         for key in self.dirty:
-            st = self.hot.get(key)
-            blob = st.pack(packers) if st is not None else self.packed.get(key)
-            if blob is None:  # pragma: no cover - a dirty key is in memory
-                continue
-            fields += (key, blob)
+            st = hot.get(key)
+            if st is not None:
+                names.append(key)
+                records.append(st.record(packers, full))
+            else:
+                blob = packed.get(key)
+                if blob is None:  # pragma: no cover - a dirty key is in memory
+                    continue
+                fields += (key, blob)
             if ttl:
                 touches += (key, index.get(key, 0))
+        for key, blob in zip(names, packb_each(records), strict=True):
+            fields += (key, blob)
         ops: list[Op] = []
         ops += _chunked("HSET", self.keys.keys, fields)
         ops += _chunked("HSET", self.keys.touch, touches)

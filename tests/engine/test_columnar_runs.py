@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mtawindows.server.engine import AmortizedMTA, CountPolicy, Max, Record, Sum, TimeRangePolicy
+from mtawindows.server.engine.columnar import runs as runs_module
 from mtawindows.server.engine.columnar.runs import run_results
 from tests.engine.test_columnar_window import (
     APPROX,
@@ -97,6 +99,23 @@ def test_every_key_gets_the_per_row_engines_results(
     first_run = (runs[1] if len(runs) > 1 else len(cols["ts"])) - 1
     skip = cut.draw(st.integers(0, first_run))  # context rows: within the first key's run
     _check(RECORDS[kind](), policy, cols, runs, skip)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kind=st.sampled_from(sorted(RECORDS)),
+    policy=POLICIES,
+    data=keyed_rows(),
+    chunk=st.sampled_from([1, 2, 5, 64]),
+)
+def test_results_computed_in_chunks_of_rows_are_the_same(
+    kind: str, policy: Any, data: tuple[dict[str, np.ndarray], list[int]], chunk: int
+) -> None:
+    """The block scans of a long call run over chunks of result rows (with the rows their
+    windows reach): every chunk size answers as the per-row engine."""
+    cols, runs = data
+    with mock.patch.object(runs_module, "CHUNK", chunk):
+        _check(RECORDS[kind](), policy, cols, runs, 0)
 
 
 def test_a_million_rows_of_many_keys_in_one_call() -> None:

@@ -15,15 +15,18 @@ caller sending a long key in parts sends the rows its windows still reach again)
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
 
-from .kernels import SumKernel, _ints
+from .kernels import Comps, Kernel, SumKernel, _ints
 from .ranges import range_aggregates
 from .window import _INT64_MAX, _INT64_MIN, BatchResult, ColumnarWindow, _Values
 
 __all__ = ["check_order", "run_results"]
+
+CHUNK = 1 << 16  # result rows whose block scans run together (see _ranges)
 
 
 def run_results(
@@ -73,13 +76,8 @@ def run_results(
                 assert ts is not None
                 arrays.append(ts[skip:])
                 continue
-            comps = lifted[i]
-            if some.all():
-                res = range_aggregates(k, comps, starts, g)
-            else:
-                got = range_aggregates(k, comps, starts[some], g[some])
-                res = tuple(_spread(c, some, k.pos_comp == j) for j, c in enumerate(got))
-            arrays.append(k.lower(tuple(c[skip:] for c in res), values))
+            res = _ranges(k, lifted[i], starts, g, some, skip)
+            arrays.append(k.lower(res, values))
     import pyarrow as pa
 
     table = w._table([a if isinstance(a, pa.Array) else pa.array(a) for a in arrays], n - skip)
@@ -102,6 +100,38 @@ def check_order(ts: np.ndarray, runs: np.ndarray) -> None:
             f"{ts[i].item()!r} after {ts[i - 1].item()!r}"
         )
         raise ValueError(msg)
+
+
+def _ranges(
+    k: Kernel, comps: Comps, starts: np.ndarray, g: np.ndarray, some: np.ndarray, a0: int
+) -> Comps:
+    """``k``'s aggregate of each window of rows ``a0`` on (empty ones: zeros, no position).
+    In chunks of :data:`CHUNK` rows when their windows reach back little (the temporaries
+    of the block scans then grow with a chunk, not the call), else at once. Positions in the
+    lifted components are the call's, so a chunk's results need no rebasing."""
+    n = len(g)
+    bounds = [*range(a0, n, CHUNK), n]
+    # windows only start later down the rows (runs in order, each run's starts rising)
+    reach = sum(b - min(int(starts[a]), a) for a, b in itertools.pairwise(bounds))
+    if reach > 2 * (n - a0):
+        bounds = [a0, n]
+    parts: list[Comps] = []
+    for a, b in itertools.pairwise(bounds):
+        lo = min(int(starts[a]), a)
+        sub = tuple(c[lo:b] for c in comps)
+        sm = some[a:b]
+        if sm.all():
+            got = range_aggregates(k, sub, starts[a:b] - lo, g[a:b] - lo)
+        else:
+            got = range_aggregates(k, sub, starts[a:b][sm] - lo, g[a:b][sm] - lo)
+            got = tuple(_spread(c, sm, k.pos_comp == j) for j, c in enumerate(got))
+        parts.append(got)
+    if len(parts) == 1:
+        return parts[0]
+    return tuple(
+        np.concatenate(cs).astype(np.result_type(*cs), copy=False)
+        for cs in zip(*parts, strict=True)
+    )
 
 
 def _spread(c: np.ndarray, some: np.ndarray, positions: bool) -> np.ndarray:

@@ -79,6 +79,10 @@ class StreamJournal:
             keys = sk.journal, sk.state
         self.journal_key, self.state_key = keys
         self.first = 1  # lsn of the journal's first entry (entries are contiguous)
+        # False after a commit whose outcome is unknown (its reply lost: its LTRIM may or may
+        # not have run): the next commit reads the journal's first entry before it trims, as
+        # a count from a stale ``first`` would drop entries no saved state covers
+        self.first_known = True
         self.fence = fence  # the owner's: every write is refused once a newer owner exists
         # cluster.replicas_waiter: replicas must hold an entry before it is acknowledged
         self.wait = wait
@@ -163,12 +167,15 @@ class StreamJournal:
         try:
             fenced(self._client, self.fence, self.commit_ops(blob, lsn, extra))
         except (redis.RedisError, StoreError) as ex:
+            self.unsure()
             raise self.failed(ex, f"save the stream's state at lsn {lsn}") from ex
         self.committed(lsn)
 
     def commit_ops(self, blob: str | bytes, lsn: int, extra: Sequence[Op] = ()) -> list[Op]:
         """:meth:`commit_state`'s writes, for a caller that sends many at once (it calls
-        :meth:`committed` once they are applied)."""
+        :meth:`committed` once they are applied, :meth:`unsure` when it cannot tell)."""
+        if not self.first_known:
+            self._read_first(lsn)
         drop = lsn - self.first + 1
         ops: list[Op] = [*extra, ("SET", self.state_key, (blob,))]
         if drop > 0:
@@ -179,6 +186,27 @@ class StreamJournal:
         """The writes of :meth:`commit_ops` at ``lsn`` are applied."""
         if lsn >= self.first:
             self.first = lsn + 1
+
+    def unsure(self) -> None:
+        """The writes of :meth:`commit_ops` may or may not have been applied (an error, a
+        reply lost): the next commit learns where the journal starts first."""
+        self.first_known = False
+
+    def _read_first(self, lsn: int) -> None:
+        """``first`` from the journal itself (its first entry's lsn; none: past ``lsn``)."""
+        try:
+            head = self._client.lindex(self.journal_key, 0)
+        except redis.RedisError as ex:
+            raise self._fail(ex, "read the journal's first entry") from ex
+        if head is None:
+            self.first = lsn + 1
+        else:
+            try:
+                self.first = int(unpackb(head)[0])
+            except (ValueError, TypeError, IndexError, CorruptDataError) as ex:
+                msg = f"stream {self.stream!r}: the first entry of {self.journal_key!r} is not valid ({ex!r})"
+                raise CorruptDataError(msg) from ex
+        self.first_known = True
 
     def state_ops(self, blob: str | bytes, extra: Sequence[Op] = ()) -> list[Op]:
         """:meth:`save_state`'s writes."""

@@ -1637,6 +1637,7 @@ class KeyedStream:
         except (redis.RedisError, StoreError) as ex:
             for job in jobs:  # none, some or all were applied: written again next time
                 job.undo()
+                job.table.journal.unsure()
             raise jobs[0].table.journal.failed(ex, "save key groups' states") from ex
         failed: BaseException | None = None
         for job, end in zip(jobs, ends, strict=True):
@@ -1647,6 +1648,7 @@ class KeyedStream:
             j = job.table.journal
             if err is not None:
                 job.undo()
+                j.unsure()  # a command of a transaction failing leaves the others applied
                 if failed is None:
                     doing = (
                         f"save the stream's state at lsn {job.lsn}"
@@ -1677,6 +1679,7 @@ class KeyedStream:
         except (redis.RedisError, StoreError) as ex:
             for job in jobs:  # none, some or all were applied: written again next time
                 job.undo()
+                job.table.journal.unsure()
             raise jobs[0].table.journal.failed(ex, "save key groups' states") from ex
         lost: GroupTable | None = None
         failed: BaseException | None = None
@@ -1684,6 +1687,7 @@ class KeyedStream:
             table = job.table
             if isinstance(reply, Exception):
                 job.undo()
+                table.journal.unsure()
                 err = check_reply(reply, table.fence)
                 if isinstance(err, FencedError):  # the group moved on: the others still flush
                     lost = lost or table

@@ -26,7 +26,8 @@ from .window import _INT64_MAX, _INT64_MIN, BatchResult, ColumnarWindow, _Values
 
 __all__ = ["check_order", "run_results"]
 
-CHUNK = 1 << 16  # result rows whose block scans run together (see _ranges)
+CHUNK = 1 << 16  # result rows whose block scans run together (see _blocks)
+LONG_RUN = 64  # a run this long answers its filling windows by one prefix scan (_ranges)
 
 
 def run_results(
@@ -76,7 +77,7 @@ def run_results(
                 assert ts is not None
                 arrays.append(ts[skip:])
                 continue
-            res = _ranges(k, lifted[i], starts, g, some, skip)
+            res = _ranges(k, lifted[i], starts, g, some, skip, first, runs)
             arrays.append(k.lower(res, values))
     import pyarrow as pa
 
@@ -103,12 +104,64 @@ def check_order(ts: np.ndarray, runs: np.ndarray) -> None:
 
 
 def _ranges(
-    k: Kernel, comps: Comps, starts: np.ndarray, g: np.ndarray, some: np.ndarray, a0: int
+    k: Kernel,
+    comps: Comps,
+    starts: np.ndarray,
+    g: np.ndarray,
+    some: np.ndarray,
+    a0: int,
+    first: np.ndarray,
+    runs: np.ndarray,
 ) -> Comps:
     """``k``'s aggregate of each window of rows ``a0`` on (empty ones: zeros, no position).
-    In chunks of :data:`CHUNK` rows when their windows reach back little (the temporaries
-    of the block scans then grow with a chunk, not the call), else at once. Positions in the
-    lifted components are the call's, so a chunk's results need no rebasing."""
+    A window that starts where its run does, in a run of :data:`LONG_RUN` rows or more, is
+    the run's prefix: one scan of the run answers all of them (a key's windows while they
+    fill, or every window of a key shorter than its range). The others go through the block
+    scans of :func:`_blocks`."""
+    n = len(g)
+    lengths = np.diff(np.append(runs, n))
+    long_runs = np.flatnonzero(lengths >= LONG_RUN)
+    if not len(long_runs):
+        return _blocks(k, comps, starts, g, some, a0)
+    grow = some & (starts == first)
+    grow[:a0] = False
+    run_len = lengths[np.searchsorted(runs, g, side="right") - 1]
+    grow &= run_len >= LONG_RUN
+    if not grow.any():
+        return _blocks(k, comps, starts, g, some, a0)
+    parts: list[tuple[np.ndarray, Comps]] = []  # (result rows from a0, their aggregates)
+    for r in long_runs.tolist():
+        lo = int(runs[r])
+        hi = lo + int(lengths[r])
+        rows = np.flatnonzero(grow[lo:hi])
+        if not len(rows):
+            continue
+        top = int(rows[-1]) + 1  # the scan needs the run only up to its last such row
+        scan = k.scan(tuple(c[lo : lo + top].reshape(1, -1) for c in comps), False)
+        parts.append((rows + lo - a0, tuple(c[0, rows] for c in scan)))
+    rest = some & ~grow
+    if rest[a0:].any():
+        got = _blocks(k, comps, starts, g, rest, a0)
+        parts.append((np.flatnonzero(rest[a0:]), tuple(c[rest[a0:]] for c in got)))
+    m = n - a0
+    out = []
+    for j in range(len(comps)):
+        dtype = np.result_type(*(p[1][j] for p in parts))
+        col = np.full(m, -1, dtype) if k.pos_comp == j else np.zeros(m, dtype)
+        for where, vals in parts:
+            col[where] = vals[j]
+        out.append(col)
+    return tuple(out)
+
+
+def _blocks(
+    k: Kernel, comps: Comps, starts: np.ndarray, g: np.ndarray, some: np.ndarray, a0: int
+) -> Comps:
+    """``k``'s aggregate of each window of rows ``a0`` on (rows not ``some``: zeros, no
+    position) by block scans (:func:`~.ranges.range_aggregates`). In chunks of
+    :data:`CHUNK` rows when their windows reach back little (the temporaries of the block
+    scans then grow with a chunk, not the call), else at once. Positions in the lifted
+    components are the call's, so a chunk's results need no rebasing."""
     n = len(g)
     bounds = [*range(a0, n, CHUNK), n]
     # windows only start later down the rows (runs in order, each run's starts rising)

@@ -349,8 +349,12 @@ def compute(
     ValueError naming the argument before anything is sent."""
     import pyarrow as pa
 
-    if isinstance(context_rows, bool) or not isinstance(context_rows, int) or context_rows < 0:
-        msg = f"compute: context_rows must be an int >= 0, got {context_rows!r}"
+    if (
+        isinstance(context_rows, bool)
+        or not isinstance(context_rows, int)
+        or not 0 <= context_rows < 2**63
+    ):
+        msg = f"compute: context_rows must be an int from 0 to 2**63 - 1, got {context_rows!r}"
         raise ValueError(msg)
     if not isinstance(rows, pa.Table | pa.RecordBatch):
         if type(rows).__name__ != "DataFrame":

@@ -227,8 +227,9 @@ class Sliding:
     def _computed(self, part: pa.Table) -> pa.Table | None:
         """One chunk's results by Compute (nothing stored on the server): the rows of the
         previous chunk's last key that its windows still reach are sent again first, as
-        context. None (and the scratch stream from then on) when a window needs the
-        row-by-row engine (NOT_COLUMNAR: a plugin monoid, a CEL or bounded policy)."""
+        context. None (and the scratch stream from then on, given that context first) when a
+        window needs the row-by-row engine (NOT_COLUMNAR: a plugin monoid, a CEL or bounded
+        policy, an INT64 sum near the limits) or the call would carry too many rows."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -251,8 +252,8 @@ class Sliding:
             self.warm = context
             return None
         what = f"computing {rows.num_rows} rows' results over stream {self.opts.stream!r}"
-        try:
-            with explained(self.opts, what):
+        with explained(self.opts, what):
+            try:
                 got = self.client.compute(
                     self.opts.stream,
                     send,
@@ -260,11 +261,15 @@ class Sliding:
                     key_column=key or None,
                     context_rows=skip,
                 )
-        except FailedPreconditionError as ex:
-            if ex.reason != Reason.NOT_COLUMNAR or self.context is not None:
-                raise
-            self.computing = False
-            return None
+            except FailedPreconditionError as ex:
+                if ex.reason != Reason.NOT_COLUMNAR:
+                    raise
+                # a window only the row-by-row engine computes (its definition, or an INT64
+                # sum these rows may overflow): on in a scratch stream, which takes the rows
+                # still in reach first
+                self.computing = False
+                self.warm = context
+                return None
         self.context = self._reach(send)
         res = AppendResult(rows_applied=rows.num_rows)
         for name, table in got.items():

@@ -70,11 +70,13 @@ def sliding_aggregate(
     (``<window>_<output>`` when several windows are asked for), struct outputs as Spark
     structs, plus ``mtaw_applied`` (false for a row dropped as late or replayed).
 
-    Each task sends its rows, of all its keys, in Appends of up to ``batch_rows`` rows.
-    Batch DataFrames are computed in a scratch keyed stream per task, made from ``stream``
-    (keyed by ``key_col``) and deleted when the task ends; its windows are "redis" ones, as
-    every keyed stream's: the server keeps the hot keys in memory, the others in Redis.
-    Without a key, ``scratch_storage`` is where the scratch windows live: "memory" (default:
+    Each task sends its rows, of all its keys, in calls of up to ``batch_rows`` rows.
+    Batch DataFrames are computed by ``Compute`` calls (nothing stored on the server; a chunk
+    carries again the rows of its first key its windows still reach). Windows only the
+    row-by-row engine computes (plugin or sketch monoids, CEL or bounded policies) go through
+    a scratch keyed stream per task instead, made from ``stream`` (keyed by ``key_col``) and
+    deleted when the task ends; its windows are "redis" ones, as every keyed stream's.
+    Without a key, ``scratch_storage`` is where such scratch windows live: "memory" (default:
     nothing to survive, a retried task recomputes) or "redis" (for a window too large for
     the server's memory). Streaming DataFrames append to
     ``stream`` itself, which must then be keyed by ``key_col`` (windows carry on across

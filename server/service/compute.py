@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from mtawindows.v1.keys import MAX_KEY_BYTES
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import FieldType, StreamSpec, clip
 
@@ -103,13 +104,13 @@ def compute(
             raise invalid(
                 "arrow_ipc", f"window {name!r} refused the rows: {clip(str(ex))}", Reason.BAD_VALUES
             ) from None
-        if not w._fits(got.rows):
+        if got.rows is not None and got.rows.num_rows and not w._fits(got.rows):
             raise ServiceError(
                 "FAILED_PRECONDITION",
                 Reason.NOT_COLUMNAR,
-                f"window {name!r}: an INT64 sum over these rows may pass what int64 holds "
-                "along the way, which only the row-by-row engine answers exactly; append the "
-                "rows to a stream with PER_ROW results instead",
+                f"window {name!r}: an INT64 sum over these rows ({n} of them) may pass what "
+                "int64 holds along the way, which only the row-by-row engine answers exactly; "
+                "send fewer rows per call, or append them to a stream with PER_ROW results",
                 metadata={"stream": stream, "window": name},
             )
         out[name] = w.row_results_from(got.rows, got.sizes)
@@ -175,6 +176,7 @@ def _column(table: Any, name: str, kind: str, nan_ok: bool) -> Any:
 def _runs(table: Any, key_column: str) -> Any:
     """The first row of each key's run; refused when a key's rows are apart."""
     import numpy as np
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     if key_column not in table.column_names:
@@ -183,6 +185,8 @@ def _runs(table: Any, key_column: str) -> Any:
             f"missing key column {key_column!r}; the rows have {table.column_names[:20]}",
         )
     col = table.column(key_column).combine_chunks()
+    if pa.types.is_dictionary(col.type):  # a pandas category, an Arrow dictionary: the values
+        col = col.dictionary_decode()
     n = len(col)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
@@ -191,6 +195,18 @@ def _runs(table: Any, key_column: str) -> Any:
         raise invalid(
             f"arrow_ipc.{key_column}[{i}]", "a key is null; expected a value", Reason.BAD_VALUES
         )
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        # as a keyed stream's keys: at least one character, at most MAX_KEY_BYTES of UTF-8
+        size = pc.binary_length(col).to_numpy(zero_copy_only=False)
+        bad = (size == 0) | (size > MAX_KEY_BYTES)
+        if bad.any():
+            i = int(np.argmax(bad))
+            what = (
+                "a key is at least one character, got an empty one"
+                if size[i] == 0
+                else f"a key is at most {MAX_KEY_BYTES} bytes of UTF-8, got one of {size[i]}"
+            )
+            raise invalid(f"arrow_ipc.{key_column}[{i}]", what, Reason.BAD_VALUES)
     change = pc.not_equal(col[1:], col[:-1]).to_numpy(zero_copy_only=False)
     runs = np.concatenate([[0], np.flatnonzero(change) + 1]).astype(np.int64)
     distinct = pc.count_distinct(col).as_py()

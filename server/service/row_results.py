@@ -163,6 +163,10 @@ class RowResults(Mapping[str, tuple[str, list[Any]]]):
         empty = None
         for o in self._outputs:
             col = table.column(o.name).combine_chunks()
+            if pa.types.is_null(col.type):  # no rows, nor any before: typed, empty
+                parts = [(p, arrow_type(t) or pa.string()) for p, t in o.parts]
+                kind = pa.struct(parts) if o.split is not None else arrow_type(o.type)
+                col = pa.nulls(len(col), kind or pa.string())
             if o.split is None:
                 want = arrow_type(o.type)
                 if want is not None and col.type != want:

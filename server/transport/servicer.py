@@ -483,7 +483,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
                 out.row_results.append(
                     pb.WindowRowResults(window=wname, arrow_ipc=arrow_ipc(table))
                 )
-            return out
+            return self._fitting(out)
         rows = pb.Int64List(values=positions) if positions is not None else None
         for wname, rr in res.row_results.items():
             assert isinstance(rr, RowResults)
@@ -496,6 +496,24 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
                     sizes=pb.Int64List(values=rr.sizes()),
                     rows=rows,
                 )
+            )
+        return self._fitting(out)
+
+    def _fitting(self, out: pb.AppendResponse) -> pb.AppendResponse:
+        """``out``, unless per-row results make it larger than a message may be: then
+        RESOURCE_EXHAUSTED ``MESSAGE_TOO_LARGE`` saying the batch was applied (gRPC would
+        otherwise fail the call without a reason, after the same)."""
+        limit = self.registry.limits.max_message_bytes
+        if out.row_results and out.ByteSize() > limit:
+            size = out.ByteSize()
+            raise ServiceError(
+                "RESOURCE_EXHAUSTED",
+                Reason.MESSAGE_TOO_LARGE,
+                f"the batch was applied ({out.rows_applied} rows), but its per-row results "
+                f"({size} bytes) pass the server's message limit of {limit} bytes "
+                "(--max-message-mb): ask them of fewer windows or send smaller batches; do not "
+                "resend it without a producer_id and sequence (it would apply twice)",
+                metadata={"limit_bytes": str(limit), "size_bytes": str(size), "applied": "true"},
             )
         return out
 
@@ -538,12 +556,17 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             limit,
         )
         rows = np.arange(request.context_rows, table.num_rows, dtype=np.int64)
-        return pb.ComputeResponse(
-            results=[
-                pb.WindowRowResults(window=name, arrow_ipc=arrow_ipc(rr.arrow(rows)))
-                for name, rr in got.items()
-            ]
-        )
+        out = pb.ComputeResponse()
+        size = 0
+        for name, rr in got.items():
+            ipc = arrow_ipc(rr.arrow(rows))
+            size += len(ipc)
+            if size > self.registry.limits.max_message_bytes:
+                raise status.reply_too_large(
+                    "Compute", size, self.registry.limits.max_message_bytes
+                )
+            out.results.append(pb.WindowRowResults(window=name, arrow_ipc=ipc))
+        return out
 
     # -- keys
     async def _keyed(self, name: str) -> Any:

@@ -140,6 +140,18 @@ def message_too_large(type_name: str, size: int, limit: int) -> ServiceError:
     )
 
 
+def reply_too_large(method: str, size: int, limit: int) -> ServiceError:
+    """The refusal of a reply that would pass the server's message ``limit`` (found while it
+    is built: at least ``size`` bytes)."""
+    return ServiceError(
+        "RESOURCE_EXHAUSTED",
+        Reason.MESSAGE_TOO_LARGE,
+        f"the {method} reply would be at least {size} bytes, over the server's limit of "
+        f"{limit} bytes (--max-message-mb): send fewer rows per call, or ask fewer windows",
+        metadata={"limit_bytes": str(limit), "size_bytes": str(size)},
+    )
+
+
 def store_unavailable_refusal(method: str, why: str) -> ServiceError:
     """The refusal of a call that needs the store while the server knows it is down."""
     return ServiceError(

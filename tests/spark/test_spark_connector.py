@@ -13,6 +13,7 @@ import math
 import random
 import shutil
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -274,6 +275,49 @@ def test_a_batch_task_in_small_chunks_carries_each_keys_reach(
         assert_matches(got, oracle(pdf, policy))
         assert streams_of(client, name) == [name]  # a scratch stream, if any, is gone
         assert client.get_stream(name).rows_appended == 0
+
+
+def test_a_batch_task_falls_back_to_a_scratch_stream_for_row_by_row_windows(
+    client: WindowClient, server: LocalServer
+) -> None:
+    """A window Compute refuses (NOT_COLUMNAR: a CEL policy) sends the task to a scratch
+    stream from its first chunk on: the results are still pandas' (the CEL policy keeps the
+    newest 6 rows, as count 6 does), the template stream untouched, no scratch stream left."""
+    import pyarrow as pa
+    from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
+
+    name = f"cel{next(_names)}"
+    client.create_stream(
+        StreamSpec(name, (Field("host", "STRING"), Field("mem", "DOUBLE")), timestamp_field="ts")
+    )
+    aggs = (*AGGS, Aggregation("n", "count"))
+    client.create_window(WindowSpec(name, "w", aggs, Policy.expression("total.n - old.n >= 6")))
+    pdf = telemetry(seed=9, hosts=3, per_host=30).sort_values(["host", "ts"]).reset_index(drop=True)
+    schema = StructType(
+        [
+            StructField("host", StringType()),
+            StructField("ts", TimestampType()),
+            StructField("mem", DoubleType()),
+        ]
+    )
+    results = tuple(
+        ResultColumn("w", c, c, "DOUBLE") for c in ("mx", "total", "sd", "head", "tail")
+    )
+    opts = ConnectorOptions(
+        endpoint=server.target, stream=name, timestamp_column="ts", batch_rows=7
+    )
+    template = client.get_stream(name).spec
+    spec = replace(template, key="host")
+    info = client.get_window(name, "w")
+    fn = Sliding(opts, spec, schema, ("w",), results, ["host", "ts"], False, (info.spec,))
+    table = pa.Table.from_pandas(pdf, preserve_index=False)
+    out = pa.Table.from_batches(list(fn(iter(table.to_batches(max_chunksize=13)))))
+    assert not fn.computing
+    got = out.to_pandas()
+    assert got["mtaw_applied"].all()
+    assert_matches(got, oracle(pdf, Policy.count(6)))
+    assert streams_of(client, name) == [name]
+    assert client.get_stream(name).rows_appended == 0
 
 
 def test_sliding_aggregate_streaming_carries_state(

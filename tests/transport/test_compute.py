@@ -233,3 +233,78 @@ def test_a_large_call_of_many_keys(client: WindowClient) -> None:
     for i in (0, 1, 9_999, keys - 1):
         xs = cols["x"][i * per : (i + 1) * per]
         assert sx[i * per : (i + 1) * per] == [sum(xs[max(0, j - 2) : j + 1]) for j in range(per)]
+
+
+def test_what_an_outsider_found(client: WindowClient) -> None:
+    """Timestamps of one key spanning all of int64, a dictionary (pandas category) key
+    column, an empty request, keys a keyed stream refuses: each as Append into a fresh
+    keyed stream gives, or refused as it refuses them."""
+    name = _stream(client)
+    wide = {
+        "host": ["a", "a", "b"],
+        "ts": [-(2**63) + 1, 2**63 - 1, 0],
+        "x": [1.0, 2.0, 3.0],
+        "k": [1, 2, 3],
+        "tag": ["t", "u", "v"],
+    }
+    table = pa.table(
+        {
+            "host": wide["host"],
+            "ts": pa.array(wide["ts"], pa.int64()),
+            "x": wide["x"],
+            "k": wide["k"],
+            "tag": wide["tag"],
+        }
+    )
+    got = client.compute(name, table)
+    fresh = _stream(client)
+    res = client.append(fresh, table, results="per_row", arrow=True)
+    for w in WINDOWS:
+        _compare(got[w], res.row_tables[w])
+    assert got["t3"].column("n").to_pylist() == [1, 1, 1]
+    # a dictionary-encoded key column: its values are the keys
+    coded = table.set_column(0, "host", table.column("host").dictionary_encode())
+    again = client.compute(name, coded)
+    for w in WINDOWS:
+        _compare(again[w], res.row_tables[w])
+    # no rows: empty tables of the outputs' types
+    empty = client.compute(name, table.slice(0, 0))
+    assert {w: t.num_rows for w, t in empty.items()} == dict.fromkeys(WINDOWS, 0)
+    assert empty["c5"].schema.field("n").type == pa.int64()
+    # keys a keyed stream refuses
+    for bad, what in (("", "at least one character"), ("x" * 1025, "at most 1024 bytes")):
+        keys = table.set_column(0, "host", pa.array(["a", bad, bad]))
+        with pytest.raises(InvalidArgumentError, match=what) as err:
+            client.compute(name, keys, windows=["c5"])
+        assert err.value.reason == Reason.BAD_VALUES and "arrow_ipc.host[1]" in str(err.value)
+    with pytest.raises(ValueError, match="context_rows"):
+        client.compute(name, table, context_rows=2**63)
+
+
+def test_a_reply_over_the_message_limit_is_refused_by_name(tmp_path: Any) -> None:
+    """A Compute whose results would pass --max-message-mb: RESOURCE_EXHAUSTED
+    MESSAGE_TOO_LARGE, and the server goes on; an Append whose per-row results would: the
+    same reason, saying the batch was applied (metadata applied=true)."""
+    from mtawindows.client import ResourceExhaustedError
+    from mtawindows.testing import LocalServer
+
+    with LocalServer(tmp_path, "--max-message-mb", "1") as srv, WindowClient(srv.target) as c:
+        name = _stream(c)
+        n = 600
+        rows = {
+            "host": ["a"] * n,
+            "ts": [i * S for i in range(n)],
+            "x": [1.0] * n,
+            "k": [1] * n,
+            "tag": ["t" * 1500] * n,  # first/last of tag: 900 KB a column
+        }
+        with pytest.raises(ResourceExhaustedError) as err:
+            c.compute(name, _table(rows), windows=["c5"])
+        assert err.value.reason == Reason.MESSAGE_TOO_LARGE
+        assert "send fewer rows per call" in str(err.value)
+        assert set(c.compute(name, _table(rows).slice(0, 10), windows=["c5"])) == {"c5"}
+        with pytest.raises(ResourceExhaustedError) as err:
+            c.append(name, rows, results="per_row", windows=["c5"], arrow=True)
+        assert err.value.reason == Reason.MESSAGE_TOO_LARGE
+        assert err.value.metadata["applied"] == "true" and "was applied" in str(err.value)
+        assert c.get_stream(name).rows_appended == n

@@ -138,8 +138,9 @@ class Reason(StrEnum):
     )
     NOT_COLUMNAR = (
         "NOT_COLUMNAR",
-        "a Compute names a window only the row-by-row engine computes (a user monoid, a plugin, "
-        "a CEL or bounded policy, a hopping window)",
+        "a Compute names a window only the row-by-row engine computes (a plugin or sketch "
+        "monoid, a CEL or bounded policy, a hopping window), or an INT64 sum over its rows may "
+        "pass what int64 holds",
     )
     BAD_RESULT_MODE = "BAD_RESULT_MODE", "an Append asks for a result mode the server does not know"
     OUT_OF_ORDER = (
@@ -239,8 +240,9 @@ REMEDY: dict[Reason, str] = {
     Reason.RANGE_NOT_SUPPORTED: "query the whole window, or recreate it with an algorithm that "
     "answers suffixes (AMTA, LMTA, FLATFAT, BINT, FLATFIT); a hopping window answers its last "
     "closed boundary only",
-    Reason.NOT_COLUMNAR: "append the rows to a (scratch) stream with PER_ROW results instead; "
-    "Compute takes windows of built-in monoids over a count or a time range",
+    Reason.NOT_COLUMNAR: "append the rows to a (scratch) stream with PER_ROW results instead, "
+    "or send fewer rows per call (an INT64 sum); Compute takes windows of the built-in "
+    "monoids but the sketches over a count or a time range",
     Reason.BAD_RESULT_MODE: "use a mode this server knows (NONE, FINAL, PER_ROW); upgrade the "
     "server for a newer one",
     Reason.OUT_OF_ORDER: "send each stream's (each key's) rows in timestamp order, or create "

@@ -209,7 +209,11 @@ def _starts(
     # than any run between them): one sorted array; a row's bound never reaches back past
     # its own run's start (``-1`` rebased)
     base = ts[first]
-    span = int((ts - base).max()) + 2
+    # a run's own span may pass what int64 holds (timestamps from near -2^63 to near 2^63:
+    # its difference wraps below 0)
+    with np.errstate(over="ignore"):
+        widths = ts[np.append(runs[1:], len(ts)) - 1] - ts[runs]
+    span = _INT64_MAX if (widths < 0).any() else int(widths.max()) + 2
     if span * len(runs) >= _INT64_MAX // 2:  # too wide to lay end to end: a search per run
         out = np.empty(len(ts), dtype=np.int64)
         ends = [*runs[1:].tolist(), len(ts)]

@@ -18,15 +18,7 @@ from hypothesis import strategies as st
 from mtawindows.server.engine import AmortizedMTA, CountPolicy, Max, Record, Sum, TimeRangePolicy
 from mtawindows.server.engine.columnar import runs as runs_module
 from mtawindows.server.engine.columnar.runs import run_results
-from tests.engine.test_columnar_window import (
-    APPROX,
-    RECORDS,
-    VALUES,
-    _close,
-    _exact,
-    _plain,
-    _row,
-)
+from tests.engine.test_columnar_window import RECORDS, VALUES, _row, assert_row
 
 POLICIES = st.one_of(
     st.integers(0, 12).map(lambda n: CountPolicy(n, field="n")),
@@ -78,16 +70,7 @@ def _check(monoid: Any, policy: Any, cols: dict[str, np.ndarray], runs: list[int
             if i < skip:
                 continue
             assert got.sizes[i - skip] == len(ref), (i, got.sizes[i - skip], len(ref))
-            g = table[i - skip]
-            for name, ref_v in total.items():
-                if name in APPROX:
-                    xs = [r["w" if name == "sw" else "v"] for r in window]
-                    ps = [r["p"] for r in window]
-                    scale = math.fsum(abs(x) for x in xs if not math.isnan(x)) + 1.0
-                    exact = _exact(name, xs, ps)
-                    assert _close(name, g[name], ref_v, exact, scale), (i, name, g[name], ref_v)
-                else:
-                    assert g[name] == _plain(ref_v), (i, name, g[name], ref_v)
+            assert_row(i, table[i - skip], total, window)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

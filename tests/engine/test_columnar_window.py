@@ -123,6 +123,21 @@ def _close(name: str, got: Any, ref: Any, exact: Any, scale: float) -> bool:
     return abs(got - exact) <= abs(ref - exact) + slack
 
 
+def assert_row(i: int, got: dict[str, Any], want: dict[str, Any], window: list[Any]) -> None:
+    """Row ``i``'s columnar results ``got`` against the per-row engine's ``want`` (lowered),
+    ``window`` the rows in its window: exact fields equal, approximate ones at least as close
+    to the exact answer as the engine's."""
+    for name, ref_v in want.items():
+        if name in APPROX:
+            xs = [r["w" if name == "sw" else "v"] for r in window]
+            ps = [r["p"] for r in window]
+            scale = math.fsum(abs(x) for x in xs if not math.isnan(x)) + 1.0
+            exact = _exact(name, xs, ps)
+            assert _close(name, got[name], ref_v, exact, scale), (i, name, got[name], ref_v, exact)
+        else:
+            assert got[name] == _plain(ref_v), (i, name, got[name], ref_v)
+
+
 def _drive(kind: str, policy: Any, slice_rows: int, data: list[dict[str, np.ndarray]]) -> None:
     monoid = RECORDS[kind]()
     fast = ColumnarWindow(monoid, policy, slice_rows=slice_rows)
@@ -141,21 +156,7 @@ def _drive(kind: str, policy: Any, slice_rows: int, data: list[dict[str, np.ndar
         for i, (g, t) in enumerate(zip(table, totals, strict=True)):
             want = monoid.lower(t)
             window = ([*window, rows[i]])[len(window) + 1 - sizes[i] :]
-            for name, ref_v in want.items():
-                if name in APPROX:
-                    xs = [r["w" if name == "sw" else "v"] for r in window]
-                    ps = [r["p"] for r in window]
-                    scale = math.fsum(abs(x) for x in xs if not math.isnan(x)) + 1.0
-                    exact = _exact(name, xs, ps)
-                    assert _close(name, g[name], ref_v, exact, scale), (
-                        i,
-                        name,
-                        g[name],
-                        ref_v,
-                        exact,
-                    )
-                else:
-                    assert g[name] == _plain(ref_v), (i, name, g[name], ref_v)
+            assert_row(i, g, want, window)
         assert len(fast) == len(ref)
         final = fast.query()
         want = ref.query()

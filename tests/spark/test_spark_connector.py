@@ -224,6 +224,34 @@ def test_sliding_aggregate_struct_outputs_and_no_key(
         assert r["peak"]["key"] in {x[2] for x in firsts}
 
 
+def batch_task(
+    client: WindowClient, server: LocalServer, spec: StreamSpec, name: str, pdf: pd.DataFrame
+) -> tuple[Sliding, pd.DataFrame]:
+    """sliding_aggregate's task function for a batch DataFrame (called here without a Spark
+    job) over ``pdf`` (sorted by host, ts) in record batches of 13 rows and chunks of 7:
+    window "w" of stream ``name``, its AGGS outputs; ``spec``: the task's keyed stream spec.
+    The function (its state after the task) and the rows it gave."""
+    import pyarrow as pa
+    from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
+
+    schema = StructType(
+        [
+            StructField("host", StringType()),
+            StructField("ts", TimestampType()),
+            StructField("mem", DoubleType()),
+        ]
+    )
+    results = tuple(ResultColumn("w", a.name, a.name, "DOUBLE") for a in AGGS)
+    opts = ConnectorOptions(
+        endpoint=server.target, stream=name, timestamp_column="ts", batch_rows=7
+    )
+    info = client.get_window(name, "w")
+    fn = Sliding(opts, spec, schema, ("w",), results, ["host", "ts"], False, (info.spec,))
+    table = pa.Table.from_pandas(pdf, preserve_index=False)
+    out = pa.Table.from_batches(list(fn(iter(table.to_batches(max_chunksize=13)))))
+    return fn, out.to_pandas()
+
+
 @pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "one-key"])
 @pytest.mark.parametrize("compute_rows", [400_000, 11], ids=["compute", "then-scratch"])
 def test_a_batch_task_in_small_chunks_carries_each_keys_reach(
@@ -238,8 +266,6 @@ def test_a_batch_task_in_small_chunks_carries_each_keys_reach(
     key the windows still reach, so keys cut by chunks answer as pandas' rolling does; past a
     call's row limit (11 here) the task goes on in a scratch stream, which takes the carried
     rows first. The template stream is left as it was."""
-    import pyarrow as pa
-    from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
 
     import mtawindows.spark_connector.sliding as sliding
 
@@ -248,29 +274,10 @@ def test_a_batch_task_in_small_chunks_carries_each_keys_reach(
         name = new_stream(client, policy)
         pdf = telemetry(seed=5, hosts=3 if keyed else 1, per_host=40)
         pdf = pdf.sort_values(["host", "ts"]).reset_index(drop=True)
-        schema = StructType(
-            [
-                StructField("host", StringType()),
-                StructField("ts", TimestampType()),
-                StructField("mem", DoubleType()),
-            ]
-        )
-        results = tuple(
-            ResultColumn("w", c, c, "DOUBLE") for c in ("mx", "total", "sd", "head", "tail")
-        )
-        opts = ConnectorOptions(
-            endpoint=server.target, stream=name, timestamp_column="ts", batch_rows=7
-        )
         template = client.get_stream(name).spec
-        info = client.get_window(name, "w")
-        spec = sliding.replace(
-            template, key="host", fields=(Field("host", "STRING"), *template.fields)
-        )
-        fn = Sliding(opts, spec, schema, ("w",), results, ["host", "ts"], False, (info.spec,))
-        table = pa.Table.from_pandas(pdf, preserve_index=False)
-        out = pa.Table.from_batches(list(fn(iter(table.to_batches(max_chunksize=13)))))
+        spec = replace(template, key="host", fields=(Field("host", "STRING"), *template.fields))
+        fn, got = batch_task(client, server, spec, name, pdf)
         assert fn.computing == (compute_rows > 1000)
-        got = out.to_pandas()
         assert got["mtaw_applied"].all()
         assert_matches(got, oracle(pdf, policy))
         assert streams_of(client, name) == [name]  # a scratch stream, if any, is gone
@@ -283,8 +290,6 @@ def test_a_batch_task_falls_back_to_a_scratch_stream_for_row_by_row_windows(
     """A window Compute refuses (NOT_COLUMNAR: a CEL policy) sends the task to a scratch
     stream from its first chunk on: the results are still pandas' (the CEL policy keeps the
     newest 6 rows, as count 6 does), the template stream untouched, no scratch stream left."""
-    import pyarrow as pa
-    from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
 
     name = f"cel{next(_names)}"
     client.create_stream(
@@ -293,27 +298,10 @@ def test_a_batch_task_falls_back_to_a_scratch_stream_for_row_by_row_windows(
     aggs = (*AGGS, Aggregation("n", "count"))
     client.create_window(WindowSpec(name, "w", aggs, Policy.expression("total.n - old.n >= 6")))
     pdf = telemetry(seed=9, hosts=3, per_host=30).sort_values(["host", "ts"]).reset_index(drop=True)
-    schema = StructType(
-        [
-            StructField("host", StringType()),
-            StructField("ts", TimestampType()),
-            StructField("mem", DoubleType()),
-        ]
+    fn, got = batch_task(
+        client, server, replace(client.get_stream(name).spec, key="host"), name, pdf
     )
-    results = tuple(
-        ResultColumn("w", c, c, "DOUBLE") for c in ("mx", "total", "sd", "head", "tail")
-    )
-    opts = ConnectorOptions(
-        endpoint=server.target, stream=name, timestamp_column="ts", batch_rows=7
-    )
-    template = client.get_stream(name).spec
-    spec = replace(template, key="host")
-    info = client.get_window(name, "w")
-    fn = Sliding(opts, spec, schema, ("w",), results, ["host", "ts"], False, (info.spec,))
-    table = pa.Table.from_pandas(pdf, preserve_index=False)
-    out = pa.Table.from_batches(list(fn(iter(table.to_batches(max_chunksize=13)))))
     assert not fn.computing
-    got = out.to_pandas()
     assert got["mtaw_applied"].all()
     assert_matches(got, oracle(pdf, Policy.count(6)))
     assert streams_of(client, name) == [name]

@@ -1632,13 +1632,7 @@ class KeyedStream:
                 pipe.execute_command("EXEC")
             n += len(ops) + 2 * several
             ends.append(n - 1)
-        try:
-            replies = pipe.execute(raise_on_error=False)
-        except (redis.RedisError, StoreError) as ex:
-            for job in jobs:  # none, some or all were applied: written again next time
-                job.undo()
-                job.table.journal.unsure()
-            raise jobs[0].table.journal.failed(ex, "save key groups' states") from ex
+        replies = _execute(pipe, jobs)
         failed: BaseException | None = None
         for job, end in zip(jobs, ends, strict=True):
             reply = replies[end]
@@ -1674,13 +1668,7 @@ class KeyedStream:
             else:
                 ops = j.state_ops(job.blob, job.ops)
             fenced(self.client, job.table.fence, ops, pipe=pipe)
-        try:
-            replies = pipe.execute(raise_on_error=False)
-        except (redis.RedisError, StoreError) as ex:
-            for job in jobs:  # none, some or all were applied: written again next time
-                job.undo()
-                job.table.journal.unsure()
-            raise jobs[0].table.journal.failed(ex, "save key groups' states") from ex
+        replies = _execute(pipe, jobs)
         lost: GroupTable | None = None
         failed: BaseException | None = None
         for job, reply in zip(jobs, replies, strict=True):
@@ -1999,6 +1987,20 @@ class _GroupWrite:
 
 
 _NOTHING: frozenset[str] = frozenset()
+
+
+def _execute(pipe: Any, jobs: list[_GroupWrite]) -> list[Any]:
+    """Send the groups' writes queued in ``pipe`` in one round trip; when the round trip
+    fails, none, some or all were applied: every group is marked back (written again next
+    time, its journal's start read again first) and the failure raised."""
+    try:
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+    except (redis.RedisError, StoreError) as ex:
+        for job in jobs:
+            job.undo()
+            job.table.journal.unsure()
+        raise jobs[0].table.journal.failed(ex, "save key groups' states") from ex
+    return replies
 
 
 class GroupWrites:

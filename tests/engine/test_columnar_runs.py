@@ -11,11 +11,20 @@ from typing import Any
 from unittest import mock
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mtawindows.server.engine import AmortizedMTA, CountPolicy, Max, Record, Sum, TimeRangePolicy
+from mtawindows.server.engine import (
+    AmortizedMTA,
+    Count,
+    CountPolicy,
+    Max,
+    Record,
+    Sum,
+    TimeRangePolicy,
+)
 from mtawindows.server.engine.columnar import runs as runs_module
 from mtawindows.server.engine.columnar.runs import run_results
 from tests.engine.test_columnar_window import RECORDS, VALUES, _row, assert_row
@@ -145,3 +154,23 @@ def test_runs_too_wide_to_lay_end_to_end() -> None:
     for policy in (TimeRangePolicy(5, field="ts"), TimeRangePolicy(2**62, field="ts")):
         _check(RECORDS["extremes"](), policy, cols, [0, 5], 0)
         _check(RECORDS["extremes"](), policy, cols, [0, 5], 2)
+
+
+def test_integer_sums_stay_exact_over_a_long_call_of_short_windows() -> None:
+    """300,000 rows of values near 2^45 in windows of 1,000 rows: no window's sum can pass
+    int64 (2^55), though the call's rows could (2^63.2): exact int64 sums, as Python's."""
+    n, size = 300_000, 1_000
+    rng = np.random.default_rng(7)
+    v = rng.integers(2**45 - 1000, 2**45, n).astype(np.int64)
+    ts = np.arange(n, dtype=np.int64)
+    runs = np.array([0, 123_456])
+    got = run_results(
+        Record(s=Sum("v"), n=Count()), CountPolicy(size, field="n"), {"ts": ts, "v": v}, runs
+    )
+    assert got.rows is not None
+    s = got.rows.column("s")
+    assert s.type == pa.int64()
+    vals = v.tolist()
+    for i in (0, 999, 1_000, 123_455, 123_456, 124_500, n - 1):
+        lo = max(i - size + 1, 0 if i < 123_456 else 123_456)
+        assert s[i].as_py() == sum(vals[lo : i + 1])

@@ -250,13 +250,17 @@ class SumKernel(Kernel):
         self.owner = owner
         self.log = log
         self.rows_bound = 0
+        # the most rows any prefix or combine of a call sums (0: unknown, every row lifted):
+        # a caller that knows its windows' longest (runs.py) keeps int64 sums over long calls
+        self.sum_rows = 0
 
     def lift(self, cols: dict[str, np.ndarray], n: int) -> Comps:
         col = _column(self.owner, cols, self.field, n)
         if not self.log and col.dtype.kind in "iu" and n:
             xi = _ints(self.owner, col)
             top = max(abs(int(xi.max())), abs(int(xi.min())))
-            if top * max(self.rows_bound, n) <= _INT64_MAX:  # no prefix of it can overflow
+            rows = self.sum_rows or max(self.rows_bound, n)
+            if top * rows <= _INT64_MAX:  # no prefix of it can overflow
                 return xi, np.zeros(n, dtype=np.int64)
         x = _real(self.owner, col)
         if self.log:

@@ -54,10 +54,6 @@ def run_results(
         raise ValueError(msg)
     if n == 0:
         return BatchResult(0, w._table([], 0), np.empty(0, np.int64))
-    for k in w.kernels:
-        if isinstance(k, SumKernel):  # integer sums stay exact while they cannot overflow
-            k.rows_bound = n
-    lifted = [k.lift(cols, n) for k in w.kernels]  # validates every value first
     first = np.zeros(n, dtype=np.int64)  # each row's run start
     first[runs] = runs
     np.maximum.accumulate(first, out=first)
@@ -69,6 +65,14 @@ def run_results(
     starts = _starts(w, ts, runs, first, g)
     empty = starts > g
     some = ~empty
+    # every sum the scans take is of rows of one window (a run's prefix up to a filling
+    # window's row, a block no wider than a window, the blocks within a window), or of two
+    # rows: integer sums stay exact while the longest window's cannot overflow
+    longest = max(2, int((g - starts).max()) + 1)
+    for k in w.kernels:
+        if isinstance(k, SumKernel):
+            k.sum_rows = longest
+    lifted = [k.lift(cols, n) for k in w.kernels]  # validates every value
     arrays = []
     values = _Values(cols)
     with np.errstate(all="ignore"):

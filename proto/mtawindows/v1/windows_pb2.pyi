@@ -97,6 +97,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     NOT_KEYED: _ClassVar[ErrorReason]
     TOO_MANY_KEYS: _ClassVar[ErrorReason]
     RANGE_NOT_SUPPORTED: _ClassVar[ErrorReason]
+    NOT_COLUMNAR: _ClassVar[ErrorReason]
 FIELD_TYPE_UNSPECIFIED: FieldType
 DOUBLE: FieldType
 INT64: FieldType
@@ -167,6 +168,7 @@ KEY_NOT_FOUND: ErrorReason
 NOT_KEYED: ErrorReason
 TOO_MANY_KEYS: ErrorReason
 RANGE_NOT_SUPPORTED: ErrorReason
+NOT_COLUMNAR: ErrorReason
 
 class FieldSpec(_message.Message):
     __slots__ = ("name", "type", "allow_nan")

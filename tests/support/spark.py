@@ -4,6 +4,7 @@ variant of the data source whose stream writer fails in the middle of a partitio
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,20 +14,35 @@ from mtawindows.spark_connector.datasource import MtaWindowsDataSource, Pusher, 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _launch() -> Any:
+    """The session; a second try when the JVM died before it answered (it did once in a CI
+    run, on a loaded machine: JAVA_GATEWAY_EXITED), not for any other failure."""
+    from pyspark.errors import PySparkRuntimeError
+
+    for attempt in (1, 2):
+        try:
+            return local_session(
+                "local[2,4]",  # 2 cores, a task may run 4 times
+                "mtawindows-tests",
+                **{
+                    "spark.sql.execution.arrow.maxRecordsPerBatch": "50",
+                    "spark.driver.memory": "1g",
+                },
+            )
+        except PySparkRuntimeError as ex:
+            if attempt == 2 or "JAVA_GATEWAY_EXITED" not in str(ex):
+                raise
+            time.sleep(2)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def spark_session() -> Any:
     # the workers must import this module too (the flaky writer): Spark's JVM, started here,
     # hands its environment to them; the test process's own PYTHONPATH is restored after
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), before) if p)
     try:
-        spark = local_session(
-            "local[2,4]",  # 2 cores, a task may run 4 times
-            "mtawindows-tests",
-            **{
-                "spark.sql.execution.arrow.maxRecordsPerBatch": "50",
-                "spark.driver.memory": "1g",
-            },
-        )
+        spark = _launch()
     finally:
         if before is None:
             del os.environ["PYTHONPATH"]

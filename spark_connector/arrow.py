@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from mtawindows.client import StreamSpec
 
 if TYPE_CHECKING:
+    import numpy as np
     import pyarrow as pa
 
 
@@ -44,12 +45,23 @@ def sorted_batches(batches: Iterable[pa.RecordBatch], order: Sequence[str]) -> l
 
 def nanos(column: pa.Array | pa.ChunkedArray) -> list[int]:
     """A timestamp column (any unit; or int nanoseconds) as int nanoseconds."""
+    out: list[int] = _nanos_column(column).to_pylist()
+    return out
+
+
+def nanos_array(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """:func:`nanos` as a numpy array of int64."""
+    import numpy as np
+
+    return np.asarray(_nanos_column(column).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _nanos_column(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     import pyarrow as pa
 
     if pa.types.is_timestamp(column.type):
         column = column.cast(pa.timestamp("ns", column.type.tz)).cast(pa.int64())
-    out: list[int] = column.to_pylist()
-    return out
+    return column
 
 
 def to_stream_table(

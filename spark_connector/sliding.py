@@ -29,7 +29,7 @@ from mtawindows.client import (
 from mtawindows.v1.keys import key_text
 from mtawindows.v1.reasons import Reason
 
-from .arrow import arrow_column, nanos, rechunk, sorted_batches, to_stream_table
+from .arrow import arrow_column, nanos, nanos_array, rechunk, sorted_batches, to_stream_table
 from .clients import client_for
 from .connector_errors import ConnectorError, explained
 from .options import ConnectorOptions
@@ -171,7 +171,6 @@ class Sliding:
         order: list[str],
         streaming: bool,
         scratch_windows: tuple[WindowSpec, ...] = (),
-        compute_windows: tuple[WindowSpec, ...] = (),
     ) -> None:
         self.opts = opts
         self.spec = spec
@@ -180,9 +179,9 @@ class Sliding:
         self.results = results
         self.order = order
         self.streaming = streaming
+        # the windows asked for, as the stream defines them but kept where a scratch stream
+        # keeps them (their policies also say what Compute's context must carry)
         self.scratch_windows = scratch_windows
-        # the windows asked for, as the stream defines them (what Compute's context reaches)
-        self.compute_windows = compute_windows or scratch_windows
         self.run_id = uuid.uuid4().hex[:12]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -285,7 +284,6 @@ class Sliding:
         window: the newest ``size - 1`` of a count window, those newer than the last row's
         timestamp minus a time window's range."""
         import numpy as np
-        import pyarrow as pa
         import pyarrow.compute as pc
 
         n = sent.num_rows
@@ -300,18 +298,13 @@ class Sliding:
             lo = int(starts[-1]) + 1 if len(starts) else 0
         keep = 0
         ts = None
-        for w in self.compute_windows:
+        for w in self.scratch_windows:
             policy = w.policy
             if policy.kind == "count":
                 keep = max(keep, policy.size - 1)
             else:
                 if ts is None:
-                    col = sent.column(self.spec.timestamp_field).slice(lo)
-                    ts = (
-                        col.cast(pa.int64()).to_numpy()
-                        if pa.types.is_timestamp(col.type) and col.type.unit == "ns"
-                        else np.asarray(nanos(col), dtype=np.int64)
-                    )
+                    ts = nanos_array(sent.column(self.spec.timestamp_field).slice(lo))
                 reach = policy.range // timedelta(microseconds=1) * 1000
                 keep = max(keep, int(np.count_nonzero(ts > ts[-1] - reach)))
         keep = min(keep, n - lo)

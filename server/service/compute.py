@@ -28,8 +28,6 @@ from .row_results import RowResults
 
 __all__ = ["compute", "compute_refusal"]
 
-_NUMERIC = {FieldType.DOUBLE.value, FieldType.INT64.value, FieldType.TIMESTAMP.value}
-
 
 def compute_refusal(win: HostedWindow) -> str | None:
     """Why Compute cannot answer for ``win`` (None: it can)."""

@@ -182,10 +182,25 @@ _packers = threading.local()
 
 def packb(obj: Any) -> bytes:
     """msgpack with the engine's extension types (tuples stay tuples on the way back)."""
+    return _pack(_packer(), obj)
+
+
+def packb_each(objs: Iterable[Any]) -> list[bytes]:
+    """:func:`packb` of each of ``objs`` (many small records: the thread's packer looked up
+    once, not per record)."""
+    packer = _packer()
+    return [_pack(packer, obj) for obj in objs]
+
+
+def _packer() -> Any:
     try:
-        packer = _packers.packer
+        return _packers.packer
     except AttributeError:
         packer = _packers.packer = msgpack.Packer(**_packer_opts)
+        return packer
+
+
+def _pack(packer: Any, obj: Any) -> bytes:
     try:
         return packer.pack(obj)  # type: ignore[no-any-return]
     except OverflowError:  # an int beyond 64 bits inside a container: retry through `default`
@@ -194,27 +209,6 @@ def packb(obj: Any) -> bytes:
     except BaseException:
         packer.reset()  # a half-written buffer must not lead the next record
         raise
-
-
-def packb_each(objs: Iterable[Any]) -> list[bytes]:
-    """:func:`packb` of each of ``objs`` (many small records: the thread's packer looked up
-    once, not per record)."""
-    try:
-        packer = _packers.packer
-    except AttributeError:
-        packer = _packers.packer = msgpack.Packer(**_packer_opts)
-    pack = packer.pack
-    out: list[bytes] = []
-    for obj in objs:
-        try:
-            out.append(pack(obj))
-        except OverflowError:  # as packb
-            packer.reset()
-            out.append(pack(_widen(obj)))
-        except BaseException:
-            packer.reset()
-            raise
-    return out
 
 
 def _widen(obj: Any) -> Any:

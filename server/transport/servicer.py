@@ -503,18 +503,11 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         """``out``, unless per-row results make it larger than a message may be: then
         RESOURCE_EXHAUSTED ``MESSAGE_TOO_LARGE`` saying the batch was applied (gRPC would
         otherwise fail the call without a reason, after the same)."""
-        limit = self.registry.limits.max_message_bytes
-        if out.row_results and out.ByteSize() > limit:
+        if out.row_results:
+            limit = self.registry.limits.max_message_bytes
             size = out.ByteSize()
-            raise ServiceError(
-                "RESOURCE_EXHAUSTED",
-                Reason.MESSAGE_TOO_LARGE,
-                f"the batch was applied ({out.rows_applied} rows), but its per-row results "
-                f"({size} bytes) pass the server's message limit of {limit} bytes "
-                "(--max-message-mb): ask them of fewer windows or send smaller batches; do not "
-                "resend it without a producer_id and sequence (it would apply twice)",
-                metadata={"limit_bytes": str(limit), "size_bytes": str(size), "applied": "true"},
-            )
+            if size > limit:
+                raise status.reply_too_large("Append", size, limit, applied=out.rows_applied)
         return out
 
     async def Query(self, request: pb.QueryRequest, context: Any) -> pb.WindowResult:
@@ -544,8 +537,8 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
     def _compute(self, s: Any, request: pb.ComputeRequest) -> pb.ComputeResponse:
         import numpy as np
 
-        limit = self.registry.limits.max_batch_rows
-        table = decode.arrow_table(request.arrow_ipc, limit)
+        limits = self.registry.limits
+        table = decode.arrow_table(request.arrow_ipc, limits.max_batch_rows)
         got = compute(
             s.spec,
             dict(s.windows),
@@ -553,7 +546,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             table,
             request.key_column,
             request.context_rows,
-            limit,
+            limits.max_batch_rows,
         )
         rows = np.arange(request.context_rows, table.num_rows, dtype=np.int64)
         out = pb.ComputeResponse()
@@ -561,10 +554,8 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         for name, rr in got.items():
             ipc = arrow_ipc(rr.arrow(rows))
             size += len(ipc)
-            if size > self.registry.limits.max_message_bytes:
-                raise status.reply_too_large(
-                    "Compute", size, self.registry.limits.max_message_bytes
-                )
+            if size > limits.max_message_bytes:
+                raise status.reply_too_large("Compute", size, limits.max_message_bytes)
             out.results.append(pb.WindowRowResults(window=name, arrow_ipc=ipc))
         return out
 

@@ -140,16 +140,25 @@ def message_too_large(type_name: str, size: int, limit: int) -> ServiceError:
     )
 
 
-def reply_too_large(method: str, size: int, limit: int) -> ServiceError:
+def reply_too_large(method: str, size: int, limit: int, applied: int | None = None) -> ServiceError:
     """The refusal of a reply that would pass the server's message ``limit`` (found while it
-    is built: at least ``size`` bytes)."""
-    return ServiceError(
-        "RESOURCE_EXHAUSTED",
-        Reason.MESSAGE_TOO_LARGE,
-        f"the {method} reply would be at least {size} bytes, over the server's limit of "
-        f"{limit} bytes (--max-message-mb): send fewer rows per call, or ask fewer windows",
-        metadata={"limit_bytes": str(limit), "size_bytes": str(size)},
-    )
+    is built: at least ``size`` bytes). ``applied``: the rows an Append applied before its
+    per-row results were found too large (metadata ``applied``)."""
+    metadata = {"limit_bytes": str(limit), "size_bytes": str(size)}
+    if applied is None:
+        message = (
+            f"the {method} reply would be at least {size} bytes, over the server's limit of "
+            f"{limit} bytes (--max-message-mb): send fewer rows per call, or ask fewer windows"
+        )
+    else:
+        metadata["applied"] = "true"
+        message = (
+            f"the batch was applied ({applied} rows), but its per-row results ({size} bytes) "
+            f"pass the server's message limit of {limit} bytes (--max-message-mb): ask them of "
+            "fewer windows or send smaller batches; do not resend it without a producer_id and "
+            "sequence (it would apply twice)"
+        )
+    return ServiceError("RESOURCE_EXHAUSTED", Reason.MESSAGE_TOO_LARGE, message, metadata=metadata)
 
 
 def store_unavailable_refusal(method: str, why: str) -> ServiceError:

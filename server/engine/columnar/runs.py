@@ -73,6 +73,7 @@ def run_results(
         if isinstance(k, SumKernel):
             k.sum_rows = longest
     lifted = [k.lift(cols, n) for k in w.kernels]  # validates every value
+    prefixes, rest = _prefix_runs(starts, first, runs, some, skip)
     arrays = []
     values = _Values(cols)
     with np.errstate(all="ignore"):
@@ -81,7 +82,7 @@ def run_results(
                 assert ts is not None
                 arrays.append(ts[skip:])
                 continue
-            res = _ranges(k, lifted[i], starts, g, some, skip, first, runs)
+            res = _ranges(k, lifted[i], starts, g, some, skip, prefixes, rest)
             arrays.append(k.lower(res, values))
     import pyarrow as pa
 
@@ -107,6 +108,28 @@ def check_order(ts: np.ndarray, runs: np.ndarray) -> None:
         raise ValueError(msg)
 
 
+def _prefix_runs(
+    starts: np.ndarray, first: np.ndarray, runs: np.ndarray, some: np.ndarray, a0: int
+) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
+    """Which windows of rows ``a0`` on are a run's prefix: those that start where their run
+    does, in a run of :data:`LONG_RUN` rows or more (a key's windows while they fill, or every
+    window of a key shorter than its range), one scan of the run answering all of them. As
+    (run start, those rows within the run) per such run, and the mask of the other rows with a
+    window, for the block scans. The same for every kernel of the call."""
+    n = len(starts)
+    lengths = np.diff(np.append(runs, n))
+    grow = some & (starts == first) & (np.repeat(lengths, lengths) >= LONG_RUN)
+    grow[:a0] = False
+    prefixes: list[tuple[int, np.ndarray]] = []
+    if grow.any():
+        for r in np.flatnonzero(lengths >= LONG_RUN).tolist():
+            lo = int(runs[r])
+            rows = np.flatnonzero(grow[lo : lo + int(lengths[r])])
+            if len(rows):
+                prefixes.append((lo, rows))
+    return prefixes, some & ~grow
+
+
 def _ranges(
     k: Kernel,
     comps: Comps,
@@ -114,44 +137,26 @@ def _ranges(
     g: np.ndarray,
     some: np.ndarray,
     a0: int,
-    first: np.ndarray,
-    runs: np.ndarray,
+    prefixes: list[tuple[int, np.ndarray]],
+    rest: np.ndarray,
 ) -> Comps:
-    """``k``'s aggregate of each window of rows ``a0`` on (empty ones: zeros, no position).
-    A window that starts where its run does, in a run of :data:`LONG_RUN` rows or more, is
-    the run's prefix: one scan of the run answers all of them (a key's windows while they
-    fill, or every window of a key shorter than its range). The others go through the block
-    scans of :func:`_blocks`."""
-    n = len(g)
-    lengths = np.diff(np.append(runs, n))
-    long_runs = np.flatnonzero(lengths >= LONG_RUN)
-    if not len(long_runs):
-        return _blocks(k, comps, starts, g, some, a0)
-    grow = some & (starts == first)
-    grow[:a0] = False
-    run_len = lengths[np.searchsorted(runs, g, side="right") - 1]
-    grow &= run_len >= LONG_RUN
-    if not grow.any():
+    """``k``'s aggregate of each window of rows ``a0`` on (empty ones: zeros, no position):
+    the runs' prefixes (:func:`_prefix_runs`) by one scan each, the others by the block scans
+    of :func:`_blocks`."""
+    if not prefixes:
         return _blocks(k, comps, starts, g, some, a0)
     parts: list[tuple[np.ndarray, Comps]] = []  # (result rows from a0, their aggregates)
-    for r in long_runs.tolist():
-        lo = int(runs[r])
-        hi = lo + int(lengths[r])
-        rows = np.flatnonzero(grow[lo:hi])
-        if not len(rows):
-            continue
+    for lo, rows in prefixes:
         top = int(rows[-1]) + 1  # the scan needs the run only up to its last such row
         scan = k.scan(tuple(c[lo : lo + top].reshape(1, -1) for c in comps), False)
         parts.append((rows + lo - a0, tuple(c[0, rows] for c in scan)))
-    rest = some & ~grow
     if rest[a0:].any():
         got = _blocks(k, comps, starts, g, rest, a0)
         parts.append((np.flatnonzero(rest[a0:]), tuple(c[rest[a0:]] for c in got)))
-    m = n - a0
     out = []
     for j in range(len(comps)):
         dtype = np.result_type(*(p[1][j] for p in parts))
-        col = np.full(m, -1, dtype) if k.pos_comp == j else np.zeros(m, dtype)
+        col = np.full(len(g) - a0, -1, dtype) if k.pos_comp == j else np.zeros(len(g) - a0, dtype)
         for where, vals in parts:
             col[where] = vals[j]
         out.append(col)

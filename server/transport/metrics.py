@@ -88,7 +88,7 @@ class Metrics:
 
 
 class _KeyCollector(Collector):
-    """Keyed streams, read at scrape time: keys, hot keys, dirty keys, groups held per
+    """Keyed streams, read at scrape time: keys, hot keys, slab keys, dirty keys, groups held per
     stream; the key cache's bytes, evictions and loads."""
 
     def __init__(
@@ -101,6 +101,11 @@ class _KeyCollector(Collector):
             "keys": GaugeMetricFamily("mtawindows_keys", "Keys held", labels=["stream"]),
             "hot_keys": GaugeMetricFamily(
                 "mtawindows_hot_keys", "Keys whose state is in memory", labels=["stream"]
+            ),
+            "slab_keys": GaugeMetricFamily(
+                "mtawindows_slab_keys",
+                "Small keys held in columns (the slab: no object per key)",
+                labels=["stream"],
             ),
             "dirty_keys": GaugeMetricFamily(
                 "mtawindows_dirty_keys", "Keys changed since the last flush", labels=["stream"]

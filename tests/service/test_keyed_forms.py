@@ -93,6 +93,9 @@ class Config:
     block: int  # the full forms' Storage block and cache size (0: defaults)
     durable: tuple[bool, bool, bool]
     tiny_cache: bool
+    # without the bounded-sum window every window allows the slab (slab.py): the keys of
+    # NONE appends live in columns, the others (and those outgrowing it) become objects
+    slab: bool = False
 
     @classmethod
     def draw(cls, c: Chooser) -> Config:
@@ -114,6 +117,7 @@ class Config:
             block=c.pick((0, 1, 2, 4)),
             durable=durable,
             tiny_cache=c.chance(3),
+            slab=c.chance(2),
         )
 
     @property
@@ -128,7 +132,7 @@ class Config:
             return Storage(durable=self.durable[i], block_size=self.block, cache_size=self.block)
 
         ns = self.range_units * UNIT
-        return [
+        out = [
             (
                 WindowSpec(
                     STREAM,
@@ -175,6 +179,7 @@ class Config:
                 OWin("bsum", "bsum", self.bound, {"s": "sum", "n": "count", "f": "first"}),
             ),
         ]
+        return out[:2] if self.slab else out
 
 
 @dataclass
@@ -188,6 +193,7 @@ class Stats:
     full_forms: int = 0  # (key, window) pairs seen in the full form
     evictions: int = 0
     deletes: int = 0
+    slab_keys: int = 0  # keys checked while in the slab
 
 
 class Scenario:
@@ -212,6 +218,7 @@ class Scenario:
         for spec, _ in self.wins:
             self.registry.create_window(spec)
         self.stream = self.registry.stream(STREAM)
+        assert (self.stream.slab is not None) == cfg.slab, self.stream.slab_why
         self.keys: list[Any] = (
             [7, -3, 100, 0, 42, 9_000_000_000][: cfg.n_keys]
             if cfg.int_keys
@@ -403,10 +410,10 @@ class Scenario:
         """(key, window) -> full, for every key (a cold key loads)."""
         out = {}
         for k in self.oracle.rows:
-            self.stream.query("cnt", k)  # loads it
-            st_ = self.stream.where[k].hot[k]
+            self.stream.query("cnt", k)  # loads it (a key in the slab stays there: compact)
+            st_ = self.stream.where[k].hot.get(k)
             for n in self.owins:
-                kw = st_.windows.get(n)
+                kw = st_.windows.get(n) if st_ is not None else None
                 out[(k, n)] = kw is not None and kw.full
         return out
 
@@ -427,7 +434,12 @@ class Scenario:
                 assert close_values(r.values, values) and r.size == size, what
                 assert (r.key, r.timestamp) == (k, rows[-1][0]), what
                 assert r.sequence == self.oracle.batches[k], what
-                kw = s.where[k].hot[k].windows.get(n)  # an empty compact one is not stored
+                st_ = s.where[k].hot.get(k)
+                if st_ is None:  # in the slab: at most its rows, compact
+                    assert s.slab is not None and k in s.slab, (when, k)
+                    assert int(s.slab.n[s.slab.slot[k]]) <= s.slab.capacity, (when, k)
+                    self.stats.slab_keys += 1
+                kw = st_.windows.get(n) if st_ is not None else None  # empty compact: none
                 if kw is not None and kw.full:
                     self.full.add((k, n))
                 else:

@@ -832,6 +832,7 @@ def test_appends_between_a_flush_prepared_and_written_are_not_lost(
         k.append(keys, tss, [rng.randint(0, 9) / 2 for _ in keys])
         k.stream.evict()
         held = {key for t in k.stream.groups.values() for key in (*t.hot, *t.packed)}
+        held |= set(k.stream.slab.slot) if k.stream.slab is not None else set()
         assert inflight <= held
     writes.run()
     assert all(not t.inflight for t in k.stream.groups.values())

@@ -37,6 +37,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
 import redis
 
 from mtawindows.v1.convert import timestamp_text
@@ -62,12 +63,12 @@ from mtawindows.v1.types import (
 from ...engine.hopping import HopGroup
 from ...engine.policies import bind_policy
 from ...sentinels import UNSET
-from ...storage.codecs import StructCodec, codec_for, packb
+from ...storage.codecs import StructCodec, codec_for, packb, unpackb
 from ...storage.fencing import Fence, FencedError, Op, check_reply, fenced
 from ...storage.journal import JournalEntry, StreamJournal
 from ...storage.keys import GroupKeys, group_lease_keys, key_window_base
 from ...storage.protocol import CorruptDataError, StoreError, StoreUnavailableError
-from ..batch import FINAL, PER_ROW
+from ..batch import FINAL, NONE, PER_ROW
 from ..columns import Columns, Schema
 from ..hosted_window import HostedWindow
 from ..ranges import RangeQuery, check_range, suffix_of
@@ -81,6 +82,7 @@ from ..refusals import (
     store_unavailable,
 )
 from ..stream import _gc_paused
+from .slab import KeySlab, rows_of_record, slab_plan
 from .table import INLINE, GroupState, GroupTable, KeyState
 from .window import KeyWindow, WindowOps
 
@@ -101,6 +103,8 @@ _PACKED_BYTES = 120  # a packed key's dict entry and bytes object, beside its by
 # in the budget, so the states the cache holds shrink as the key space grows (measured: 1,063
 # MB of RSS at 10^6 keys with a 512 MB budget when the names went uncounted)
 _INDEX_BYTES = 170
+# the most rows a key keeps in the slab (slab.py), past which it becomes an object
+SLAB_ROWS = 16
 
 
 def _locked(method: Callable[..., T]) -> Callable[..., T]:
@@ -170,6 +174,7 @@ class _Plan:
 
     __slots__ = (
         "counter",
+        "fast",
         "groups",
         "late",
         "late_keys",
@@ -200,6 +205,8 @@ class _Plan:
         self.new_keys = 0
         self.rows_applied = 0
         self.skipped: set[int] = set()  # groups that had the batch already (duplicate)
+        # the slab takes the rows of the keys it holds and of new keys (no results asked)
+        self.fast = False
 
 
 class KeyedStream:
@@ -268,6 +275,9 @@ class KeyedStream:
         self._group_now: GroupTable | None = None  # the group _apply is in (its fence)
         self.state_store = _StreamKeysStore(self)  # the registry's delete() of leftovers
         self.pending_state = None
+        # small keys in columns (slab.py) when every window allows it; else why not
+        self.slab: KeySlab | None = None
+        self.slab_why = "the stream has no window"
 
     def _table(self, g: int, fence: Fence | None) -> GroupTable:
         keys = GroupKeys.of(self.prefix, self.spec.name, g)
@@ -398,6 +408,7 @@ class KeyedStream:
             for table in tables:
                 for st in table.hot.values():
                     _abandon_full(st)
+        self._slab_forget(tables)  # written by the last flush (or not: Redis is the truth)
         for table in tables:
             table.closed = True
             if self.groups.get(table.group) is table:
@@ -487,6 +498,7 @@ class KeyedStream:
             self.unpackers[name] = INLINE
         self.windows[name] = w
         self.journal = any(x.spec.storage.durable for x in self.windows.values())
+        self._replan_slab()
 
     def _new_engine(self, w: HostedWindow) -> tuple[Any, str]:
         """A key's window grown into a tree: its Redis keys under its group's fence."""
@@ -507,6 +519,162 @@ class KeyedStream:
                 if kw is not None and kw.engine is not None:
                     _drop_engine(kw.engine)
                     table.dirty.add(st.key)
+        self._replan_slab()
+
+    # -- the slab (slab.py): small keys in columns
+    def _replan_slab(self) -> None:
+        """After the windows changed: the keys in the slab leave it in their packed form, with
+        the windows that remain (a window made now, also one under a deleted one's name,
+        holds nothing for them yet), and new keys go into a slab of the new windows, when they
+        all allow one."""
+        old = self.slab
+        if old is not None and len(old):
+            by_table: dict[int, tuple[GroupTable, list[str]]] = {}
+            for key, s in old.slot.items():
+                t = old.tables[s]
+                by_table.setdefault(id(t), (t, []))[1].append(key)
+            for table, keys in by_table.values():
+                for key, blob in zip(keys, old.blobs(keys, set(self.windows)), strict=True):
+                    table.packed[key] = blob
+                    self.cache.add(len(blob) + _PACKED_BYTES - old.slot_bytes, objects=0)
+        plan = slab_plan(self.spec.timestamp_field, self.schema.types, self.windows)
+        capacity = min(SLAB_ROWS, self.compact_items)
+        if isinstance(plan, str) or capacity < 1:
+            self.slab = None
+            self.slab_why = plan if isinstance(plan, str) else "compact windows hold no row"
+            return
+        self.slab = KeySlab(*plan, capacity)
+        self.slab_why = ""
+
+    def _slab_rows(self, name: str, k: int, rows: Any) -> list[Any]:
+        """Window ``name``'s items from a stored slab record's rows: the lift of the newest
+        ``k`` (KeyState.unpack's ``from_rows``)."""
+        cols = rows_of_record(rows, self.spec.timestamp_field, self.schema.types)
+        return self._lift_rows(name, k, cols)
+
+    def _lift_rows(self, name: str, k: int, cols: Mapping[str, Any]) -> list[Any]:
+        n = len(cols[self.spec.timestamp_field])
+        if not 0 <= k <= n:
+            msg = f"a key's window {name!r} holds {k} of its {n} rows"
+            raise CorruptDataError(msg)
+        sub = {c: a[n - k :].tolist() for c, a in cols.items()}
+        return list(self.windows[name].lift_columns(sub))  # type: ignore[misc]
+
+    def _from_rows(
+        self,
+        table: GroupTable,
+        key: str,
+        counters: tuple[int, int, int, int, int] | None,
+        cols: Mapping[str, Any],
+        lsn: int,
+        evicted: Mapping[str, int],
+    ) -> KeyState:
+        """A key out of the slab as an object in ``table``'s cache: its counters (None: a new
+        key) and each window's items, the lift of the rows it holds (a window past the compact
+        threshold grows into its tree; ``lsn``: the entry its windows hold; ``evicted``: the
+        rows each window's last batch evicted)."""
+        st = self._object_of(table, key, counters, cols, lsn, evicted)
+        table.hot[key] = st
+        size = _size(st)
+        self.cache.add(size, hot=1, objects=size)
+        return st
+
+    def _object_of(
+        self,
+        table: GroupTable,
+        key: str,
+        counters: tuple[int, int, int, int, int] | None,
+        cols: Mapping[str, Any],
+        lsn: int,
+        evicted: Mapping[str, int],
+    ) -> KeyState:
+        """:meth:`_from_rows`' object, in no cache."""
+        slab = self.slab
+        assert slab is not None
+        st = KeyState(key)
+        if counters is not None:
+            st.newest, st.rows, st.late, st.touched, st.batches = counters
+        ts = cols[self.spec.timestamp_field]
+        n = len(ts)
+        if n:
+            keeps = slab.keep_of(np.array([n]), np.asarray(ts)[None, :])
+        self._group_now = table
+        try:
+            for name, ops in self.ops.items():
+                k = int(keeps[name][0]) if n else 0
+                kw = KeyWindow(self._lift_rows(name, k, cols))
+                kw.lsn = lsn
+                kw.evicted = evicted.get(name, 0)
+                if len(kw.items) > ops.threshold:
+                    kw._promote(ops)
+                st.windows[name] = kw
+        finally:
+            self._group_now = None
+        return st
+
+    def _view(self, table: GroupTable, key: str) -> KeyState:
+        """The state of an existing ``key`` to read: an object (loaded when cold); a key in
+        the slab stays there, read through an object made for this read (its windows hold at
+        most the slab's rows: compact, no tree)."""
+        slab = self.slab
+        if slab is not None and key not in table.hot and slab.table_of(key) is table:
+            counters, cols, evicted = slab.peek(key)
+            return self._object_of(table, key, counters, cols, 0, evicted)
+        return self._state(table, key)
+
+    def _unslab(self, table: GroupTable, key: str) -> KeyState:
+        """``key`` out of the slab, into ``table``'s cache as an object."""
+        slab = self.slab
+        assert slab is not None
+        counters, cols, evicted = slab.take(key)
+        self.cache.add(-slab.slot_bytes, objects=0)
+        return self._from_rows(table, key, counters, cols, 0, evicted)
+
+    def _slab_load(self, table: GroupTable, key: str, blob: bytes) -> bool:
+        """``key``'s stored value back into the slab, when it was written from one whose
+        windows were the stream's windows now (each window's reach as stored); else False
+        (it becomes an object)."""
+        slab = self.slab
+        assert slab is not None
+        try:
+            record = unpackb(blob)
+            if len(record) != 7:
+                return False
+            newest, rows, late, touched, batches, ws, stored = record
+            ws = dict(ws)
+            if set(ws) != set(self.windows) or any(w[0] != "r" for w in ws.values()):
+                return False
+            cols = rows_of_record(stored, self.spec.timestamp_field, self.schema.types)
+        except (CorruptDataError, TypeError, ValueError, IndexError):
+            return False  # the object path names what is wrong
+        counters = (int(newest), int(rows), int(late), int(touched), int(batches))
+        if not slab.load(key, table, counters, cols, {n: int(w[1]) for n, w in ws.items()}):
+            return False
+        self.cache.add(slab.slot_bytes, objects=0)
+        return True
+
+    def _slab_blobs(self, tables: Sequence[GroupTable]) -> dict[str, bytes]:
+        """The stored values of the dirty keys of ``tables`` in the slab, packed in one
+        pass for all of them."""
+        slab = self.slab
+        if slab is None or not len(slab):
+            return {}
+        held = slab.slot
+        keys = [k for t in tables for k in t.dirty if k in held]
+        return dict(zip(keys, slab.blobs(keys), strict=True))
+
+    def _slab_forget(self, tables: Sequence[GroupTable]) -> None:
+        """The slab's keys of ``tables`` leave memory (groups let go or reloaded)."""
+        slab = self.slab
+        if slab is None or not len(slab):
+            return
+        n = 0
+        for table in tables:
+            for k in table.index:
+                if slab.table_of(k) is table:
+                    slab.remove(k)
+                    n += 1
+        self.cache.add(-n * slab.slot_bytes, objects=0)
 
     # -- info
     def info(self) -> StreamInfo:
@@ -630,7 +798,8 @@ class KeyedStream:
         # states, windows and items by the thousand, and the collector's passes over the
         # keys already held cost a third of the ingest at 10^5 keys
         with _gc_paused(n_rows):
-            plan = self._plan(cols, producer_id, sequence)
+            fast = self.slab is not None and mode == NONE and not self.listeners
+            plan = self._plan(cols, producer_id, sequence, fast=fast)
             if not counted:
                 plan.counter = None
             if plan.named and self.journal:
@@ -646,11 +815,20 @@ class KeyedStream:
         return res
 
     def _plan(
-        self, cols: list[list[Any]], producer_id: str, sequence: int, *, replay: bool = False
+        self,
+        cols: list[list[Any]],
+        producer_id: str,
+        sequence: int,
+        *,
+        replay: bool = False,
+        fast: bool = False,
     ) -> _Plan:
         """Everything that can refuse the batch, before any change (the cold keys it names
-        load into the cache first: that changes no state)."""
+        load into the cache first: that changes no state). ``fast``: the keys in the slab
+        stay there and take the batch's rows (else they become objects first)."""
         plan = _Plan()
+        plan.fast = fast
+        slab = self.slab if fast else None
         ts = cols[0]
         raw_keys = cols[self.key_index]
         texts = [str(k) for k in raw_keys] if self.int_keys else raw_keys
@@ -691,7 +869,7 @@ class KeyedStream:
                     )
                 continue
             where[key] = table
-            if key not in table.hot:
+            if key not in table.hot and (slab is None or key not in slab):
                 cold.setdefault(table, []).append(key)
         if new_keys and not replay and self.cache.keys + new_keys > self.cache.max_keys:
             raise ServiceError(
@@ -703,7 +881,7 @@ class KeyedStream:
                 metadata={"stream": self.spec.name, "limit": str(self.cache.max_keys)},
             )
         if cold:
-            self._load_many(cold)
+            self._load_many(cold, slab=fast)
         out: dict[int, dict[str, list[int]]] = {}
         named = plan.named
         late_of = plan.late_of
@@ -728,7 +906,9 @@ class KeyedStream:
             else:
                 ks.append(key)
             st = table.hot.get(key)
-            newest = st.newest if st is not None else None
+            newest = (
+                st.newest if st is not None else slab.newest_of(key) if slab is not None else None
+            )
             if len(idx) == 1:  # the common case: one row of the key
                 if newest is not None and ts[idx[0]] < newest:
                     if not drop:
@@ -923,7 +1103,10 @@ class KeyedStream:
         new_keys = 0
         items_added = 0
         grown = 0  # bytes the windows grew by besides (a compact one into a tree: its size)
+        columnar: set[str] = set()  # the keys the slab took the rows of
         try:
+            if plan.fast and self.slab is not None:
+                columnar = self._apply_slab(plan, cols, now_ms)
             for g in plan.named:
                 table = self._group_now = self.groups[g]
                 gst = table.state
@@ -933,6 +1116,14 @@ class KeyedStream:
                 dirty_add = table.dirty.add
                 high = gst.newest
                 for key, idx in keys.items():
+                    if key in columnar:
+                        last = ts[idx[-1]]
+                        if last > high:
+                            high = last
+                        if ttl:
+                            table.touch(key, now_ms)
+                        dirty_add(key)
+                        continue
                     st = hot.pop(key, None)  # back in at the end: the group's LRU order
                     if st is None:
                         st = self._new_key(table, key)
@@ -1027,6 +1218,9 @@ class KeyedStream:
                     if st is not None:
                         st.late += n_late
                         dirty_add(key)
+                    elif self.slab is not None and key in self.slab:
+                        self.slab.add_late(key, n_late)
+                        dirty_add(key)
                 gst.newest = high
                 gst.lsn = lsn
                 gst.rows += sum(len(i) for i in keys.values())
@@ -1082,6 +1276,50 @@ class KeyedStream:
         if touched:
             self._tell(touched)
         return result
+
+    def _apply_slab(self, plan: _Plan, cols: list[list[Any]], now_ms: int) -> set[str]:
+        """The slab's part of a batch: the rows of the keys it holds, and of new keys, in
+        array passes (slab.py). A key that outgrows it becomes an object holding the batch
+        (its windows' lsn the batch's: the object path skips them but counts the rows).
+        Returns the keys the slab took."""
+        slab = self.slab
+        assert slab is not None
+        keys: list[str] = []
+        tables: list[GroupTable] = []
+        idx: list[list[int]] = []
+        new = 0
+        for g, by_key in plan.groups.items():
+            table = self.groups[g]
+            hot = table.hot
+            for key, positions in by_key.items():
+                if key in hot:
+                    continue
+                if key not in slab:  # a new key (the plan loaded every other one)
+                    table.index[key] = 0
+                    table.key_moves += 1
+                    self.where[key] = table
+                    if table.deleted:
+                        table.deleted.discard(key)
+                    new += 1
+                keys.append(key)
+                tables.append(table)
+                idx.append(positions)
+        if not keys:
+            return set()
+        order = self.schema.order
+        arrays = {
+            name: np.asarray(cols[order.index(name)], dtype=dtype)
+            for name, dtype in slab.columns.items()
+        }
+        before = len(slab)
+        out = slab.apply(keys, tables, idx, arrays, now_ms)
+        self.cache.add((len(slab) - before) * slab.slot_bytes, keys=new, objects=0)
+        took = set(keys)
+        for i, counters, held, evicted in out:
+            table = tables[i]
+            self._from_rows(table, keys[i], counters, held, table.state.lsn + 1, evicted)
+            took.discard(keys[i])
+        return took
 
     def _result(
         self, name: str, st: KeyState, kw: KeyWindow, evicted: int | None = None
@@ -1163,9 +1401,10 @@ class KeyedStream:
             st = table.hot[key]
         return st
 
-    def _load_many(self, cold: Mapping[GroupTable, list[str]]) -> None:
+    def _load_many(self, cold: Mapping[GroupTable, list[str]], *, slab: bool = False) -> None:
         """Bring keys into the cache as objects: from their packed form in memory, else from
-        Redis (one HMGET per group, one round trip)."""
+        Redis (one HMGET per group, one round trip). ``slab``: a key stored from the slab,
+        as the windows are now, goes back into it instead."""
         need: list[tuple[GroupTable, list[str]]] = []
         for table, keys in cold.items():
             rest = []
@@ -1173,10 +1412,15 @@ class KeyedStream:
             for k in keys:
                 if k in table.hot:
                     continue
+                if self.slab is not None and k in self.slab:
+                    if not slab:
+                        self._unslab(table, k)
+                    continue
                 blob = packed.pop(k, None)
                 if blob is not None:
                     self.cache.add(-(len(blob) + _PACKED_BYTES), objects=0)
-                    self._open(table, k, blob)
+                    if not (slab and self._slab_load(table, k, blob)):
+                        self._open(table, k, blob)
                 else:
                     rest.append(k)
             if rest:
@@ -1197,10 +1441,11 @@ class KeyedStream:
                     self.stale = True
                     raise store_unavailable(self.spec.name, CorruptDataError(msg))
                 self.cache.loads += 1
-                self._open(table, k, blob)
+                if not (slab and self._slab_load(table, k, blob)):
+                    self._open(table, k, blob)
 
     def _open(self, table: GroupTable, key: str, blob: bytes) -> KeyState:
-        st = KeyState.unpack(key, blob, self.unpackers)
+        st = KeyState.unpack(key, blob, self.unpackers, self._slab_rows)
         for name, kw in st.windows.items():
             if kw.wid and kw.engine is None:  # full form: open its tree
                 kw.engine = self.make_engine(self.windows[name], kw.wid, table.fence)
@@ -1271,6 +1516,24 @@ class KeyedStream:
                         break
                 if cache.used <= cache.budget:
                     break
+        slab = self.slab
+        if cache.over and slab is not None and len(slab):
+            # then keys of the slab that Redis holds as they are, least recently touched first
+            bytes_each = slab.slot_bytes
+            need = -(-(cache.used - cache.budget) // bytes_each)
+            for s in np.argsort(slab.touched[: slab.size], kind="stable").tolist():
+                key = slab.keys[s]
+                if key is None:
+                    continue
+                table = slab.tables[s]
+                if key in table.dirty or key in table.inflight:
+                    continue
+                slab.remove(key)
+                cache.add(-bytes_each, objects=0)
+                n += 1
+                need -= 1
+                if need <= 0:
+                    break
         cache.evictions += n
         return n
 
@@ -1328,7 +1591,7 @@ class KeyedStream:
         table = self._index_of(text)
         if table is None:
             raise key_not_found(self.spec.name, text)
-        st = self._state(table, text)
+        st = self._view(table, text)
         kw = st.windows.get(window)
         if kw is None:
             kw = KeyWindow()
@@ -1357,7 +1620,7 @@ class KeyedStream:
         table = self._index_of(text)
         if table is None:
             raise key_not_found(self.spec.name, text)
-        st = self._state(table, text)
+        st = self._view(table, text)
         results = {}
         for name in self.windows:
             kw = st.windows.get(name) or KeyWindow()
@@ -1386,8 +1649,13 @@ class KeyedStream:
         )
         page = names[:limit]
         out = []
+        slab = self.slab
         for k in page:
             table = self.groups[key_group(k, self.n_groups)]
+            if slab is not None and slab.table_of(k) is table:
+                newest, rows, late, touched, _b = slab.counters_of(k)
+                out.append(KeyInfo(k, table.group, rows, late, newest, touched))
+                continue
             st = self._state(table, k)
             out.append(KeyInfo(k, table.group, st.rows, st.late, st.newest or 0, st.touched))
             self._fit(k)  # a page of cold keys: loaded one at a time, within the budget
@@ -1438,6 +1706,9 @@ class KeyedStream:
                 for k in keys:
                     if k in table.hot:
                         continue
+                    if self.slab is not None and k in self.slab:
+                        out[k] = []  # a key in the slab has no tree
+                        continue
                     blob = table.packed.get(k)
                     if blob is None:
                         rest.append(k)
@@ -1464,6 +1735,8 @@ class KeyedStream:
             self.cache.add(-_size(st), hot=-1)
             _abandon_full(st)  # nothing more is written to them
             table.doomed.update(kw.wid for kw in st.windows.values() if kw.wid)
+        elif self.slab is not None and self.slab.remove(key):
+            self.cache.add(-self.slab.slot_bytes, objects=0)
         else:
             blob = table.packed.pop(key, None)
             if blob is not None:
@@ -1546,13 +1819,14 @@ class KeyedStream:
         trees = self._tree_keys(doomed) if doomed else {}
         jobs: list[_GroupWrite] = []
         queued: list[Any] = []  # the full-form windows' checkpoints, all at once
+        columnar = self._slab_blobs(tables)
         try:
             for table in tables:
                 if not table.changed and not (final and table.journaled):
                     continue
                 # each dirty key's full windows checkpointed (queued) as its value is made
                 full = functools.partial(self._checkpoint_full, table, queued=queued)
-                ops = table.flush_ops(self.packers, ttl, full)
+                ops = table.flush_ops(self.packers, ttl, full, columnar)
                 for wid in table.doomed:
                     ops += [("UNLINK", k, ()) for k in trees.get(wid, ())]
                 blob = table.state.to_json(clean=final)
@@ -1785,6 +2059,7 @@ class KeyedStream:
 
     def _forget_tables(self, tables: list[GroupTable]) -> None:
         self._settle()  # a flush being written keeps its keys until it is
+        self._slab_forget(tables)
         for table in tables:
             for k in table.index:
                 if self.where.get(k) is table:
@@ -1873,6 +2148,7 @@ class KeyedStream:
         dirty = sum(len(t.dirty) for t in self.groups.values())
         return {
             "keys": self.key_count,
+            "slab_keys": len(self.slab) if self.slab is not None else 0,
             "hot_keys": hot,
             "dirty_keys": dirty,
             "groups": len(self.groups),

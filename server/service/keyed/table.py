@@ -29,7 +29,7 @@ on first touch.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -100,12 +100,16 @@ class KeyState:
         return [self.newest, self.rows, self.late, self.touched, self.batches, ws]
 
     @classmethod
-    def unpack(cls, key: str, blob: bytes, unpackers: dict[str, Any]) -> KeyState:
+    def unpack(
+        cls, key: str, blob: bytes, unpackers: dict[str, Any], from_rows: Any = None
+    ) -> KeyState:
         """A state from its Redis value; a window unknown to ``unpackers`` (deleted) is
         skipped. A full-form window comes back as a :class:`KeyWindow` with ``engine`` None and
-        ``lsn`` and ``wid`` set and no engine yet: the stream opens its tree."""
+        ``lsn`` and ``wid`` set and no engine yet: the stream opens its tree. A key written
+        from a slab (slab.py: ``["r", k]`` windows and its rows last) gets each window's
+        items from ``from_rows(window, k, rows)``."""
         try:
-            newest, rows, late, touched, batches, ws = unpackb(blob)
+            newest, rows, late, touched, batches, ws, *extra = unpackb(blob)
         except (ValueError, TypeError) as ex:
             msg = f"key {key!r}: its stored state is not valid ({ex})"
             raise CorruptDataError(msg) from ex
@@ -121,6 +125,11 @@ class KeyState:
                 kw.wid = str(rest[0])
             elif form == "i":
                 kw = KeyWindow(list(data))
+            elif form == "r":
+                if from_rows is None or not extra:
+                    msg = f"key {key!r}: its stored window {name!r} names rows it does not hold"
+                    raise CorruptDataError(msg)
+                kw = KeyWindow(from_rows(name, int(data), extra[0]))
             else:
                 kw = KeyWindow(unpack(data))
             if len(rest) >= 2:  # a hopping window's hopper: [form, data, wid or None, hop]
@@ -228,10 +237,18 @@ class GroupTable:
             del index[key]  # to the end: the index stays in touch order
         index[key] = now_ms
 
-    def flush_ops(self, packers: dict[str, Any], ttl: bool, full: Any = None) -> list[Op]:
+    def flush_ops(
+        self,
+        packers: dict[str, Any],
+        ttl: bool,
+        full: Any = None,
+        columnar: Mapping[str, bytes] | None = None,
+    ) -> list[Op]:
         """The writes of a flush: the dirty keys' values (and touch times), the deleted keys
         dropped (``full``: as :meth:`KeyState.record`'s, for each key with a full-form
-        window). The caller clears the dirty marks (and restores them when the write fails)."""
+        window; ``columnar``: the values of the dirty keys of the stream's slab, packed
+        together for every group). The caller clears the dirty marks (and restores them when
+        the write fails)."""
         fields: list[Any] = []
         touches: list[Any] = []
         index = self.index
@@ -239,11 +256,14 @@ class GroupTable:
         packed = self.packed
         names: list[str] = []  # the keys held as objects, packed together below
         records: list[Any] = []
+        columnar = columnar or {}
         for key in self.dirty:
             st = hot.get(key)
             if st is not None:
                 names.append(key)
                 records.append(st.record(packers, full))
+            elif key in columnar:
+                fields += (key, columnar[key])
             else:
                 blob = packed.get(key)
                 if blob is None:  # pragma: no cover - a dirty key is in memory

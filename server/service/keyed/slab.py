@@ -1,0 +1,465 @@
+"""A keyed stream's small keys in columns (:class:`KeySlab`): no Python object per key.
+
+The compact form of a key's window (window.py) holds the lifted items of the rows it still
+reaches. For a stream whose every window is a built-in record lifted column by column
+(``HostedWindow.lift_columns``), batch-safe, not hopping, under a count or a time range over
+the stream's timestamps, those items are a function of the rows: the lift of the key's newest
+``k`` rows, ``k`` by the window's policy (the newest ``N`` for a count; those newer than
+``newest - range`` for a time range, as the engines' Algorithm 2 evicts them). So a key can
+hold its rows instead, in columns: one **slot** per key in arrays shared by every key, its
+newest rows (timestamps and each column a window reads, oldest first: as many as its
+longest-reaching window holds, at most ``capacity``) and its counters. An append moves every
+key it names in array passes: the rows scattered into their slots, each window's reach by one
+comparison over the slots, the rows no window reaches shifted out. No aggregate is computed
+here: anything that reads a key (a query, GetKey, ListKeys, results, subscribers, a batch the
+slab does not take) makes it an object first (``KeyedStream._load_many``) by the same lift of
+the same values, so every answer is the object form's.
+
+A key whose windows would hold more than ``capacity`` rows leaves the slab for its object
+form (then, past the compact threshold, the full MTA), and stays there.
+
+Stored (table.py, the group's ``keys`` hash; integers and doubles little-endian)::
+
+    [newest, rows, late, touched_ms, batches, {window: ["r", k]}, [ts bytes, {column: bytes}]]
+
+``k``: the window's items are the lift of the key's newest ``k`` rows.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ...engine.columnar import ColumnarWindow, columnar_refusal
+from ...storage.codecs import packb_each
+from ...storage.protocol import CorruptDataError
+
+__all__ = ["KeySlab", "Reach", "rows_of_record", "slab_plan"]
+
+_INT64_MIN = int(np.iinfo(np.int64).min)
+_INT64_MAX = int(np.iinfo(np.int64).max)
+# numpy types of the schema's types a slab stores (little-endian in Redis)
+_DTYPES = {"DOUBLE": np.dtype("<f8"), "INT64": np.dtype("<i8"), "TIMESTAMP": np.dtype("<i8")}
+Counters = tuple[int, int, int, int, int]  # a key's newest, rows, late, touched, batches
+# what a slot costs in memory besides its rows: counters, its entry in the key -> slot dict,
+# its key's name in the slot list
+SLOT_OVERHEAD = 160
+
+
+class Reach:
+    """How many of a key's newest rows one window holds: the newest ``count``, or those newer
+    than ``newest - range`` (``range`` in the timestamps' unit, an int)."""
+
+    __slots__ = ("count", "name", "range")
+
+    def __init__(self, name: str, count: int | None, rng: int | None) -> None:
+        self.name = name
+        self.count = count
+        self.range = rng
+
+    def dropped(self, ts: np.ndarray, m: np.ndarray, newest: np.ndarray) -> np.ndarray:
+        """Per slot (a row of ``ts``, its first ``m`` rows valid, oldest first): how many of
+        its oldest rows this window lets go."""
+        if self.count is not None:
+            return np.asarray(np.maximum(m - self.count, 0), dtype=np.int64)
+        rng = self.range
+        assert rng is not None
+        if rng > _INT64_MAX:  # longer than any two timestamps apart: nothing leaves
+            return np.zeros(len(m), dtype=np.int64)
+        low = newest < _INT64_MIN + rng  # no timestamp is old enough
+        with np.errstate(over="ignore"):
+            bound = np.where(low, _INT64_MIN, newest - rng)
+        valid = np.arange(ts.shape[1])[None, :] < m[:, None]
+        out = ((ts <= bound[:, None]) & valid).sum(axis=1)
+        out[low] = 0
+        return np.asarray(out, dtype=np.int64)
+
+
+def slab_plan(
+    timestamp_field: str, types: Mapping[str, str], windows: Mapping[str, Any]
+) -> tuple[list[Reach], dict[str, np.dtype]] | str:
+    """Each window's :class:`Reach` and the columns (name -> dtype, the timestamps first) a
+    slab of the stream keeps; or why its keys cannot be in columns."""
+    if not windows:
+        return "the stream has no window"
+    reaches: list[Reach] = []
+    reads: set[str] = set()
+    for name, w in windows.items():
+        built = w.built
+        if built.hop is not None:
+            return f"window {name!r} hops"
+        if not built.batch_safe:
+            return f"window {name!r}'s policy is enforced row by row"
+        if w.lift_columns is None:
+            return f"window {name!r} lifts row by row"
+        why = columnar_refusal(built.monoid, built.policy)
+        if why is not None:
+            return f"window {name!r}: {why}"
+        try:
+            cw = ColumnarWindow(built.monoid, built.policy)
+        except (TypeError, ValueError) as ex:
+            return f"window {name!r}: {ex}"
+        if cw.count is not None:
+            reaches.append(Reach(name, cw.count, None))
+        else:
+            if cw.ts_col != timestamp_field:
+                return f"window {name!r}'s time range reads {cw.ts_col!r}, not the timestamps"
+            reaches.append(Reach(name, None, cw.range))
+        reads.update(cw.reads)
+    reads.discard(timestamp_field)
+    columns: dict[str, np.dtype] = {timestamp_field: _DTYPES["TIMESTAMP"]}
+    for c in sorted(reads):
+        dtype = _DTYPES.get(types.get(c, ""))
+        if dtype is None:
+            return f"column {c!r} is {types.get(c)}, not a number"
+        columns[c] = dtype
+    empty: dict[str, list[Any]] = {c: [] for c in columns}
+    for name, w in windows.items():
+        try:
+            w.lift_columns(empty)
+        except KeyError as ex:  # pragma: no cover - the kernels name every column read
+            return f"window {name!r} lifts column {ex} the kernels do not read"
+    return reaches, columns
+
+
+class KeySlab:
+    """The keys of one stream held in columns (see the module docstring). ``columns``:
+    name -> dtype, the timestamps first. Not thread-safe: the stream's lock guards it."""
+
+    def __init__(self, reaches: list[Reach], columns: dict[str, np.dtype], capacity: int) -> None:
+        self.reaches = reaches
+        self.columns = columns
+        self.ts_name = next(iter(columns))
+        self.capacity = int(capacity)
+        self.slot: dict[str, int] = {}
+        self.keys: list[str | None] = []
+        self.tables: list[Any] = []  # each slot's GroupTable
+        self.free: list[int] = []
+        self.row_bytes = sum(d.itemsize for d in columns.values())
+        self.slot_bytes = self.row_bytes * self.capacity + SLOT_OVERHEAD
+        self.size = 0
+        self.n: np.ndarray
+        self.newest: np.ndarray
+        self.rows: np.ndarray
+        self.late: np.ndarray
+        self.touched: np.ndarray
+        self.batches: np.ndarray
+        self.vals: dict[str, np.ndarray]
+        # per window: the rows the key's last batch evicted from it (its results' ``evicted``)
+        self.evicted: dict[str, np.ndarray]
+        self._alloc(1024)
+
+    def _alloc(self, size: int) -> None:
+        """Room for ``size`` slots (the arrays copied over)."""
+        old = self.size
+        fresh = old == 0
+
+        def grow(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+            out = np.zeros(shape, dtype=a.dtype)
+            out[:old] = a[:old]
+            return out
+
+        z = np.zeros(0, dtype=np.int64)
+        self.n = grow(z if fresh else self.n, (size,))  # rows held
+        self.newest = grow(z if fresh else self.newest, (size,))
+        self.rows = grow(z if fresh else self.rows, (size,))  # rows taken ever
+        self.late = grow(z if fresh else self.late, (size,))
+        self.touched = grow(z if fresh else self.touched, (size,))  # ms
+        self.batches = grow(z if fresh else self.batches, (size,))
+        c = self.capacity
+        self.vals = {
+            n: grow(np.zeros((0, c), dtype=d) if fresh else self.vals[n], (size, c))
+            for n, d in self.columns.items()
+        }
+        self.evicted = {
+            r.name: grow(z if fresh else self.evicted[r.name], (size,)) for r in self.reaches
+        }
+        self.keys += [None] * (size - old)
+        self.tables += [None] * (size - old)
+        self.free += range(size - 1, old - 1, -1)
+        self.size = size
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.slot
+
+    def __len__(self) -> int:
+        return len(self.slot)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.slot_bytes
+
+    def newest_of(self, key: str) -> int | None:
+        s = self.slot.get(key)
+        return None if s is None else int(self.newest[s])
+
+    def table_of(self, key: str) -> Any:
+        s = self.slot.get(key)
+        return None if s is None else self.tables[s]
+
+    def counters_of(self, key: str) -> Counters:
+        """(newest, rows, late, touched, batches) of ``key``."""
+        return self._counters(self.slot[key])
+
+    def add_late(self, key: str, n: int) -> None:
+        self.late[self.slot[key]] += n
+
+    def _take_slots(self, n: int) -> list[int]:
+        if len(self.free) < n:
+            self._alloc(max(self.size * 2, self.size + n))
+        out = self.free[-n:]
+        del self.free[-n:]
+        out.reverse()
+        return out
+
+    # -- an append
+    def apply(
+        self,
+        keys: Sequence[str],
+        tables: Sequence[Any],
+        idx: Sequence[Sequence[int]],
+        columns: Mapping[str, np.ndarray],
+        now_ms: int,
+    ) -> list[tuple[int, Counters | None, dict[str, np.ndarray], dict[str, int]]]:
+        """Rows ``idx[i]`` of the batch ``columns`` (name -> array, every column of
+        :attr:`columns`) into key ``keys[i]`` (of group table ``tables[i]``; made when new), in
+        order. A key whose windows would then hold more than :attr:`capacity` rows takes
+        nothing and leaves the slab: returned as (its position in ``keys``, its counters
+        before the batch (None: it is new), the rows its windows hold after the batch), for
+        the caller to make it an object, and each window's rows the batch evicted)."""
+        k = len(keys)
+        slot = self.slot
+        sl = np.fromiter((slot.get(key, -1) for key in keys), np.int64, k)
+        fresh = np.flatnonzero(sl < 0)
+        if len(fresh):
+            got = self._take_slots(len(fresh))
+            for i, s in zip(fresh.tolist(), got, strict=True):
+                key = keys[i]
+                slot[key] = s
+                self.keys[s] = key
+                self.tables[s] = tables[i]
+            new = np.asarray(got, dtype=np.int64)
+            sl[fresh] = new
+            for a in (self.n, self.newest, self.rows, self.late, self.touched, self.batches):
+                a[new] = 0
+            for a in self.evicted.values():
+                a[new] = 0
+        counts = np.fromiter(map(len, idx), np.int64, k)
+        total = int(counts.sum())
+        flat = np.fromiter(itertools.chain.from_iterable(idx), np.int64, total)
+        held = self.n[sl]
+        m = held + counts
+        c = self.capacity
+        width = max(int(m.max()), c)
+        at = np.repeat(np.arange(k), counts)
+        pos = held[at] + (np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts))
+        rows: dict[str, np.ndarray] = {}
+        for name, store in self.vals.items():
+            r = np.empty((k, width), dtype=store.dtype)
+            r[:, :c] = store[sl]
+            r[at, pos] = columns[name][flat]
+            rows[name] = r
+        ts = rows[self.ts_name]
+        newest = ts[np.arange(k), m - 1]
+        was = self.newest[sl]
+        drop = m.copy()
+        evicted: dict[str, np.ndarray] = {}
+        for reach in self.reaches:
+            d = reach.dropped(ts, m, newest)
+            np.minimum(drop, d, out=drop)
+            # the rows it held before the batch: of the key's ``held`` (none for a new key)
+            evicted[reach.name] = d - reach.dropped(ts, held, was)
+        keep = m - drop
+        over = keep > c
+        out: list[tuple[int, Counters | None, dict[str, np.ndarray], dict[str, int]]] = []
+        if over.any():
+            fresh_set = set(fresh.tolist())
+            for i in np.flatnonzero(over).tolist():
+                s = int(sl[i])
+                before = None if i in fresh_set else self._counters(s)
+                lo, hi = int(drop[i]), int(m[i])
+                out.append(
+                    (
+                        i,
+                        before,
+                        {n: r[i, lo:hi].copy() for n, r in rows.items()},
+                        {n: int(e[i]) for n, e in evicted.items()},
+                    )
+                )
+                self._free(s)
+            ok = ~over
+            sl, counts, drop, keep, newest = sl[ok], counts[ok], drop[ok], keep[ok], newest[ok]
+            rows = {n: r[ok] for n, r in rows.items()}
+            evicted = {n: e[ok] for n, e in evicted.items()}
+        if len(sl):
+            take = np.minimum(drop[:, None] + np.arange(c)[None, :], width - 1)
+            for name, store in self.vals.items():
+                store[sl] = np.take_along_axis(rows[name], take, axis=1)
+            self.n[sl] = keep
+            self.rows[sl] += counts
+            self.newest[sl] = newest
+            self.touched[sl] = now_ms
+            self.batches[sl] += 1
+            for name, e in evicted.items():
+                self.evicted[name][sl] = e
+        return out
+
+    def _counters(self, s: int) -> Counters:
+        return (
+            int(self.newest[s]),
+            int(self.rows[s]),
+            int(self.late[s]),
+            int(self.touched[s]),
+            int(self.batches[s]),
+        )
+
+    def _free(self, s: int) -> None:
+        key = self.keys[s]
+        del self.slot[key]  # type: ignore[arg-type]
+        self.keys[s] = None
+        self.tables[s] = None
+        self.free.append(s)
+
+    def load(
+        self,
+        key: str,
+        table: Any,
+        counters: Counters,
+        rows: Mapping[str, np.ndarray],
+        keeps: Mapping[str, int],
+    ) -> bool:
+        """A stored key back into a slot (its counters, its rows by column): False, and
+        nothing changes, when it does not fit (more rows than :attr:`capacity`, other
+        columns, or windows whose reach over its rows is not ``keeps``, as stored)."""
+        if set(rows) != set(self.columns) or key in self.slot:
+            return False
+        n = len(rows[self.ts_name])
+        if n > self.capacity or any(len(a) != n for a in rows.values()):
+            return False
+        ts = np.zeros((1, max(n, 1)), dtype=np.int64)
+        ts[0, :n] = rows[self.ts_name]
+        got = (
+            self.keep_of(np.array([n]), ts)
+            if n
+            else {r.name: np.zeros(1, np.int64) for r in self.reaches}
+        )
+        if {name: int(a[0]) for name, a in got.items()} != dict(keeps):
+            return False
+        if n and int(ts[0, n - 1]) != counters[0]:
+            return False
+        s = self._take_slots(1)[0]
+        self.slot[key] = s
+        self.keys[s] = key
+        self.tables[s] = table
+        for name, a in self.vals.items():
+            a[s, :n] = rows[name]
+        self.n[s] = n
+        (self.newest[s], self.rows[s], self.late[s], self.touched[s], self.batches[s]) = counters
+        for a in self.evicted.values():
+            a[s] = 0  # not stored: 0 after a reload, as an object's
+        return True
+
+    # -- leaving the slab
+    def peek(self, key: str) -> tuple[Counters, dict[str, np.ndarray], dict[str, int]]:
+        """``key``'s counters (newest, rows, late, touched, batches), its rows by column, and
+        each window's rows its last batch evicted."""
+        s = self.slot[key]
+        n = int(self.n[s])
+        return (
+            self._counters(s),
+            {name: a[s, :n].copy() for name, a in self.vals.items()},
+            {name: int(e[s]) for name, e in self.evicted.items()},
+        )
+
+    def take(self, key: str) -> tuple[Counters, dict[str, np.ndarray], dict[str, int]]:
+        """:meth:`peek`, and ``key`` leaves the slab."""
+        out = self.peek(key)
+        self._free(self.slot[key])
+        return out
+
+    def remove(self, key: str) -> bool:
+        s = self.slot.get(key)
+        if s is None:
+            return False
+        self._free(s)
+        return True
+
+    def clear(self) -> None:
+        self.slot.clear()
+        self.keys = []
+        self.tables = []
+        self.free = []
+        self.size = 0
+        self._alloc(1024)
+
+    def keep_of(self, n: np.ndarray, ts: np.ndarray) -> dict[str, np.ndarray]:
+        """Each window's items per slot: how many of its ``n`` newest rows (``ts``: their
+        timestamps, a row per slot) it holds."""
+        newest = ts[np.arange(len(n)), np.maximum(n - 1, 0)]
+        return {r.name: n - r.dropped(ts, n, newest) for r in self.reaches}
+
+    def records(self, keys: Sequence[str], only: Any = None) -> list[list[Any]]:
+        """Each key's stored record (the module docstring); ``only``: of these windows (the
+        others left out: a window deleted meanwhile, whose name a new one may take)."""
+        if not keys:
+            return []
+        sl = np.fromiter((self.slot[k] for k in keys), np.int64, len(keys))
+        n = self.n[sl]
+        c = self.capacity
+        blocks = {
+            name: a[sl].astype(a.dtype.newbyteorder("<"), copy=False)
+            for name, a in self.vals.items()
+        }
+        keeps = self.keep_of(n, blocks[self.ts_name])
+        data = {name: b.tobytes() for name, b in blocks.items()}
+        sizes = {name: b.dtype.itemsize for name, b in blocks.items()}
+        names = [r.name for r in self.reaches if only is None or r.name in only]
+        kept = [keeps[name].tolist() for name in names]
+        ts_name = self.ts_name
+        others = [name for name in self.vals if name != ts_name]
+        out: list[list[Any]] = []
+        nl = n.tolist()
+        newest = self.newest[sl].tolist()
+        rows = self.rows[sl].tolist()
+        late = self.late[sl].tolist()
+        touched = self.touched[sl].tolist()
+        batches = self.batches[sl].tolist()
+        for i, cnt in enumerate(nl):
+            spans = {}
+            for name in data:
+                w = sizes[name]
+                lo = i * c * w
+                spans[name] = data[name][lo : lo + cnt * w]
+            ws = {name: ["r", kept[j][i]] for j, name in enumerate(names)}
+            out.append(
+                [
+                    newest[i],
+                    rows[i],
+                    late[i],
+                    touched[i],
+                    batches[i],
+                    ws,
+                    [spans[ts_name], {o: spans[o] for o in others}],
+                ]
+            )
+        return out
+
+    def blobs(self, keys: Sequence[str], only: Any = None) -> list[bytes]:
+        return packb_each(self.records(keys, only))
+
+
+def rows_of_record(rows: Any, ts_name: str, types: Mapping[str, str]) -> dict[str, np.ndarray]:
+    """The rows of a stored slab record (its last element) as arrays by column (``types``:
+    the stream's field types, by name)."""
+    try:
+        ts, others = rows
+        out = {ts_name: np.frombuffer(ts, dtype=_DTYPES["TIMESTAMP"])}
+        for name, blob in dict(others).items():
+            out[str(name)] = np.frombuffer(blob, dtype=_DTYPES[types[str(name)]])
+    except (TypeError, ValueError, KeyError) as ex:
+        msg = f"a key's stored rows are not valid ({type(ex).__name__}: {ex})"
+        raise CorruptDataError(msg) from ex
+    return out

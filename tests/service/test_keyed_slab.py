@@ -1,0 +1,318 @@
+"""The slab (server/service/keyed/slab.py) against a naive model, batch after batch: every
+key's rows (all it ever took, in order) with each window's policy applied naively. After each
+batch, for every key still in the slab: the rows it holds are exactly the newest rows its
+longest-reaching window holds, each window's reach (``keep_of``) is the model's, its counters
+are the model's, and ``evicted`` per window is what that batch took out of the window; a key
+that would hold more than ``capacity`` rows leaves with exactly the model's rows; a stored
+record reads back as the same rows. Timestamps with ties, gaps, bursts, many keys per batch,
+several rows of a key per batch, and values at the int64 ends."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mtawindows.server.service.keyed.slab import KeySlab, Reach, rows_of_record
+from mtawindows.server.storage.codecs import unpackb
+
+I64 = np.iinfo(np.int64)
+COLUMNS = {"ts": np.dtype("<i8"), "v": np.dtype("<f8"), "n": np.dtype("<i8")}
+TYPES = {"ts": "TIMESTAMP", "v": "DOUBLE", "n": "INT64"}
+
+
+def naive_keep(reach: Reach, ts: list[int]) -> int:
+    """How many of the key's newest rows (``ts``: every row it took, oldest first) the window
+    holds: Algorithm 2 with the policy tested on the oldest rows."""
+    if not ts:
+        return 0
+    if reach.count is not None:
+        return min(reach.count, len(ts))
+    newest = ts[-1]
+    assert reach.range is not None
+    return sum(1 for t in ts if not newest - t >= reach.range)
+
+
+@st.composite
+def scenario(draw: Any) -> tuple[list[Reach], int, list[list[tuple[str, int, float, int]]]]:
+    reaches = []
+    for i in range(draw(st.integers(1, 3))):
+        if draw(st.booleans()):
+            reaches.append(Reach(f"w{i}", draw(st.integers(0, 9)), None))
+        else:
+            reaches.append(Reach(f"w{i}", None, draw(st.sampled_from([1, 2, 5, 10, 2**62, 2**64]))))
+    capacity = draw(st.integers(1, 12))
+    keys = [f"k{i}" for i in range(draw(st.integers(1, 12)))]
+    low = draw(st.sampled_from([0, int(I64.min), int(I64.max) - 10_000]))
+    newest: dict[str, int] = {}
+    batches = []
+    for _ in range(draw(st.integers(1, 12))):
+        rows = []
+        for _ in range(draw(st.integers(1, 30))):
+            k = draw(st.sampled_from(keys))
+            t = newest.get(k, low) + draw(st.sampled_from([0, 0, 1, 2, 3, 7, 20]))
+            newest[k] = t
+            v = draw(st.floats(allow_nan=False, allow_infinity=False, width=64))
+            rows.append((k, t, v, draw(st.integers(int(I64.min), int(I64.max)))))
+        batches.append(rows)
+    return reaches, capacity, batches
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario())
+def test_the_slab_holds_what_each_window_reaches(case: Any) -> None:
+    reaches, capacity, batches = case
+    slab = KeySlab(reaches, COLUMNS, capacity)
+    table = object()
+    model: dict[str, list[tuple[int, float, int]]] = {}  # every row a key took
+    objects: set[str] = set()  # keys that left the slab (the caller's objects from then on)
+    now = 0
+    for rows in batches:
+        now += 1
+        order: dict[str, list[int]] = {}
+        for i, (k, *_rest) in enumerate(rows):
+            if k not in objects:
+                order.setdefault(k, []).append(i)
+        if not order:
+            continue
+        keys = list(order)
+        cols = {
+            "ts": np.array([r[1] for r in rows], dtype=np.int64),
+            "v": np.array([r[2] for r in rows], dtype=np.float64),
+            "n": np.array([r[3] for r in rows], dtype=np.int64),
+        }
+        before = {k: [r[0] for r in model.get(k, [])] for k in keys}
+        out = slab.apply(keys, [table] * len(keys), list(order.values()), cols, now)
+        for k, idx in order.items():
+            model.setdefault(k, []).extend((rows[i][1], rows[i][2], rows[i][3]) for i in idx)
+        left = {keys[i]: (counters, held, evicted) for i, counters, held, evicted in out}
+        for k in keys:
+            ts = [r[0] for r in model[k]]
+            want_keep = {r.name: naive_keep(r, ts) for r in reaches}
+            want_evicted = {
+                r.name: naive_keep(r, before[k]) + len(order[k]) - want_keep[r.name]
+                for r in reaches
+            }
+            longest = max(want_keep.values())
+            newest_rows = model[k][len(model[k]) - longest :]
+            if k in left:
+                counters, held, evicted = left[k]
+                assert longest > capacity, (k, longest, capacity)
+                assert counters is None or counters[1] == len(ts) - len(order[k])
+                assert held["ts"].tolist() == [r[0] for r in newest_rows]
+                assert held["v"].tolist() == [r[1] for r in newest_rows]
+                assert held["n"].tolist() == [r[2] for r in newest_rows]
+                assert evicted == want_evicted, (k, evicted, want_evicted)
+                assert k not in slab
+                objects.add(k)
+                continue
+            assert longest <= capacity
+            counters, held, evicted = slab.peek(k)
+            assert counters == (
+                ts[-1],
+                len(ts),
+                0,
+                now,
+                sum(1 for b in batches[:now] if any(r[0] == k for r in b)),
+            )
+            assert held["ts"].tolist() == [r[0] for r in newest_rows], (k, held, newest_rows)
+            assert held["v"].tolist() == [r[1] for r in newest_rows]
+            assert held["n"].tolist() == [r[2] for r in newest_rows]
+            assert evicted == want_evicted, (k, evicted, want_evicted)
+            n = np.array([len(newest_rows)])
+            got_keep = slab.keep_of(n, np.array([[r[0] for r in newest_rows] or [0]]))
+            assert {w: int(a[0]) for w, a in got_keep.items()} == want_keep
+        # a stored record reads back as the same rows and reaches
+        held_keys = sorted(slab.slot)
+        for k, rec in zip(held_keys, slab.records(held_keys), strict=True):
+            got = unpackb(slab.blobs([k])[0])
+            assert list(got[:5]) == rec[:5]
+            back = rows_of_record(got[6], "ts", TYPES)
+            _c, held, _e = slab.peek(k)
+            for c in COLUMNS:
+                assert back[c].tolist() == held[c].tolist()
+            ts = [r[0] for r in model[k]]
+            assert {w: f[1] for w, f in dict(got[5]).items()} == {
+                r.name: naive_keep(r, ts) for r in reaches
+            }
+    assert len(slab) + len(objects) == len(model)
+
+
+def test_slots_are_reused_and_the_arrays_grow() -> None:
+    """Keys past the first allocation grow the arrays (their rows kept); a removed key's slot
+    goes to the next new key, which starts empty."""
+    slab = KeySlab([Reach("w", 3, None)], COLUMNS, 4)
+    n = 3000
+    keys = [f"k{i}" for i in range(n)]
+    cols = {
+        "ts": np.arange(n, dtype=np.int64),
+        "v": np.arange(n, dtype=np.float64),
+        "n": np.arange(n, dtype=np.int64),
+    }
+    assert slab.apply(keys, [None] * n, [[i] for i in range(n)], cols, 1) == []
+    assert slab.size >= n and len(slab) == n
+    for i in (0, 1500, 2999):
+        assert slab.peek(keys[i])[1]["v"].tolist() == [float(i)]
+    assert slab.remove("k7")
+    slab.apply(["new"], [None], [[5]], cols, 2)
+    counters, held, _ = slab.peek("new")
+    assert counters == (5, 1, 0, 2, 1) and held["n"].tolist() == [5]
+
+
+# -- a keyed stream whose windows allow the slab, on Redis
+
+
+def _stream(url: str, prefix: str, limits: Any = None) -> Any:
+    from mtawindows.server.service import Registry
+    from mtawindows.server.service.limits import Limits
+
+    return Registry(url, limits=limits or Limits(key_compact_items=8), prefix=prefix)
+
+
+@pytest.mark.redis
+def test_keys_come_back_into_the_slab_after_a_restart_and_an_eviction() -> None:
+    """A restart (flush, new registry) and a key cache too small for every key: the keys
+    stored from the slab load back into it on their next row (not as objects), and every
+    key's windows answer as the oracle says throughout; a key read by Query stays in the slab;
+    one that outgrows it becomes an object and stays one."""
+    from mtawindows.server.service.limits import Limits
+    from mtawindows.testing import shared_redis_url
+    from mtawindows.v1.types import Aggregation, Field, Policy, StreamSpec, WindowSpec
+    from tests.support.keyed_oracle import KeyOracle, OWin, close_values, drop_prefix, expected
+
+    url = shared_redis_url()
+    prefix = f"ks{uuid.uuid4().hex[:12]}"
+    wins = [
+        (
+            WindowSpec("s", "cnt", (Aggregation("f", "first", "v"), Aggregation("s", "sum", "v")), Policy.count(4)),
+            OWin("cnt", "count", 4, {"f": "first", "s": "sum"}),
+        ),
+        (
+            WindowSpec("s", "rng", (Aggregation("mx", "max", "v"), Aggregation("n", "count")), Policy.time_range(timedelta(microseconds=5))),
+            OWin("rng", "time", 5000, {"mx": "max", "n": "count"}),
+        ),
+    ]  # fmt: skip
+    reg = _stream(url, prefix)
+    reg.create_stream(
+        StreamSpec(
+            "s", (Field("host", "STRING"), Field("v", "DOUBLE")), key="host", wall_clock=False
+        )
+    )
+    for spec, _ in wins:
+        reg.create_window(spec)
+    s = reg.stream("s")
+    oracle = KeyOracle()
+    keys = [f"h{i:03d}" for i in range(300)]
+    t = 1_000_000
+
+    def append(batch_keys: list[str]) -> None:
+        nonlocal t
+        t += 1000
+        vs = [float(len(k) + i % 7) for i, k in enumerate(batch_keys)]
+        ts = [t] * len(batch_keys)
+        s.append({"ts": ("TIMESTAMP", ts), "host": ("STRING", batch_keys), "v": ("DOUBLE", vs)})
+        oracle.add_batch(batch_keys, ts, vs)
+
+    def check() -> None:
+        for k in keys[::7]:
+            for spec, ow in wins:
+                r = s.query(spec.name, k)
+                values, size = expected(ow, oracle.rows[k])
+                assert close_values(r.values, values) and r.size == size, (k, spec.name, r, values)
+
+    try:
+        for _ in range(3):
+            append(keys)
+        assert s.slab is not None and len(s.slab) == len(keys)
+        check()
+        assert len(s.slab) == len(keys)  # reads leave them in the slab
+        reg.flush(s)
+        reg.drop("s")
+        reg.redis.close()
+        # a cache for about a third of the keys: the slab's clean keys leave memory too
+        reg = _stream(url, prefix, Limits(key_compact_items=8, key_cache_bytes=80_000))
+        s = reg.adopt("s")
+        assert s is not None and len(s.slab) == 0
+        append(keys[:50])
+        assert len(s.slab) == 50 and not any(t_.hot for t_ in s.groups.values())
+        for _ in range(3):
+            append(keys)
+            reg.flush(s)
+            append(keys[:20])  # past the budget: the clean keys of the slab leave memory
+            assert len(s.slab) < len(keys)
+        assert reg.key_cache.evictions > 0
+        assert not any(t_.hot for t_ in s.groups.values())  # none became an object
+        check()
+        for _ in range(9):  # one key outgrows the slab: 9 rows in 5 us for the time window
+            t += 500
+            s.append(
+                {"ts": ("TIMESTAMP", [t]), "host": ("STRING", ["h000"]), "v": ("DOUBLE", [1.0])}
+            )
+            oracle.add_batch(["h000"], [t], [1.0])
+        table = s.where["h000"]
+        assert "h000" not in s.slab and ("h000" in table.hot or "h000" in table.packed)
+        append(keys)
+        assert "h000" not in s.slab  # an object (in memory or only in Redis) for good
+        check()
+    finally:
+        reg.drop("s")
+        reg.redis.close()
+        drop_prefix(url, prefix)
+
+
+@pytest.mark.redis
+def test_a_window_deleted_and_created_again_holds_none_of_the_old_rows() -> None:
+    """Keys in the slab when their window is deleted and created again under its name (and
+    when a window is added): the new window holds only the rows after it, for keys still in
+    memory and for keys reloaded from Redis; the other window keeps its rows."""
+    from mtawindows.testing import shared_redis_url
+    from mtawindows.v1.types import Aggregation, Field, Policy, StreamSpec, WindowSpec
+    from tests.support.keyed_oracle import drop_prefix
+
+    url = shared_redis_url()
+    prefix = f"ks{uuid.uuid4().hex[:12]}"
+    reg = _stream(url, prefix)
+    spec = StreamSpec(
+        "s", (Field("host", "STRING"), Field("v", "DOUBLE")), key="host", wall_clock=False
+    )
+    reg.create_stream(spec)
+    total = lambda n: WindowSpec("s", n, (Aggregation("t", "sum", "v"),), Policy.count(10))  # noqa: E731
+    reg.create_window(total("a"))
+    reg.create_window(total("b"))
+    s = reg.stream("s")
+    keys = [f"h{i}" for i in range(40)]
+
+    def append(t: int, v: float) -> None:
+        s.append(
+            {"ts": ("TIMESTAMP", [t] * 40), "host": ("STRING", keys), "v": ("DOUBLE", [v] * 40)}
+        )
+
+    try:
+        append(1, 1.0)
+        assert len(s.slab) == 40
+        reg.flush(s)
+        reg.delete_window("s", "a")
+        reg.create_window(total("a"))
+        reg.create_window(total("c"))
+        append(2, 10.0)
+        for k in keys:
+            assert s.query("a", k).values["t"] == 10.0
+            assert s.query("b", k).values["t"] == 11.0
+            assert s.query("c", k).values["t"] == 10.0
+        reg.flush(s)
+        reg.drop("s")
+        reg.redis.close()
+        reg = _stream(url, prefix)
+        s = reg.adopt("s")
+        append(3, 100.0)
+        for k in keys[::5]:
+            assert [s.query(w, k).values["t"] for w in "abc"] == [110.0, 111.0, 110.0]
+    finally:
+        reg.drop("s")
+        reg.redis.close()
+        drop_prefix(url, prefix)

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mtawindows.server.service.keyed.slab import KeySlab, Reach, rows_of_record
-from mtawindows.server.storage.codecs import unpackb
+from mtawindows.server.storage.codecs import packb_each, unpackb
 
 I64 = np.iinfo(np.int64)
 COLUMNS = {"ts": np.dtype("<i8"), "v": np.dtype("<f8"), "n": np.dtype("<i8")}
@@ -129,6 +129,8 @@ def test_the_slab_holds_what_each_window_reaches(case: Any) -> None:
             assert {w: int(a[0]) for w, a in got_keep.items()} == want_keep
         # a stored record reads back as the same rows and reaches
         held_keys = sorted(slab.slot)
+        # the packed values are msgpack of the records, byte for byte
+        assert slab.blobs(held_keys) == packb_each(slab.records(held_keys))
         for k, rec in zip(held_keys, slab.records(held_keys), strict=True):
             got = unpackb(slab.blobs([k])[0])
             assert list(got[:5]) == rec[:5]
@@ -316,3 +318,52 @@ def test_a_window_deleted_and_created_again_holds_none_of_the_old_rows() -> None
         reg.drop("s")
         reg.redis.close()
         drop_prefix(url, prefix)
+
+
+@pytest.mark.redis
+def test_keys_reloaded_into_the_slab_keep_their_newest_for_the_late_rule() -> None:
+    """Thousands of keys reloaded into the slab by one batch after a restart (the slab grows
+    its arrays meanwhile): a row older than its key's newest is refused under REJECT, dropped
+    under DROP, and the others apply."""
+    from mtawindows.server.service.refusals import ServiceError
+    from mtawindows.testing import shared_redis_url
+    from mtawindows.v1.types import Aggregation, Field, Policy, StreamSpec, WindowSpec
+    from tests.support.keyed_oracle import drop_prefix
+
+    url = shared_redis_url()
+    keys = [f"h{i:05d}" for i in range(3000)]
+
+    def cols(ts: list[int]) -> dict[str, Any]:
+        return {"ts": ("TIMESTAMP", ts), "host": ("STRING", keys), "v": ("DOUBLE", [1.0] * len(keys))}  # fmt: skip
+
+    for late in ("REJECT", "DROP"):
+        prefix = f"ks{uuid.uuid4().hex[:12]}"
+        reg = _stream(url, prefix)
+        reg.create_stream(
+            StreamSpec("s", (Field("host", "STRING"), Field("v", "DOUBLE")), key="host", late_policy=late, wall_clock=False)
+        )  # fmt: skip
+        reg.create_window(WindowSpec("s", "w", (Aggregation("n", "count"),), Policy.count(5)))
+        try:
+            reg.stream("s").append(cols([100] * len(keys)))
+            reg.flush(reg.stream("s"))
+            reg.drop("s")
+            reg.redis.close()
+            reg = _stream(url, prefix)
+            s = reg.adopt("s")
+            ts = [200] * len(keys)
+            ts[-1] = 50  # the last key's row is older than its newest
+            if late == "REJECT":
+                with pytest.raises(ServiceError) as err:
+                    s.append(cols(ts))
+                assert err.value.reason == "OUT_OF_ORDER", err.value
+                assert s.query("w", keys[0]).values["n"] == 1  # nothing applied
+            else:
+                res = s.append(cols(ts))
+                assert (res.rows_applied, res.rows_late) == (len(keys) - 1, 1)
+                assert s.query("w", keys[-1]).values["n"] == 1
+                assert s.query("w", keys[0]).values["n"] == 2
+            assert len(s.slab) == len(keys)
+        finally:
+            reg.drop("s")
+            reg.redis.close()
+            drop_prefix(url, prefix)

@@ -829,6 +829,7 @@ class KeyedStream:
         plan = _Plan()
         plan.fast = fast
         slab = self.slab if fast else None
+        in_slab: dict[str, int] = slab.slot if slab is not None else {}
         ts = cols[0]
         raw_keys = cols[self.key_index]
         texts = [str(k) for k in raw_keys] if self.int_keys else raw_keys
@@ -869,7 +870,7 @@ class KeyedStream:
                     )
                 continue
             where[key] = table
-            if key not in table.hot and (slab is None or key not in slab):
+            if key not in table.hot and key not in in_slab:
                 cold.setdefault(table, []).append(key)
         if new_keys and not replay and self.cache.keys + new_keys > self.cache.max_keys:
             raise ServiceError(
@@ -882,6 +883,8 @@ class KeyedStream:
             )
         if cold:
             self._load_many(cold, slab=fast)
+        # (after the loads: a key loaded into the slab may have grown its arrays)
+        slab_newest = slab.newest if slab is not None else None
         out: dict[int, dict[str, list[int]]] = {}
         named = plan.named
         late_of = plan.late_of
@@ -906,9 +909,11 @@ class KeyedStream:
             else:
                 ks.append(key)
             st = table.hot.get(key)
-            newest = (
-                st.newest if st is not None else slab.newest_of(key) if slab is not None else None
-            )
+            if st is not None:
+                newest = st.newest
+            else:
+                s = in_slab.get(key)
+                newest = None if s is None else int(slab_newest[s])  # type: ignore[index]
             if len(idx) == 1:  # the common case: one row of the key
                 if newest is not None and ts[idx[0]] < newest:
                     if not drop:

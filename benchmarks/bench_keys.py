@@ -115,13 +115,18 @@ def free_port() -> int:
 
 def dirty_keys(port: int) -> int | None:
     """The server's keys changed since its last flush (its /metrics), None when unreadable."""
+    return stream_metric(port, "mtawindows_dirty_keys")
+
+
+def stream_metric(port: int, name: str) -> int | None:
+    """The stream's gauge ``name`` in the server's /metrics, None when unreadable."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
             text = resp.read().decode()
     except OSError:
         return None
     for line in text.splitlines():
-        if line.startswith("mtawindows_dirty_keys{") and f'stream="{STREAM}"' in line:
+        if line.startswith(name + "{") and f'stream="{STREAM}"' in line:
             return int(float(line.rsplit(" ", 1)[1]))
     return None
 
@@ -300,6 +305,9 @@ def main(argv: list[str] | None = None) -> None:
                 met=per_key < 500,
             )
             report.add("memory", case, "server RSS after idle", rss_mb(server.pid), "MB")
+            # the keys held in columns (no object per key: slab.py), of the keys held
+            slab = stream_metric(metrics, "mtawindows_slab_keys")
+            report.add("memory", case, "keys in the slab", slab if slab is not None else -1, "keys")
             report.add("idle", case, "last flush prepared after the ingest", flushed, "s")
             # exact: a sample of keys against their sums
             rng = random.Random(7)

@@ -44,9 +44,9 @@ _INT64_MAX = int(np.iinfo(np.int64).max)
 # numpy types of the schema's types a slab stores (little-endian in Redis)
 _DTYPES = {"DOUBLE": np.dtype("<f8"), "INT64": np.dtype("<i8"), "TIMESTAMP": np.dtype("<i8")}
 Counters = tuple[int, int, int, int, int]  # a key's newest, rows, late, touched, batches
-# what a slot costs in memory besides its rows: counters, its entry in the key -> slot dict,
-# its key's name in the slot list
-SLOT_OVERHEAD = 160
+# what a slot costs in memory besides its rows: counters and each window's evictions (7 x 8
+# bytes), its entry in the key -> slot dict (~40), the slot's key and table (2 x 8)
+SLOT_OVERHEAD = 112
 
 
 class Reach:
@@ -177,6 +177,7 @@ class KeySlab:
         self.evicted = {
             r.name: grow(z if fresh else self.evicted[r.name], (size,)) for r in self.reaches
         }
+        self.touched[old:] = _INT64_MAX  # free slots: the newest of all (see _free)
         self.keys += [None] * (size - old)
         self.tables += [None] * (size - old)
         self.free += range(size - 1, old - 1, -1)
@@ -209,7 +210,7 @@ class KeySlab:
 
     def _take_slots(self, n: int) -> list[int]:
         if len(self.free) < n:
-            self._alloc(max(self.size * 2, self.size + n))
+            self._alloc(max(self.size * 3 // 2, self.size + n))  # 1.5x: less idle room
         out = self.free[-n:]
         del self.free[-n:]
         out.reverse()
@@ -321,6 +322,7 @@ class KeySlab:
         del self.slot[key]  # type: ignore[arg-type]
         self.keys[s] = None
         self.tables[s] = None
+        self.touched[s] = _INT64_MAX  # never a candidate of KeyedStream._evict_slab
         self.free.append(s)
 
     def load(

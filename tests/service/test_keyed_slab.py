@@ -367,3 +367,51 @@ def test_keys_reloaded_into_the_slab_keep_their_newest_for_the_late_rule() -> No
             reg.drop("s")
             reg.redis.close()
             drop_prefix(url, prefix)
+
+
+@pytest.mark.redis
+def test_a_periodic_flush_takes_whole_groups_in_turn_up_to_its_key_budget(monkeypatch: Any) -> None:
+    """More dirty keys than one periodic flush takes (``FLUSH_KEYS``): each flush writes whole
+    groups, about that many keys, starting where the last one stopped; a few flushes write
+    every group, and a restart finds every key as it was."""
+    from mtawindows.server.service.keyed import stream as keyed_stream
+    from mtawindows.testing import shared_redis_url
+    from mtawindows.v1.types import Aggregation, Field, Policy, StreamSpec, WindowSpec
+    from tests.support.keyed_oracle import drop_prefix
+
+    monkeypatch.setattr(keyed_stream, "FLUSH_KEYS", 60)
+    url = shared_redis_url()
+    prefix = f"ks{uuid.uuid4().hex[:12]}"
+    reg = _stream(url, prefix)
+    reg.create_stream(
+        StreamSpec("s", (Field("host", "STRING"), Field("v", "DOUBLE")), key="host", key_groups=16, wall_clock=False)
+    )  # fmt: skip
+    reg.create_window(WindowSpec("s", "w", (Aggregation("t", "sum", "v"),), Policy.count(5)))
+    s = reg.stream("s")
+    keys = [f"h{i:04d}" for i in range(400)]
+    try:
+        s.append({"ts": ("TIMESTAMP", [1] * 400), "host": ("STRING", keys), "v": ("DOUBLE", [float(i) for i in range(400)])})  # fmt: skip
+        seen: list[set[int]] = []
+        while True:
+            writes = s.flush_begin()
+            if writes is None:
+                break
+            groups = {job.table.group for job in writes.jobs}
+            written = sum(len(job.dirty) for job in writes.jobs)
+            biggest = max(len(job.dirty) for job in writes.jobs)
+            assert written <= 60 + biggest, (written, biggest)  # whole groups, about the budget
+            writes.run()
+            seen.append(groups)
+            assert len(seen) <= 16
+        assert len(seen) > 1 and set().union(*seen) == set(range(16))
+        assert sum(len(g) for g in seen) == 16  # each group once
+        reg.drop("s")
+        reg.redis.close()
+        reg = _stream(url, prefix)
+        s = reg.adopt("s")
+        for i in range(0, 400, 37):
+            assert s.query("w", keys[i]).values["t"] == float(i)
+    finally:
+        reg.drop("s")
+        reg.redis.close()
+        drop_prefix(url, prefix)

@@ -103,6 +103,8 @@ _PACKED_BYTES = 120  # a packed key's dict entry and bytes object, beside its by
 # in the budget, so the states the cache holds shrink as the key space grows (measured: 1,063
 # MB of RSS at 10^6 keys with a 512 MB budget when the names went uncounted)
 _INDEX_BYTES = 170
+# the dirty keys one periodic flush writes at most (whole groups: see flush_begin)
+FLUSH_KEYS = 100_000
 # the most rows a key keeps in the slab (slab.py), past which it becomes an object: 12 rows
 # of a timestamp and a double are 192 bytes, ~300 with the slot's own: a million such keys
 # and their names fit the default 512 MB key cache (16 rows did not: the cache evicted and
@@ -281,6 +283,7 @@ class KeyedStream:
         # small keys in columns (slab.py) when every window allows it; else why not
         self.slab: KeySlab | None = None
         self.slab_why = "the stream has no window"
+        self._flush_next = 0  # the group the next periodic flush starts at (_flush_turn)
 
     def _table(self, g: int, fence: Fence | None) -> GroupTable:
         keys = GroupKeys.of(self.prefix, self.spec.name, g)
@@ -1810,18 +1813,44 @@ class KeyedStream:
         groups clean again. The second half, :meth:`GroupWrites.run`, writes them to Redis
         outside the lock (on the server's flush thread: appends go on meanwhile); until it
         is done the keys it writes stay in memory and the next flush, a group's move, a
-        reload and a deletion wait for it. None when nothing changed."""
+        reload and a deletion wait for it. None when nothing changed.
+
+        One flush takes whole groups, in turn from where the last one stopped, until they hold
+        :data:`FLUSH_KEYS` dirty keys (or every changed group): its memory and the time it holds
+        the lock stay bounded however many keys changed, and the next flush goes on with the
+        others (a flush of a million keys at once held the lock for seconds and Redis for one
+        long pipeline: the heartbeat waited behind it)."""
         if self.gone:
             return None
         self.ensure_current()
         self._settle()
         if self._retired:  # groups let go whose memory nobody reaped yet: a slice of it
             self._reap(20_000)
-        jobs = self._prepare(list(self.groups.values()), final=False)
+        jobs = self._prepare(self._flush_turn(), final=False)
         if not jobs:
             return None
         self._writing.clear()
         return GroupWrites(self, jobs)
+
+    def _flush_turn(self) -> list[GroupTable]:
+        """The groups of the next periodic flush (see :meth:`flush_begin`)."""
+        tables = [self.groups[g] for g in sorted(self.groups)]
+        if not tables:
+            return []
+        start = self._flush_next % len(tables)
+        out: list[GroupTable] = []
+        keys = 0
+        for i in range(len(tables)):
+            table = tables[(start + i) % len(tables)]
+            if not table.changed:  # (as _prepare skips it)
+                continue
+            if out and keys + len(table.dirty) > FLUSH_KEYS:
+                self._flush_next = (start + i) % len(tables)
+                return out
+            out.append(table)
+            keys += len(table.dirty)
+        self._flush_next = start
+        return out
 
     def _settle(self) -> None:
         """Wait for the flush being written outside the lock (:meth:`flush_begin`)."""

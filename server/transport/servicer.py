@@ -686,14 +686,19 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         prepared under it and written outside it (its appends go on meanwhile)."""
         for name, stream in list(self.registry.streams.items()):
             try:
-                async with self.lock(name):
-                    if stream.gone:
-                        continue
-                    # prepared and handed to the flush thread in one step on the worker: a
-                    # cancelled flush (shutdown) cannot leave prepared writes nobody runs,
-                    # which would hold the stream's next flush (its release) forever
-                    pending = await self.run(functools.partial(self._begin_flush, stream))
-                if pending is not None:
+                # a keyed stream's flush goes in turns of whole groups (KeyedStream.flush_begin):
+                # as many as its dirty keys call for now, the lock free between them
+                turns = stream.flush_turns() if isinstance(stream, KeyedStream) else 1
+                for _ in range(turns):
+                    async with self.lock(name):
+                        if stream.gone:
+                            break
+                        # prepared and handed to the flush thread in one step on the worker:
+                        # a cancelled flush (shutdown) cannot leave prepared writes nobody
+                        # runs, which would hold the stream's next flush (its release) forever
+                        pending = await self.run(functools.partial(self._begin_flush, stream))
+                    if pending is None:
+                        break
                     await asyncio.shield(asyncio.wrap_future(pending))
             except ServiceError as ex:
                 if ex.reason == Reason.FENCED and self.cluster is not None:

@@ -1832,6 +1832,15 @@ class KeyedStream:
         self._writing.clear()
         return GroupWrites(self, jobs)
 
+    def flush_turns(self) -> int:
+        """How many periodic flushes (:meth:`flush_begin`) the keys changed now call for
+        (read without the lock: an estimate; 1 when the groups change meanwhile)."""
+        try:
+            dirty = sum(len(t.dirty) for t in list(self.groups.values()))
+        except RuntimeError:  # pragma: no cover - a group opened or closed meanwhile
+            return 1
+        return max(1, -(-dirty // FLUSH_KEYS))
+
     def _flush_turn(self) -> list[GroupTable]:
         """The groups of the next periodic flush (see :meth:`flush_begin`)."""
         tables = [self.groups[g] for g in sorted(self.groups)]

@@ -37,7 +37,7 @@ import numpy as np
 from ...engine.columnar import ColumnarWindow, columnar_refusal
 from ...storage.protocol import CorruptDataError
 
-__all__ = ["KeySlab", "Reach", "rows_of_record", "slab_plan"]
+__all__ = ["Counters", "KeySlab", "Reach", "rows_of_record", "slab_plan"]
 
 _INT64_MIN = int(np.iinfo(np.int64).min)
 _INT64_MAX = int(np.iinfo(np.int64).max)

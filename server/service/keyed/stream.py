@@ -82,7 +82,7 @@ from ..refusals import (
     store_unavailable,
 )
 from ..stream import _gc_paused
-from .slab import KeySlab, rows_of_record, slab_plan
+from .slab import Counters, KeySlab, rows_of_record, slab_plan
 from .table import INLINE, GroupState, GroupTable, KeyState
 from .window import KeyWindow, WindowOps
 
@@ -566,35 +566,21 @@ class KeyedStream:
         sub = {c: a[n - k :].tolist() for c, a in cols.items()}
         return list(self.windows[name].lift_columns(sub))  # type: ignore[misc]
 
-    def _from_rows(
-        self,
-        table: GroupTable,
-        key: str,
-        counters: tuple[int, int, int, int, int] | None,
-        cols: Mapping[str, Any],
-        lsn: int,
-        evicted: Mapping[str, int],
-    ) -> KeyState:
-        """A key out of the slab as an object in ``table``'s cache: its counters (None: a new
-        key) and each window's items, the lift of the rows it holds (a window past the compact
-        threshold grows into its tree; ``lsn``: the entry its windows hold; ``evicted``: the
-        rows each window's last batch evicted)."""
-        st = self._object_of(table, key, counters, cols, lsn, evicted)
-        table.hot[key] = st
-        size = _size(st)
-        self.cache.add(size, hot=1, objects=size)
-        return st
-
     def _object_of(
         self,
         table: GroupTable,
         key: str,
-        counters: tuple[int, int, int, int, int] | None,
+        counters: Counters | None,
         cols: Mapping[str, Any],
         lsn: int,
         evicted: Mapping[str, int],
+        *,
+        cache: bool,
     ) -> KeyState:
-        """:meth:`_from_rows`' object, in no cache."""
+        """A key of the slab as an object: its counters (None: a new key) and each window's
+        items, the lift of the rows it holds (a window past the compact threshold grows into
+        its tree; ``lsn``: the entry its windows hold; ``evicted``: the rows each window's last
+        batch evicted); with ``cache``, into ``table``'s cache (else made for one read)."""
         slab = self.slab
         assert slab is not None
         st = KeyState(key)
@@ -616,6 +602,10 @@ class KeyedStream:
                 st.windows[name] = kw
         finally:
             self._group_now = None
+        if cache:
+            table.hot[key] = st
+            size = _size(st)
+            self.cache.add(size, hot=1, objects=size)
         return st
 
     def _view(self, table: GroupTable, key: str) -> KeyState:
@@ -625,7 +615,7 @@ class KeyedStream:
         slab = self.slab
         if slab is not None and key not in table.hot and slab.table_of(key) is table:
             counters, cols, evicted = slab.peek(key)
-            return self._object_of(table, key, counters, cols, 0, evicted)
+            return self._object_of(table, key, counters, cols, 0, evicted, cache=False)
         return self._state(table, key)
 
     def _unslab(self, table: GroupTable, key: str) -> KeyState:
@@ -634,7 +624,7 @@ class KeyedStream:
         assert slab is not None
         counters, cols, evicted = slab.take(key)
         self.cache.add(-slab.slot_bytes, objects=0)
-        return self._from_rows(table, key, counters, cols, 0, evicted)
+        return self._object_of(table, key, counters, cols, 0, evicted, cache=True)
 
     def _slab_load(self, table: GroupTable, key: str, blob: bytes) -> bool:
         """``key``'s stored value back into the slab, when it was written from one whose
@@ -1328,7 +1318,8 @@ class KeyedStream:
         took = set(keys)
         for i, counters, held, evicted in out:
             table = tables[i]
-            self._from_rows(table, keys[i], counters, held, table.state.lsn + 1, evicted)
+            lsn = table.state.lsn + 1
+            self._object_of(table, keys[i], counters, held, lsn, evicted, cache=True)
             took.discard(keys[i])
         return took
 

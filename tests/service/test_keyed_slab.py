@@ -18,8 +18,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mtawindows.server.service import Registry
+from mtawindows.server.service.keyed import stream as keyed_stream
 from mtawindows.server.service.keyed.slab import KeySlab, Reach, rows_of_record
+from mtawindows.server.service.limits import Limits
+from mtawindows.server.service.refusals import ServiceError
 from mtawindows.server.storage.codecs import packb_each, unpackb
+from mtawindows.testing import shared_redis_url
+from mtawindows.v1.types import Aggregation, Field, Policy, StreamSpec, WindowSpec
+from tests.support.keyed_oracle import KeyOracle, OWin, close_values, drop_prefix, expected
 
 I64 = np.iinfo(np.int64)
 COLUMNS = {"ts": np.dtype("<i8"), "v": np.dtype("<f8"), "n": np.dtype("<i8")}
@@ -170,8 +177,6 @@ def test_slots_are_reused_and_the_arrays_grow() -> None:
 
 
 def _stream(url: str, prefix: str, limits: Any = None) -> Any:
-    from mtawindows.server.service import Registry
-    from mtawindows.server.service.limits import Limits
 
     return Registry(url, limits=limits or Limits(key_compact_items=8), prefix=prefix)
 
@@ -182,10 +187,6 @@ def test_keys_come_back_into_the_slab_after_a_restart_and_an_eviction() -> None:
     stored from the slab load back into it on their next row (not as objects), and every
     key's windows answer as the oracle says throughout; a key read by Query stays in the slab;
     one that outgrows it becomes an object and stays one."""
-    from mtawindows.server.service.limits import Limits
-    from mtawindows.testing import shared_redis_url
-    from mtawindows.v1.types import Aggregation, Field, Policy, StreamSpec, WindowSpec
-    from tests.support.keyed_oracle import KeyOracle, OWin, close_values, drop_prefix, expected
 
     url = shared_redis_url()
     prefix = f"ks{uuid.uuid4().hex[:12]}"
@@ -272,9 +273,6 @@ def test_a_window_deleted_and_created_again_holds_none_of_the_old_rows() -> None
     """Keys in the slab when their window is deleted and created again under its name (and
     when a window is added): the new window holds only the rows after it, for keys still in
     memory and for keys reloaded from Redis; the other window keeps its rows."""
-    from mtawindows.testing import shared_redis_url
-    from mtawindows.v1.types import Aggregation, Field, Policy, StreamSpec, WindowSpec
-    from tests.support.keyed_oracle import drop_prefix
 
     url = shared_redis_url()
     prefix = f"ks{uuid.uuid4().hex[:12]}"
@@ -325,10 +323,6 @@ def test_keys_reloaded_into_the_slab_keep_their_newest_for_the_late_rule() -> No
     """Thousands of keys reloaded into the slab by one batch after a restart (the slab grows
     its arrays meanwhile): a row older than its key's newest is refused under REJECT, dropped
     under DROP, and the others apply."""
-    from mtawindows.server.service.refusals import ServiceError
-    from mtawindows.testing import shared_redis_url
-    from mtawindows.v1.types import Aggregation, Field, Policy, StreamSpec, WindowSpec
-    from tests.support.keyed_oracle import drop_prefix
 
     url = shared_redis_url()
     keys = [f"h{i:05d}" for i in range(3000)]
@@ -374,10 +368,6 @@ def test_a_periodic_flush_takes_whole_groups_in_turn_up_to_its_key_budget(monkey
     """More dirty keys than one periodic flush takes (``FLUSH_KEYS``): each flush writes whole
     groups, about that many keys, starting where the last one stopped; a few flushes write
     every group, and a restart finds every key as it was."""
-    from mtawindows.server.service.keyed import stream as keyed_stream
-    from mtawindows.testing import shared_redis_url
-    from mtawindows.v1.types import Aggregation, Field, Policy, StreamSpec, WindowSpec
-    from tests.support.keyed_oracle import drop_prefix
 
     monkeypatch.setattr(keyed_stream, "FLUSH_KEYS", 60)
     url = shared_redis_url()

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack  # type: ignore[import-untyped]
 import numpy as np
@@ -189,14 +189,6 @@ class KeySlab:
     def __len__(self) -> int:
         return len(self.slot)
 
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.slot_bytes
-
-    def newest_of(self, key: str) -> int | None:
-        s = self.slot.get(key)
-        return None if s is None else int(self.newest[s])
-
     def table_of(self, key: str) -> Any:
         s = self.slot.get(key)
         return None if s is None else self.tables[s]
@@ -343,11 +335,7 @@ class KeySlab:
             return False
         ts = np.zeros((1, max(n, 1)), dtype=np.int64)
         ts[0, :n] = rows[self.ts_name]
-        got = (
-            self.keep_of(np.array([n]), ts)
-            if n
-            else {r.name: np.zeros(1, np.int64) for r in self.reaches}
-        )
+        got = self.keep_of(np.array([n]), ts)  # (no row: every reach 0, ts one column wide)
         if {name: int(a[0]) for name, a in got.items()} != dict(keeps):
             return False
         if n and int(ts[0, n - 1]) != counters[0]:
@@ -389,60 +377,49 @@ class KeySlab:
         self._free(s)
         return True
 
-    def clear(self) -> None:
-        self.slot.clear()
-        self.keys = []
-        self.tables = []
-        self.free = []
-        self.size = 0
-        self._alloc(1024)
-
     def keep_of(self, n: np.ndarray, ts: np.ndarray) -> dict[str, np.ndarray]:
         """Each window's items per slot: how many of its ``n`` newest rows (``ts``: their
         timestamps, a row per slot) it holds."""
         newest = ts[np.arange(len(n)), np.maximum(n - 1, 0)]
         return {r.name: n - r.dropped(ts, n, newest) for r in self.reaches}
 
-    def records(self, keys: Sequence[str], only: Any = None) -> list[list[Any]]:
-        """Each key's stored record (the module docstring); ``only``: of these windows (the
-        others left out: a window deleted meanwhile, whose name a new one may take)."""
-        if not keys:
-            return []
+    def _gather(self, keys: Sequence[str], only: Any) -> _Gathered:
+        """What :meth:`records` and :meth:`blobs` read of ``keys``, in array passes."""
         sl = np.fromiter((self.slot[k] for k in keys), np.int64, len(keys))
         n = self.n[sl]
-        c = self.capacity
         blocks = {
             name: a[sl].astype(a.dtype.newbyteorder("<"), copy=False)
             for name, a in self.vals.items()
         }
         keeps = self.keep_of(n, blocks[self.ts_name])
-        data = {name: b.tobytes() for name, b in blocks.items()}
-        sizes = {name: b.dtype.itemsize for name, b in blocks.items()}
         names = [r.name for r in self.reaches if only is None or r.name in only]
-        kept = [keeps[name].tolist() for name in names]
+        counters = [
+            a[sl].tolist() for a in (self.newest, self.rows, self.late, self.touched, self.batches)
+        ]
+        return _Gathered(n.tolist(), blocks, names, [keeps[w].tolist() for w in names], counters)
+
+    def records(self, keys: Sequence[str], only: Any = None) -> list[list[Any]]:
+        """Each key's stored record (the module docstring); ``only``: of these windows (the
+        others left out: a window deleted meanwhile, whose name a new one may take)."""
+        if not keys:
+            return []
+        g = self._gather(keys, only)
+        c = self.capacity
+        data = {name: b.tobytes() for name, b in g.blocks.items()}
+        sizes = {name: b.dtype.itemsize for name, b in g.blocks.items()}
         ts_name = self.ts_name
         others = [name for name in self.vals if name != ts_name]
         out: list[list[Any]] = []
-        nl = n.tolist()
-        newest = self.newest[sl].tolist()
-        rows = self.rows[sl].tolist()
-        late = self.late[sl].tolist()
-        touched = self.touched[sl].tolist()
-        batches = self.batches[sl].tolist()
-        for i, cnt in enumerate(nl):
+        for i, cnt in enumerate(g.n):
             spans = {}
             for name in data:
                 w = sizes[name]
                 lo = i * c * w
                 spans[name] = data[name][lo : lo + cnt * w]
-            ws = {name: ["r", kept[j][i]] for j, name in enumerate(names)}
+            ws = {name: ["r", g.kept[j][i]] for j, name in enumerate(g.names)}
             out.append(
                 [
-                    newest[i],
-                    rows[i],
-                    late[i],
-                    touched[i],
-                    batches[i],
+                    *(column[i] for column in g.counters),
                     ws,
                     [spans[ts_name], {o: spans[o] for o in others}],
                 ]
@@ -455,30 +432,18 @@ class KeySlab:
         distinct reach, its rows sliced from one byte string per column."""
         if not keys:
             return []
-        sl = np.fromiter((self.slot[k] for k in keys), np.int64, len(keys))
-        n = self.n[sl]
-        blocks = {
-            name: a[sl].astype(a.dtype.newbyteorder("<"), copy=False)
-            for name, a in self.vals.items()
-        }
-        keeps = self.keep_of(n, blocks[self.ts_name])
-        names = [r.name for r in self.reaches if only is None or r.name in only]
+        g = self._gather(keys, only)
+        names = g.names
         packer = msgpack.Packer(use_bin_type=True)
         pack = packer.pack
-        counters = zip(
-            *(
-                a[sl].tolist()
-                for a in (self.newest, self.rows, self.late, self.touched, self.batches)
-            ),
-            strict=True,
-        )
-        kept = zip(*(keeps[name].tolist() for name in names), strict=True) if names else None
+        counters = zip(*g.counters, strict=True)
+        kept = zip(*g.kept, strict=True) if names else None
         ws_of: dict[tuple[int, ...], bytes] = {}
         ts_name = self.ts_name
         others = [name for name in self.vals if name != ts_name]
         cols = [ts_name, *others]
-        data = [blocks[name].tobytes() for name in cols]
-        width = [blocks[name].dtype.itemsize for name in cols]
+        data = [g.blocks[name].tobytes() for name in cols]
+        width = [g.blocks[name].dtype.itemsize for name in cols]
         stride = [w * self.capacity for w in width]
         names_packed = [pack(name) for name in others]
         rows_head = b"\x92"
@@ -487,7 +452,7 @@ class KeySlab:
         ts_data, ts_width, ts_stride = data[0], width[0], stride[0]
         rest = list(zip(names_packed, data[1:], width[1:], stride[1:], strict=True))
         out: list[bytes] = []
-        for i, (cnt, head) in enumerate(zip(n.tolist(), counters, strict=True)):
+        for i, (cnt, head) in enumerate(zip(g.n, counters, strict=True)):
             reach = next(kept) if kept is not None else ()
             ws = ws_of.get(reach)
             if ws is None:
@@ -509,6 +474,18 @@ class KeySlab:
                 parts += (name_b, bins[size], col[lo : lo + size])
             out.append(b"".join(parts))
         return out
+
+
+class _Gathered(NamedTuple):
+    """Keys read for their stored values: rows held, rows by column (a row per key, the
+    slab's capacity wide, little-endian), the windows written, each one's reach per key, and
+    the five counters per key (newest, rows, late, touched, batches)."""
+
+    n: list[int]
+    blocks: dict[str, np.ndarray]
+    names: list[str]
+    kept: list[list[int]]
+    counters: list[list[int]]
 
 
 def _bin_header(n: int) -> bytes:

@@ -1296,11 +1296,7 @@ class KeyedStream:
                 if key in hot:
                     continue
                 if key not in slab:  # a new key (the plan loaded every other one)
-                    table.index[key] = 0
-                    table.key_moves += 1
-                    self.where[key] = table
-                    if table.deleted:
-                        table.deleted.discard(key)
+                    self._index_new(table, key)
                     new += 1
                 keys.append(key)
                 tables.append(table)
@@ -1386,13 +1382,16 @@ class KeyedStream:
             listener(self.batches, out)
 
     def _new_key(self, table: GroupTable, key: str) -> KeyState:
-        st = KeyState(key)
+        self._index_new(table, key)
+        return KeyState(key)
+
+    def _index_new(self, table: GroupTable, key: str) -> None:
+        """A new key's name in ``table`` (an object's, or the slab's)."""
         table.index[key] = 0
         table.key_moves += 1
         self.where[key] = table
         if table.deleted:
             table.deleted.discard(key)
-        return st
 
     # -- the key cache
     def _state(self, table: GroupTable, key: str) -> KeyState:

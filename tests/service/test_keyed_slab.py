@@ -405,3 +405,184 @@ def test_a_periodic_flush_takes_whole_groups_in_turn_up_to_its_key_budget(monkey
         reg.drop("s")
         reg.redis.close()
         drop_prefix(url, prefix)
+
+
+# -- the slab's array path of an append (KeyedStream._append_slab) against the key-by-key one
+
+
+@st.composite
+def ingest(draw: Any) -> tuple[str, bool, list[list[tuple[str, int, float]]]]:
+    """Batches of rows (key, timestamp, value): keys repeated within a batch, ties, gaps,
+    and (sometimes) rows older than their key's newest or than the key's previous row."""
+    late_policy = draw(st.sampled_from(["REJECT", "DROP"]))
+    producer = draw(st.booleans())
+    keys = [f"k{i}" for i in range(draw(st.integers(1, 40)))]
+    newest: dict[str, int] = {}
+    batches = []
+    for _ in range(draw(st.integers(1, 10))):
+        rows = []
+        for _ in range(draw(st.integers(1, 60))):
+            k = draw(st.sampled_from(keys))
+            step = draw(
+                st.sampled_from([0, 1, 1, 2, 5, 40, 1000] + [-3] * (draw(st.integers(0, 1))))
+            )
+            t = max(newest.get(k, 10_000) + step, 0)
+            newest[k] = max(newest.get(k, 0), t)
+            rows.append((k, t, draw(st.floats(-1e6, 1e6, allow_nan=False))))
+        batches.append(rows)
+    return late_policy, producer, batches
+
+
+def _fields(info: Any) -> Any:
+    return (info.key, info.group, info.rows_appended, info.rows_late, info.newest_timestamp)
+
+
+@pytest.mark.redis
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ingest())
+def test_the_array_path_of_an_append_is_the_key_by_key_path(case: Any) -> None:
+    """Two streams alike, one taking its batches through the slab's array path and one
+    through the key-by-key path: after every batch (applied, refused, partly late, a
+    duplicate) each result, each key's counters and windows, each group's counters and the
+    slab's content are the same; and again after a flush and a reload."""
+    late_policy, producer, batches = case
+    url = shared_redis_url()
+    prefix = f"ks{uuid.uuid4().hex[:12]}"
+    reg = _stream(url, prefix, Limits(key_compact_items=8))
+    windows = [
+        (Policy.count(3), (Aggregation("f", "first", "v"), Aggregation("s", "sum", "v"))),
+        (Policy.time_range(timedelta(microseconds=5)), (Aggregation("m", "max", "v"), Aggregation("n", "count"))),
+    ]  # fmt: skip
+    names = ("fast", "slow")
+    try:
+        for name in names:
+            reg.create_stream(
+                StreamSpec(
+                    name,
+                    (Field("host", "STRING"), Field("v", "DOUBLE")),
+                    key="host",
+                    wall_clock=False,
+                    late_policy=late_policy,
+                    key_groups=8,
+                )
+            )
+            for i, (policy, aggs) in enumerate(windows):
+                reg.create_window(WindowSpec(name, f"w{i}", aggs, policy))
+        fast, slow = reg.stream("fast"), reg.stream("slow")
+        assert fast.slab is not None
+        slow._append_slab = lambda *_a: None  # type: ignore[method-assign]
+
+        def same() -> None:
+            for s in (fast, slow):
+                assert s.slab is not None
+            assert sorted(fast.slab.slot) == sorted(slow.slab.slot)
+            keys, _ = fast.list_keys("", 1000, "")
+            keys_slow, _ = slow.list_keys("", 1000, "")
+            assert [_fields(k) for k in keys] == [_fields(k) for k in keys_slow]
+            for k in keys:
+                a, b = fast.get_key(k.key), slow.get_key(k.key)
+                assert _fields(a) == _fields(b)
+                for w in a.results:
+                    ra, rb = a.results[w], b.results[w]
+                    assert (ra.values, ra.size, ra.evicted) == (rb.values, rb.size, rb.evicted), (
+                        k.key,
+                        w,
+                    )
+            for g in range(8):
+                ga, gb = fast.groups[g].state, slow.groups[g].state
+                assert (ga.lsn, ga.rows, ga.late, ga.batches, ga.duplicates, ga.newest) == (
+                    gb.lsn, gb.rows, gb.late, gb.batches, gb.duplicates, gb.newest
+                )  # fmt: skip
+                assert fast.groups[g].dirty == slow.groups[g].dirty
+
+        for b, rows in enumerate(batches):
+            cols = {
+                "ts": ("TIMESTAMP", [r[1] for r in rows]),
+                "host": ("STRING", [r[0] for r in rows]),
+                "v": ("DOUBLE", [r[2] for r in rows]),
+            }
+            for again in range(1 + producer):  # with a producer: each batch twice
+                kw = {"producer_id": "p", "sequence": b + 1} if producer else {}
+                got = []
+                for s in (fast, slow):
+                    try:
+                        r = s.append(cols, **kw)
+                        got.append((r.rows_applied, r.rows_late, r.duplicate))
+                    except ServiceError as ex:
+                        got.append((ex.code, ex.reason, str(ex)))
+                assert got[0] == got[1], (b, again)
+                same()
+        reg.flush(fast)
+        reg.flush(slow)
+        for name in names:
+            reg.drop(name)
+        fast, slow = reg.adopt("fast"), reg.adopt("slow")
+        slow._append_slab = lambda *_a: None  # type: ignore[method-assign]
+        last = max(r[1] for rows in batches for r in rows) + 1
+        keys = sorted({r[0] for rows in batches for r in rows})
+        cols = {
+            "ts": ("TIMESTAMP", [last] * len(keys)),
+            "host": ("STRING", keys),
+            "v": ("DOUBLE", [1.0] * len(keys)),
+        }
+        assert fast.append(cols).rows_applied == slow.append(cols).rows_applied
+        same()
+    finally:
+        for name in names:
+            reg.drop(name)
+        reg.redis.close()
+        drop_prefix(url, prefix)
+
+
+@pytest.mark.redis
+def test_the_array_path_takes_the_common_batches_and_leaves_the_others() -> None:
+    """The array path takes batches of new keys and of keys in the slab (several rows of a
+    key, in order, ties); it leaves to the key-by-key path, unchanged, a batch with a late
+    row, a row out of order within its key, a key held as an object, a duplicate."""
+    url = shared_redis_url()
+    prefix = f"ks{uuid.uuid4().hex[:12]}"
+    reg = _stream(url, prefix, Limits(key_compact_items=8))
+    spec = StreamSpec(
+        "s", (Field("host", "STRING"), Field("v", "DOUBLE")), key="host", wall_clock=False
+    )
+    try:
+        reg.create_stream(spec)
+        reg.create_window(WindowSpec("s", "w", (Aggregation("t", "sum", "v"),), Policy.count(20)))
+        s = reg.stream("s")
+
+        def cols(keys: list[str], ts: list[int]) -> list[list[Any]]:
+            return [ts, keys, [1.0] * len(keys)]
+
+        def arrays(keys: list[str], ts: list[int], **kw: Any) -> Any:
+            with s.lock:
+                return s._append_slab(cols(keys, ts), kw.get("p", ""), kw.get("q", 0), True)
+
+        got = arrays(["a", "b", "a", "c", "a"], [5, 5, 6, 1, 6])
+        assert got is not None and got.rows_applied == 5
+        assert s.slab.counters_of("a")[:2] == (6, 3)
+        assert s.get_key("a").results["w"].values == {"t": 3.0}
+        got = arrays(["c", "b", "b"], [1, 7, 8], p="x", q=1)
+        assert got is not None and got.rows_applied == 3
+        state = {g: (t.state.lsn, t.state.rows) for g, t in s.groups.items()}
+        for keys, ts, kw in (
+            (["a", "d"], [5, 9], {}),  # a row older than a's newest
+            (["d", "d"], [9, 8], {}),  # out of order within d
+            (["b"], [9], {"p": "x", "q": 1}),  # a duplicate
+        ):
+            assert arrays(keys, ts, **kw) is None
+            assert {g: (t.state.lsn, t.state.rows) for g, t in s.groups.items()} == state
+            assert "d" not in s.slab and "d" not in s.where
+        s.append(
+            {
+                "ts": ("TIMESTAMP", [10] * 9),
+                "host": ("STRING", ["e"] * 9),
+                "v": ("DOUBLE", [1.0] * 9),
+            }
+        )
+        assert "e" not in s.slab  # 9 rows at one time: more than the slab holds
+        assert arrays(["e", "a"], [11, 11]) is None
+        assert arrays(["a"], [11]) is not None
+    finally:
+        reg.drop("s")
+        reg.redis.close()
+        drop_prefix(url, prefix)

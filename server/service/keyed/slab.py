@@ -147,6 +147,7 @@ class KeySlab:
         self.late: np.ndarray
         self.touched: np.ndarray
         self.batches: np.ndarray
+        self.group: np.ndarray
         self.vals: dict[str, np.ndarray]
         # per window: the rows the key's last batch evicted from it (its results' ``evicted``)
         self.evicted: dict[str, np.ndarray]
@@ -169,6 +170,7 @@ class KeySlab:
         self.late = grow(z if fresh else self.late, (size,))
         self.touched = grow(z if fresh else self.touched, (size,))  # ms
         self.batches = grow(z if fresh else self.batches, (size,))
+        self.group = grow(z if fresh else self.group, (size,))  # each slot's key group
         c = self.capacity
         self.vals = {
             n: grow(np.zeros((0, c), dtype=d) if fresh else self.vals[n], (size, c))
@@ -209,6 +211,23 @@ class KeySlab:
         return out
 
     # -- an append
+    def add(self, keys: Sequence[str], tables: Sequence[Any]) -> np.ndarray:
+        """New keys (not in the slab) into free slots, their counters zero, holding no row
+        (key ``keys[i]`` of group table ``tables[i]``); their slots."""
+        got = self._take_slots(len(keys))
+        slot = self.slot
+        for key, table, s in zip(keys, tables, got, strict=True):
+            slot[key] = s
+            self.keys[s] = key
+            self.tables[s] = table
+        new = np.asarray(got, dtype=np.int64)
+        for a in (self.n, self.newest, self.rows, self.late, self.touched, self.batches):
+            a[new] = 0
+        for a in self.evicted.values():
+            a[new] = 0
+        self.group[new] = [getattr(t, "group", -1) for t in tables]
+        return new
+
     def apply(
         self,
         keys: Sequence[str],
@@ -219,30 +238,37 @@ class KeySlab:
     ) -> list[tuple[int, Counters | None, dict[str, np.ndarray], dict[str, int]]]:
         """Rows ``idx[i]`` of the batch ``columns`` (name -> array, every column of
         :attr:`columns`) into key ``keys[i]`` (of group table ``tables[i]``; made when new), in
-        order. A key whose windows would then hold more than :attr:`capacity` rows takes
-        nothing and leaves the slab: returned as (its position in ``keys``, its counters
-        before the batch (None: it is new), the rows its windows hold after the batch), for
-        the caller to make it an object, and each window's rows the batch evicted)."""
+        order: :meth:`apply_slots` of their slots."""
         k = len(keys)
         slot = self.slot
         sl = np.fromiter((slot.get(key, -1) for key in keys), np.int64, k)
-        fresh = np.flatnonzero(sl < 0)
-        if len(fresh):
-            got = self._take_slots(len(fresh))
-            for i, s in zip(fresh.tolist(), got, strict=True):
-                key = keys[i]
-                slot[key] = s
-                self.keys[s] = key
-                self.tables[s] = tables[i]
-            new = np.asarray(got, dtype=np.int64)
-            sl[fresh] = new
-            for a in (self.n, self.newest, self.rows, self.late, self.touched, self.batches):
-                a[new] = 0
-            for a in self.evicted.values():
-                a[new] = 0
+        fresh = sl < 0
+        if fresh.any():
+            at = np.flatnonzero(fresh).tolist()
+            sl[fresh] = self.add([keys[i] for i in at], [tables[i] for i in at])
         counts = np.fromiter(map(len, idx), np.int64, k)
-        total = int(counts.sum())
-        flat = np.fromiter(itertools.chain.from_iterable(idx), np.int64, total)
+        flat = np.fromiter(itertools.chain.from_iterable(idx), np.int64, int(counts.sum()))
+        return self.apply_slots(sl, counts, flat, columns, now_ms, fresh)
+
+    def apply_slots(
+        self,
+        sl: np.ndarray,
+        counts: np.ndarray,
+        flat: np.ndarray,
+        columns: Mapping[str, np.ndarray],
+        now_ms: int,
+        fresh: np.ndarray,
+    ) -> list[tuple[int, Counters | None, dict[str, np.ndarray], dict[str, int]]]:
+        """Rows of the batch ``columns`` (name -> array, every column of :attr:`columns`) into
+        the keys of slots ``sl`` (distinct): slot ``sl[i]`` takes ``counts[i]`` rows, the next
+        ones of ``flat`` (input rows, grouped by key in the order of ``sl``, each key's in
+        order); ``fresh[i]``: the key is new (its slot from :meth:`add`). A key whose windows
+        would then hold more than :attr:`capacity` rows takes nothing and leaves the slab:
+        returned as (its position in ``sl``, its counters before the batch (None: it is new),
+        the rows its windows hold after the batch, each window's rows the batch evicted), for
+        the caller to make it an object."""
+        k = len(sl)
+        total = len(flat)
         held = self.n[sl]
         m = held + counts
         c = self.capacity
@@ -269,10 +295,9 @@ class KeySlab:
         over = keep > c
         out: list[tuple[int, Counters | None, dict[str, np.ndarray], dict[str, int]]] = []
         if over.any():
-            fresh_set = set(fresh.tolist())
             for i in np.flatnonzero(over).tolist():
                 s = int(sl[i])
-                before = None if i in fresh_set else self._counters(s)
+                before = None if fresh[i] else self._counters(s)
                 lo, hi = int(drop[i]), int(m[i])
                 out.append(
                     (
@@ -344,6 +369,7 @@ class KeySlab:
         self.slot[key] = s
         self.keys[s] = key
         self.tables[s] = table
+        self.group[s] = getattr(table, "group", -1)
         for name, a in self.vals.items():
             a[s, :n] = rows[name]
         self.n[s] = n

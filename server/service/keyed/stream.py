@@ -795,12 +795,148 @@ class KeyedStream:
         # keys already held cost a third of the ingest at 10^5 keys
         with _gc_paused(n_rows):
             fast = self.slab is not None and mode == NONE and not self.listeners
+            if fast and not self.journal:
+                done = self._append_slab(cols, producer_id, sequence, counted)
+                if done is not None:
+                    return done
             plan = self._plan(cols, producer_id, sequence, fast=fast)
             if not counted:
                 plan.counter = None
             if plan.named and self.journal:
                 self._journal(plan, columns, producer_id, sequence, mode, which)
             return self._apply(plan, cols, producer_id, sequence, mode, which)
+
+    def _append_slab(
+        self, cols: list[list[Any]], producer_id: str, sequence: int, counted: bool
+    ) -> AppendResult | None:
+        """A batch without results whose every key is in the slab or new, in array passes
+        from the rows to the groups' counters (no Python work per row but a dict lookup of its
+        key, none per key but a new key's): the common case of a keyed stream's ingest. None,
+        and nothing changed, when the batch needs :meth:`_plan`'s key-by-key path: a key held
+        as an object, in Redis only or to be refused, a row older than its key's newest (late
+        or out of order), a duplicate batch, a group this server may not serve."""
+        slab = self.slab
+        assert slab is not None
+        ts_in = cols[0]
+        n = len(ts_in)
+        raw = cols[self.key_index]
+        texts = [str(k) for k in raw] if self.int_keys else raw
+        sl = np.fromiter(map(slab.slot.get, texts, itertools.repeat(-1)), np.int64, n)
+        miss = np.flatnonzero(sl < 0)
+        new_keys: list[str] = []
+        new_groups: list[int] = []
+        base = slab.size  # a new key's id: base + its index in new_keys, until it has a slot
+        ids = sl
+        if len(miss):
+            where = self.where
+            missing = [texts[i] for i in miss.tolist()]
+            first_of = dict.fromkeys(missing)
+            new_keys = list(first_of)
+            for key in new_keys:  # the key-by-key path refuses or loads these
+                if key in where or not key or len(key.encode()) > MAX_KEY_BYTES:
+                    return None
+            if self.cache.keys + len(new_keys) > self.cache.max_keys:
+                return None
+            g_of = self.n_groups
+            new_groups = [key_group(key, g_of) for key in new_keys]
+            for j, key in enumerate(new_keys):
+                first_of[key] = base + j
+            ids = sl.copy()
+            ids[miss] = np.fromiter(map(first_of.__getitem__, missing), np.int64, len(miss))
+        old = sl[sl >= 0]
+        named = set(slab.group[old].tolist()) if len(old) else set()
+        named.update(new_groups)
+        if self.serve is not None:
+            self.serve(named)
+        groups = self.groups
+        if any(g not in groups for g in named):
+            return None
+        if producer_id and any(
+            groups[g].state.producers.is_duplicate(producer_id, sequence) for g in named
+        ):
+            return None
+        ts = np.asarray(ts_in, dtype=np.int64)
+        order = np.argsort(ids, kind="stable")  # rows by key, each key's in input order
+        key_of = ids[order]
+        ts_sorted = ts[order]
+        first = np.empty(n, dtype=bool)
+        first[0] = True
+        np.not_equal(key_of[1:], key_of[:-1], out=first[1:])
+        if (ts_sorted[1:] < ts_sorted[:-1])[~first[1:]].any():
+            return None  # a key's rows out of order
+        starts = np.flatnonzero(first)
+        heads = key_of[starts]
+        known = heads < base
+        if known.any():
+            at = heads[known]
+            if (ts_sorted[starts[known]] < slab.newest[at]).any():
+                return None  # a row older than its key's newest
+        r0 = int(ids[0])  # the batch counts in the group of its first row's key
+        counter = int(slab.group[r0]) if r0 < base else new_groups[r0 - base]
+        # -- nothing refuses the batch from here
+        before = len(slab)
+        if new_keys:
+            tables = [groups[g] for g in new_groups]
+            got = slab.add(new_keys, tables)
+            for key, table in zip(new_keys, tables, strict=True):
+                self._index_new(table, key)
+            heads = heads.copy()
+            heads[~known] = got[heads[~known] - base]
+        counts = np.diff(np.append(starts, n))
+        names = [slab.keys[s] for s in heads.tolist()]
+        gids = slab.group[heads]
+        lasts = ts_sorted[np.append(starts[1:], n) - 1]
+        now_ms = int(time.time() * 1000)
+        order_of = self.schema.order
+        arrays = {slab.ts_name: ts}
+        arrays |= {
+            name: np.asarray(cols[order_of.index(name)], dtype=dtype)
+            for name, dtype in slab.columns.items()
+            if name != slab.ts_name
+        }
+        out = slab.apply_slots(heads, counts, order, arrays, now_ms, ~known)
+        self.cache.add((len(slab) - before) * slab.slot_bytes, keys=len(new_keys), objects=0)
+        for i, counters, held, evicted in out:  # keys that outgrew the slab: objects now
+            table = groups[int(gids[i])]
+            st = self._object_of(
+                table, names[i], counters, held, table.state.lsn + 1, evicted, cache=True
+            )
+            st.rows += int(counts[i])
+            last = int(lasts[i])
+            if st.newest is None or last > st.newest:
+                st.newest = last
+            st.touched = now_ms
+            st.batches += 1
+        # each group's counters, its keys dirty
+        by_group = np.argsort(gids, kind="stable")
+        g_sorted = gids[by_group]
+        cuts = np.flatnonzero(np.diff(g_sorted)) + 1
+        bounds = np.concatenate(([0], cuts, [len(g_sorted)]))
+        rows_of = np.add.reduceat(counts[by_group], bounds[:-1])
+        high_of = np.maximum.reduceat(lasts[by_group], bounds[:-1])
+        ttl = self.ttl_ms > 0
+        for j, (lo, hi) in enumerate(itertools.pairwise(bounds.tolist())):
+            g = int(g_sorted[lo])
+            table = groups[g]
+            keys = [names[i] for i in by_group[lo:hi].tolist()]
+            table.dirty.update(keys)
+            if ttl:
+                for key in keys:
+                    table.touch(key, now_ms)
+            gst = table.state
+            gst.lsn += 1
+            high = int(high_of[j])
+            if high > gst.newest:
+                gst.newest = high
+            gst.rows += int(rows_of[j])
+            if producer_id:
+                gst.producers.record(producer_id, sequence)
+            table.state_changed = True
+        if counted:
+            groups[counter].state.batches += 1
+            self.batches += 1
+        self._account(0, 0)
+        return AppendResult(rows_applied=n, rows_late=0, duplicate=False)
 
     def _empty(self, mode: str, which: Sequence[str]) -> AppendResult:
         res = AppendResult()

@@ -31,6 +31,7 @@ import functools
 import heapq
 import itertools
 import logging
+import operator
 import threading
 import time
 import uuid
@@ -649,15 +650,23 @@ class KeyedStream:
         self.cache.add(slab.slot_bytes, objects=0)
         return True
 
-    def _slab_blobs(self, tables: Sequence[GroupTable]) -> dict[str, bytes]:
-        """The stored values of the dirty keys of ``tables`` in the slab, packed in one
-        pass for all of them."""
+    def _slab_blobs(self, tables: Sequence[GroupTable]) -> dict[int, tuple[list[str], list[bytes]]]:
+        """The stored values of the dirty keys of ``tables`` in the slab, packed in one pass
+        for all of them: by group, its keys and their values."""
         slab = self.slab
         if slab is None or not len(slab):
             return {}
-        held = slab.slot
-        keys = [k for t in tables for k in t.dirty if k in held]
-        return dict(zip(keys, slab.blobs(keys), strict=True))
+        held = slab.slot.keys()
+        keys: list[str] = []
+        spans: list[tuple[int, int, int]] = []
+        for t in tables:
+            if t.dirty:
+                mine = held & t.dirty  # (a set operation: no Python loop over the keys)
+                if mine:
+                    spans.append((t.group, len(keys), len(keys) + len(mine)))
+                    keys += mine
+        blobs = slab.blobs(keys)
+        return {g: (keys[lo:hi], blobs[lo:hi]) for g, lo, hi in spans}
 
     def _slab_forget(self, tables: Sequence[GroupTable]) -> None:
         """The slab's keys of ``tables`` leave memory (groups let go or reloaded)."""
@@ -883,7 +892,7 @@ class KeyedStream:
             heads = heads.copy()
             heads[~known] = got[heads[~known] - base]
         counts = np.diff(np.append(starts, n))
-        names = [slab.keys[s] for s in heads.tolist()]
+        names: Sequence[str] = _pick(slab.keys, heads.tolist())  # type: ignore[arg-type]
         gids = slab.group[heads]
         lasts = ts_sorted[np.append(starts[1:], n) - 1]
         now_ms = int(time.time() * 1000)
@@ -918,7 +927,7 @@ class KeyedStream:
         for j, (lo, hi) in enumerate(itertools.pairwise(bounds.tolist())):
             g = int(g_sorted[lo])
             table = groups[g]
-            keys = [names[i] for i in by_group[lo:hi].tolist()]
+            keys = _pick(names, by_group[lo:hi].tolist())
             table.dirty.update(keys)
             if ttl:
                 for key in keys:
@@ -2011,7 +2020,7 @@ class KeyedStream:
                     continue
                 # each dirty key's full windows checkpointed (queued) as its value is made
                 full = functools.partial(self._checkpoint_full, table, queued=queued)
-                ops = table.flush_ops(self.packers, ttl, full, columnar)
+                ops = table.flush_ops(self.packers, ttl, full, columnar.get(table.group))
                 for wid in table.doomed:
                     ops += [("UNLINK", k, ()) for k in trees.get(wid, ())]
                 blob = table.state.to_json(clean=final)
@@ -2349,6 +2358,13 @@ class _StreamKeysStore:
 
     def delete(self) -> None:
         self.s.delete_data()
+
+
+def _pick(seq: Sequence[T], at: list[int]) -> Sequence[T]:
+    """``seq``'s items at ``at`` (a tuple made in C: no Python loop per item)."""
+    if len(at) > 1:
+        return operator.itemgetter(*at)(seq)  # type: ignore[no-any-return]
+    return tuple(seq[i] for i in at)
 
 
 def _size(st: KeyState) -> int:

@@ -29,7 +29,7 @@ on first touch.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -242,37 +242,42 @@ class GroupTable:
         packers: dict[str, Any],
         ttl: bool,
         full: Any = None,
-        columnar: Mapping[str, bytes] | None = None,
+        columnar: tuple[list[str], list[bytes]] | None = None,
     ) -> list[Op]:
         """The writes of a flush: the dirty keys' values (and touch times), the deleted keys
         dropped (``full``: as :meth:`KeyState.record`'s, for each key with a full-form
-        window; ``columnar``: the values of the dirty keys of the stream's slab, packed
-        together for every group). The caller clears the dirty marks (and restores them when
+        window; ``columnar``: the dirty keys of the stream's slab in this group and their
+        values, packed together). The caller clears the dirty marks (and restores them when
         the write fails)."""
         fields: list[Any] = []
-        touches: list[Any] = []
-        index = self.index
+        dirty: AbstractSet[str] = self.dirty
+        if columnar is not None and columnar[0]:
+            keys, values = columnar
+            fields = [None] * (2 * len(keys))  # key, value, key, value...
+            fields[::2] = keys
+            fields[1::2] = values
+            dirty = self.dirty.difference(keys) if len(keys) < len(dirty) else frozenset()
         hot = self.hot
         packed = self.packed
         names: list[str] = []  # the keys held as objects, packed together below
         records: list[Any] = []
-        columnar = columnar or {}
-        for key in self.dirty:
+        for key in dirty:
             st = hot.get(key)
             if st is not None:
                 names.append(key)
                 records.append(st.record(packers, full))
-            elif key in columnar:
-                fields += (key, columnar[key])
             else:
                 blob = packed.get(key)
                 if blob is None:  # pragma: no cover - a dirty key is in memory
                     continue
                 fields += (key, blob)
-            if ttl:
-                touches += (key, index.get(key, 0))
         for key, blob in zip(names, packb_each(records), strict=True):
             fields += (key, blob)
+        touches: list[Any] = []
+        if ttl:
+            index = self.index
+            for key in self.dirty:
+                touches += (key, index.get(key, 0))
         ops: list[Op] = []
         ops += _chunked("HSET", self.keys.keys, fields)
         ops += _chunked("HSET", self.keys.touch, touches)

@@ -410,9 +410,12 @@ class KeySlab:
         newest = ts[np.arange(len(n)), np.maximum(n - 1, 0)]
         return {r.name: n - r.dropped(ts, n, newest) for r in self.reaches}
 
-    def _gather(self, keys: Sequence[str], only: Any) -> _Gathered:
-        """What :meth:`records` and :meth:`blobs` read of ``keys``, in array passes."""
-        sl = np.fromiter(map(self.slot.__getitem__, keys), np.int64, len(keys))
+    def slots_of(self, keys: Sequence[str]) -> np.ndarray:
+        return np.fromiter(map(self.slot.__getitem__, keys), np.int64, len(keys))
+
+    def _gather(self, sl: np.ndarray, only: Any) -> _Gathered:
+        """What :meth:`records` and :meth:`blobs` read of the keys of slots ``sl``, in array
+        passes."""
         n = self.n[sl]
         blocks = {
             name: a[sl].astype(a.dtype.newbyteorder("<"), copy=False)
@@ -431,7 +434,7 @@ class KeySlab:
         others left out: a window deleted meanwhile, whose name a new one may take)."""
         if not keys:
             return []
-        g = self._gather(keys, only)
+        g = self._gather(self.slots_of(keys), only)
         c = self.capacity
         data = {name: b.tobytes() for name, b in g.blocks.items()}
         sizes = {name: b.dtype.itemsize for name, b in g.blocks.items()}
@@ -457,13 +460,17 @@ class KeySlab:
         return out
 
     def blobs(self, keys: Sequence[str], only: Any = None) -> list[bytes]:
-        """:meth:`records` packed (msgpack, byte for byte ``packb``'s), written for all of
-        them at once by one compiled loop (:func:`_pack_records`: about 0.1 us a key, where
-        joining each key's parts in Python took 4 us) into one buffer, then sliced."""
-        if not keys:
+        """:meth:`records` packed (msgpack, byte for byte ``packb``'s): :meth:`blobs_at`."""
+        return self.blobs_at(self.slots_of(keys), only)
+
+    def blobs_at(self, sl: np.ndarray, only: Any = None) -> list[bytes]:
+        """The stored values of the keys of slots ``sl``, written for all of them at once by
+        one compiled loop (:func:`_pack_records`: about 0.1 us a key, where joining each
+        key's parts in Python took 4 us) into one buffer, then sliced."""
+        k = len(sl)
+        if not k:
             return []
-        g = self._gather(keys, only)
-        k = len(keys)
+        g = self._gather(sl, only)
         ts_name = self.ts_name
         others = [name for name in self.vals if name != ts_name]
         cols = [ts_name, *others]

@@ -656,17 +656,24 @@ class KeyedStream:
         slab = self.slab
         if slab is None or not len(slab):
             return {}
-        held = slab.slot.keys()
-        keys: list[str] = []
+        get = slab.slot.get
+        parts: list[np.ndarray] = []
         spans: list[tuple[int, int, int]] = []
+        n = 0
         for t in tables:
-            if t.dirty:
-                mine = held & t.dirty  # (a set operation: no Python loop over the keys)
-                if mine:
-                    spans.append((t.group, len(keys), len(keys) + len(mine)))
-                    keys += mine
-        blobs = slab.blobs(keys)
-        return {g: (keys[lo:hi], blobs[lo:hi]) for g, lo, hi in spans}
+            if t.dirty:  # its keys' slots (one lookup a key: -1 for a key not in the slab)
+                sl = np.fromiter(map(get, t.dirty, itertools.repeat(-1)), np.int64, len(t.dirty))
+                sl = sl[sl >= 0]
+                if len(sl):
+                    parts.append(sl)
+                    spans.append((t.group, n, n + len(sl)))
+                    n += len(sl)
+        if not parts:
+            return {}
+        slots = np.concatenate(parts)
+        keys: Sequence[str] = _pick(slab.keys, slots.tolist())  # type: ignore[arg-type]
+        blobs = slab.blobs_at(slots)
+        return {g: (list(keys[lo:hi]), blobs[lo:hi]) for g, lo, hi in spans}
 
     def _slab_forget(self, tables: Sequence[GroupTable]) -> None:
         """The slab's keys of ``tables`` leave memory (groups let go or reloaded)."""

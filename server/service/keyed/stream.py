@@ -811,8 +811,8 @@ class KeyedStream:
         # keys already held cost a third of the ingest at 10^5 keys
         with _gc_paused(n_rows):
             fast = self.slab is not None and mode == NONE and not self.listeners
-            if fast and not self.journal:
-                done = self._append_slab(cols, producer_id, sequence, counted)
+            if fast:
+                done = self._append_slab(cols, producer_id, sequence, counted, columns, which)
                 if done is not None:
                     return done
             plan = self._plan(cols, producer_id, sequence, fast=fast)
@@ -823,7 +823,13 @@ class KeyedStream:
             return self._apply(plan, cols, producer_id, sequence, mode, which)
 
     def _append_slab(
-        self, cols: list[list[Any]], producer_id: str, sequence: int, counted: bool
+        self,
+        cols: list[list[Any]],
+        producer_id: str,
+        sequence: int,
+        counted: bool,
+        columns: Columns,
+        which: Sequence[str] = (),
     ) -> AppendResult | None:
         """A batch without results whose every key is in the slab or new, in array passes
         from the rows to the groups' counters (no Python work per row but a dict lookup of its
@@ -844,26 +850,27 @@ class KeyedStream:
         base = slab.size  # a new key's id: base + its index in new_keys, until it has a slot
         ids = sl
         if len(miss):
-            where = self.where
             missing = [texts[i] for i in miss.tolist()]
             first_of = dict.fromkeys(missing)
             new_keys = list(first_of)
+            g_of = self.n_groups
+            new_groups = [key_group(key, g_of) for key in new_keys]
+        old = sl[sl >= 0]
+        named = set(slab.group[old].tolist()) if len(old) else set()
+        named.update(new_groups)
+        if self.serve is not None:  # a cluster: may open a group (its keys known from then)
+            self.serve(named)
+        if new_keys:
+            where = self.where
             for key in new_keys:  # the key-by-key path refuses or loads these
                 if key in where or not key or len(key.encode()) > MAX_KEY_BYTES:
                     return None
             if self.cache.keys + len(new_keys) > self.cache.max_keys:
                 return None
-            g_of = self.n_groups
-            new_groups = [key_group(key, g_of) for key in new_keys]
             for j, key in enumerate(new_keys):
                 first_of[key] = base + j
             ids = sl.copy()
             ids[miss] = np.fromiter(map(first_of.__getitem__, missing), np.int64, len(miss))
-        old = sl[sl >= 0]
-        named = set(slab.group[old].tolist()) if len(old) else set()
-        named.update(new_groups)
-        if self.serve is not None:
-            self.serve(named)
         groups = self.groups
         if any(g not in groups for g in named):
             return None
@@ -889,6 +896,20 @@ class KeyedStream:
                 return None  # a row older than its key's newest
         r0 = int(ids[0])  # the batch counts in the group of its first row's key
         counter = int(slab.group[r0]) if r0 < base else new_groups[r0 - base]
+        gids = np.empty(len(heads), dtype=np.int64)  # each key's group
+        gids[known] = slab.group[heads[known]]
+        if new_keys:
+            gids[~known] = np.asarray(new_groups, dtype=np.int64)[heads[~known] - base]
+        counts = np.diff(np.append(starts, n))
+        if self.journal:  # durable: each group's rows journaled before anything changes
+            row_group = np.empty(n, dtype=np.int64)
+            row_group[order] = np.repeat(gids, counts)
+            by_row = np.argsort(row_group, kind="stable")  # by group, rows ascending
+            cut = np.flatnonzero(np.diff(row_group[by_row])) + 1
+            rows = {int(row_group[part[0]]): part.tolist() for part in np.split(by_row, cut)}
+            self._journal_rows(
+                rows, counter if counted else None, columns, producer_id, sequence, NONE, which
+            )
         # -- nothing refuses the batch from here
         before = len(slab)
         if new_keys:
@@ -898,9 +919,7 @@ class KeyedStream:
                 self._index_new(table, key)
             heads = heads.copy()
             heads[~known] = got[heads[~known] - base]
-        counts = np.diff(np.append(starts, n))
         names: Sequence[str] = _pick(slab.keys, heads.tolist())  # type: ignore[arg-type]
-        gids = slab.group[heads]
         lasts = ts_sorted[np.append(starts[1:], n) - 1]
         now_ms = int(time.time() * 1000)
         order_of = self.schema.order
@@ -914,9 +933,12 @@ class KeyedStream:
         self.cache.add((len(slab) - before) * slab.slot_bytes, keys=len(new_keys), objects=0)
         for i, counters, held, evicted in out:  # keys that outgrew the slab: objects now
             table = groups[int(gids[i])]
-            st = self._object_of(
-                table, names[i], counters, held, table.state.lsn + 1, evicted, cache=True
-            )
+            try:  # (a window past the compact threshold grows its tree in Redis)
+                st = self._object_of(
+                    table, names[i], counters, held, table.state.lsn + 1, evicted, cache=True
+                )
+            except StoreError as ex:
+                raise self._store_failed(ex) from None
             st.rows += int(counts[i])
             last = int(lasts[i])
             if st.newest is None or last > st.newest:
@@ -1186,14 +1208,28 @@ class KeyedStream:
     ) -> None:
         """Each group's rows, one entry per group the batch names (also its late rows: a
         replay drops them again), pipelined; before any key changes."""
-        names = list(columns)
         rows_of = plan.rows_of
+        rows = {g: sorted(i for k in keys for i in rows_of[k]) for g, keys in plan.named.items()}
+        self._journal_rows(rows, plan.counter, columns, producer_id, sequence, mode, which)
+
+    def _journal_rows(
+        self,
+        rows: Mapping[int, Sequence[int]],
+        counter: int | None,
+        columns: Columns,
+        producer_id: str,
+        sequence: int,
+        mode: str,
+        which: Sequence[str],
+    ) -> None:
+        """:meth:`_journal` of the input rows of each group (ascending), the batch counted in
+        group ``counter``."""
+        names = list(columns)
         entries: list[tuple[GroupTable, list[Any]]] = []
-        for g, keys in plan.named.items():
+        for g, at in rows.items():
             table = self.groups[g]
-            rows = sorted(i for k in keys for i in rows_of[k])
-            cols = {n: [columns[n][0], [columns[n][1][i] for i in rows]] for n in names}
-            extra = {"batch": 1} if g == plan.counter else {}
+            cols = {n: [columns[n][0], list(_pick(columns[n][1], list(at)))] for n in names}
+            extra = {"batch": 1} if g == counter else {}
             lsn = table.state.lsn + 1
             entries.append((table, [lsn, producer_id, sequence, mode, list(which), cols, extra]))
         self._push(entries)
@@ -1385,18 +1421,7 @@ class KeyedStream:
                     gst.producers.record(producer_id, sequence)
                 table.state_changed = True
         except StoreError as ex:
-            self.stale = True
-            table_now = self._group_now
-            if isinstance(ex, FencedError) and table_now is not None and self.serve is not None:
-                # a cluster: the group moved on (a newer holder's token): it goes from here
-                if not self.journal:
-                    raise self._fenced_out(table_now) from None
-                err = moved_after_journal(self.spec.name)
-                err.metadata["unit"] = self.unit(table_now)
-                raise err from None
-            if self.journal and isinstance(ex, FencedError):
-                raise moved_after_journal(self.spec.name) from None
-            raise store_unavailable(self.spec.name, ex) from None
+            raise self._store_failed(ex) from None
         except (TypeError, ValueError, ArithmeticError) as ex:
             # a monoid refused what its lift let through: that key's window is as it was, but
             # the batch is half applied; reload the stream before the next call
@@ -1429,6 +1454,22 @@ class KeyedStream:
         if touched:
             self._tell(touched)
         return result
+
+    def _store_failed(self, ex: StoreError) -> ServiceError:
+        """The error to raise for a store failure while a batch was being applied (the
+        stream reloads before its next call)."""
+        self.stale = True
+        table_now = self._group_now
+        if isinstance(ex, FencedError) and table_now is not None and self.serve is not None:
+            # a cluster: the group moved on (a newer holder's token): it goes from here
+            if not self.journal:
+                return self._fenced_out(table_now)
+            err = moved_after_journal(self.spec.name)
+            err.metadata["unit"] = self.unit(table_now)
+            return err
+        if self.journal and isinstance(ex, FencedError):
+            return moved_after_journal(self.spec.name)
+        return store_unavailable(self.spec.name, ex)
 
     def _apply_slab(self, plan: _Plan, cols: list[list[Any]], now_ms: int) -> set[str]:
         """The slab's part of a batch: the rows of the keys it holds, and of new keys, in

@@ -12,7 +12,8 @@ without persistence (a unix socket: fsync does not dominate). One keyed stream `
 1. **ingest**: ``--keys`` keys x 10 rows, in 10,000-row batches each spanning 10,000 keys (pass
    p appends row p of every key, keys in order: each batch touches 10,000 keys once), two
    batches in flight, one producer process building the requests. Rows acknowledged per
-   second (target >= 300,000 at 10^6 keys).
+   second (target >= 300,000 at 10^6 keys), and the CPU per row of the server, Redis and the
+   producer (they share the machine's cores).
 2. **idle**: after the last batch, once the server's last flush is written (its ``/metrics``
    show no dirty key, then one flush interval), the server's CPU (``/proc`` utime +
    stime over 10 s, % of one core; target < 2%) and Redis commands/s (INFO

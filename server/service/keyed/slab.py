@@ -596,30 +596,22 @@ def _pack_records(
         p += 1
         src = 0
         for c in range(n_col):
-            if c == 0:
-                lo, hi = col_at[0], col_at[1]  # the timestamps, then the others' map header
-                size_c = n[i] * widths[0]
-                buf[p] = 0xC4
-                buf[p + 1] = size_c
-                p += 2
-                for q in range(size_c):
-                    buf[p + q] = data[i, src + q]
-                p += size_c
-                for q in range(lo, hi):
-                    buf[p] = col_head[q]
-                    p += 1
-            else:
+            if c > 0:  # a column after the timestamps: its name
                 for q in range(col_at[c], col_at[c + 1]):
                     buf[p] = col_head[q]
                     p += 1
-                size_c = n[i] * widths[c]
-                buf[p] = 0xC4
-                buf[p + 1] = size_c
-                p += 2
-                for q in range(size_c):
-                    buf[p + q] = data[i, src + q]
-                p += size_c
+            size_c = n[i] * widths[c]
+            buf[p] = 0xC4
+            buf[p + 1] = size_c
+            p += 2
+            for q in range(size_c):
+                buf[p + q] = data[i, src + q]
+            p += size_c
             src += capacity * widths[c]
+            if c == 0:  # the other columns' map header
+                for q in range(col_at[0], col_at[1]):
+                    buf[p] = col_head[q]
+                    p += 1
     at[k] = p
     return buf[:p], at
 

@@ -214,6 +214,11 @@ class _Plan:
         # the slab takes the rows of the keys it holds and of new keys (no results asked)
         self.fast = False
 
+    def rows_by_group(self) -> dict[int, list[int]]:
+        """The input rows of each group the batch names (ascending): what it journals."""
+        rows_of = self.rows_of
+        return {g: sorted(i for k in keys for i in rows_of[k]) for g, keys in self.named.items()}
+
 
 class KeyedStream:
     """A keyed stream held by this server: every key group of it (see the module docstring)."""
@@ -819,7 +824,8 @@ class KeyedStream:
             if not counted:
                 plan.counter = None
             if plan.named and self.journal:
-                self._journal(plan, columns, producer_id, sequence, mode, which)
+                rows = plan.rows_by_group()
+                self._journal_rows(rows, plan.counter, columns, producer_id, sequence, mode, which)
             return self._apply(plan, cols, producer_id, sequence, mode, which)
 
     def _append_slab(
@@ -1197,21 +1203,6 @@ class KeyedStream:
         table = self.where.get(key)
         return None if table is None or table.closed else table
 
-    def _journal(
-        self,
-        plan: _Plan,
-        columns: Columns,
-        producer_id: str,
-        sequence: int,
-        mode: str,
-        which: Sequence[str],
-    ) -> None:
-        """Each group's rows, one entry per group the batch names (also its late rows: a
-        replay drops them again), pipelined; before any key changes."""
-        rows_of = plan.rows_of
-        rows = {g: sorted(i for k in keys for i in rows_of[k]) for g, keys in plan.named.items()}
-        self._journal_rows(rows, plan.counter, columns, producer_id, sequence, mode, which)
-
     def _journal_rows(
         self,
         rows: Mapping[int, Sequence[int]],
@@ -1222,8 +1213,9 @@ class KeyedStream:
         mode: str,
         which: Sequence[str],
     ) -> None:
-        """:meth:`_journal` of the input rows of each group (ascending), the batch counted in
-        group ``counter``."""
+        """Each group's input rows (``rows``: ascending), one entry per group the batch names
+        (also its late rows: a replay drops them again), pipelined, before any key changes;
+        the batch counted in group ``counter``."""
         names = list(columns)
         entries: list[tuple[GroupTable, list[Any]]] = []
         for g, at in rows.items():

@@ -597,3 +597,55 @@ def test_the_array_path_takes_the_common_batches_and_leaves_the_others() -> None
         reg.drop("s")
         reg.redis.close()
         drop_prefix(url, prefix)
+
+
+@pytest.mark.redis
+def test_a_group_reopened_while_the_batch_is_served_loses_no_row() -> None:
+    """On a cluster, serving a batch's groups may close one and open it again (its lease
+    lost and taken back): the slots read before are stale then. The batch still lands whole,
+    in the reopened group's keys (loaded from Redis)."""
+    url = shared_redis_url()
+    prefix = f"ks{uuid.uuid4().hex[:12]}"
+    reg = _stream(url, prefix, Limits(key_compact_items=8))
+    spec = StreamSpec(
+        "s", (Field("host", "STRING"), Field("v", "DOUBLE")), key="host", wall_clock=False
+    )
+    try:
+        reg.create_stream(spec)
+        reg.create_window(WindowSpec("s", "w", (Aggregation("t", "sum", "v"),), Policy.count(20)))
+        s = reg.stream("s")
+        keys = [f"h{i}" for i in range(50)]
+
+        def append(t: int) -> None:
+            s.append(
+                {
+                    "ts": ("TIMESTAMP", [t] * 50),
+                    "host": ("STRING", keys),
+                    "v": ("DOUBLE", [1.0] * 50),
+                }
+            )
+
+        append(1)
+        reg.flush(s)
+        g = s.where["h0"].group
+        calls = []
+
+        def serve(groups: Any) -> None:  # the first time: group g lost and taken back
+            calls.append(set(groups))
+            if len(calls) == 1:
+                s.close_group(g, flush=True)
+                s.open_group(g, None)
+
+        s.serve = serve
+        append(2)
+        assert len(calls) >= 1 and g in calls[0]
+        s.serve = None
+        for k in keys:
+            info = s.get_key(k)
+            assert info.rows_appended == 2 and info.results["w"].values == {"t": 2.0}, k
+        assert all(isinstance(k, str) for t in s.groups.values() for k in t.index)
+        assert all(isinstance(k, str) for t in s.groups.values() for k in t.dirty)
+    finally:
+        reg.drop("s")
+        reg.redis.close()
+        drop_prefix(url, prefix)

@@ -142,6 +142,7 @@ class KeySlab:
         self.row_bytes = sum(d.itemsize for d in columns.values())
         self.slot_bytes = self.row_bytes * self.capacity + SLOT_OVERHEAD
         self.size = 0
+        self.freed = 0  # slots freed ever: a slot read before a change may be stale after it
         self.n: np.ndarray
         self.newest: np.ndarray
         self.rows: np.ndarray
@@ -336,6 +337,7 @@ class KeySlab:
         )
 
     def _free(self, s: int) -> None:
+        self.freed += 1
         key = self.keys[s]
         del self.slot[key]  # type: ignore[arg-type]
         self.keys[s] = None

@@ -865,7 +865,10 @@ class KeyedStream:
         named = set(slab.group[old].tolist()) if len(old) else set()
         named.update(new_groups)
         if self.serve is not None:  # a cluster: may open a group (its keys known from then)
+            freed = slab.freed
             self.serve(named)
+            if self.slab is not slab or slab.freed != freed:
+                return None  # a group closed meanwhile (its slots freed): the slots read are stale
         if new_keys:
             where = self.where
             for key in new_keys:  # the key-by-key path refuses or loads these
@@ -900,6 +903,16 @@ class KeyedStream:
             at = heads[known]
             if (ts_sorted[starts[known]] < slab.newest[at]).any():
                 return None  # a row older than its key's newest
+        order_of = self.schema.order
+        arrays = {slab.ts_name: ts}
+        try:
+            arrays |= {
+                name: np.asarray(cols[order_of.index(name)], dtype=dtype)
+                for name, dtype in slab.columns.items()
+                if name != slab.ts_name
+            }
+        except (TypeError, ValueError, OverflowError):
+            return None  # the key-by-key path's lift names the value
         r0 = int(ids[0])  # the batch counts in the group of its first row's key
         counter = int(slab.group[r0]) if r0 < base else new_groups[r0 - base]
         gids = np.empty(len(heads), dtype=np.int64)  # each key's group
@@ -917,68 +930,70 @@ class KeyedStream:
                 rows, counter if counted else None, columns, producer_id, sequence, NONE, which
             )
         # -- nothing refuses the batch from here
-        before = len(slab)
-        if new_keys:
-            tables = [groups[g] for g in new_groups]
-            got = slab.add(new_keys, tables)
-            for key, table in zip(new_keys, tables, strict=True):
-                self._index_new(table, key)
-            heads = heads.copy()
-            heads[~known] = got[heads[~known] - base]
-        names: Sequence[str] = _pick(slab.keys, heads.tolist())  # type: ignore[arg-type]
-        lasts = ts_sorted[np.append(starts[1:], n) - 1]
-        now_ms = int(time.time() * 1000)
-        order_of = self.schema.order
-        arrays = {slab.ts_name: ts}
-        arrays |= {
-            name: np.asarray(cols[order_of.index(name)], dtype=dtype)
-            for name, dtype in slab.columns.items()
-            if name != slab.ts_name
-        }
-        out = slab.apply_slots(heads, counts, order, arrays, now_ms, ~known)
-        self.cache.add((len(slab) - before) * slab.slot_bytes, keys=len(new_keys), objects=0)
-        for i, counters, held, evicted in out:  # keys that outgrew the slab: objects now
-            table = groups[int(gids[i])]
-            try:  # (a window past the compact threshold grows its tree in Redis)
+        try:
+            before = len(slab)
+            if new_keys:
+                tables = [groups[g] for g in new_groups]
+                got = slab.add(new_keys, tables)
+                for key, table in zip(new_keys, tables, strict=True):
+                    self._index_new(table, key)
+                heads = heads.copy()
+                heads[~known] = got[heads[~known] - base]
+            names: Sequence[str] = _pick(slab.keys, heads.tolist())  # type: ignore[arg-type]
+            lasts = ts_sorted[np.append(starts[1:], n) - 1]
+            now_ms = int(time.time() * 1000)
+            out = slab.apply_slots(heads, counts, order, arrays, now_ms, ~known)
+            self.cache.add((len(slab) - before) * slab.slot_bytes, keys=len(new_keys), objects=0)
+            for i, counters, held, evicted in out:  # keys that outgrew the slab: objects now
+                table = groups[int(gids[i])]
+                # (a window past the compact threshold grows its tree in Redis)
                 st = self._object_of(
                     table, names[i], counters, held, table.state.lsn + 1, evicted, cache=True
                 )
-            except StoreError as ex:
-                raise self._store_failed(ex) from None
-            st.rows += int(counts[i])
-            last = int(lasts[i])
-            if st.newest is None or last > st.newest:
-                st.newest = last
-            st.touched = now_ms
-            st.batches += 1
-        # each group's counters, its keys dirty
-        by_group = np.argsort(gids, kind="stable")
-        g_sorted = gids[by_group]
-        cuts = np.flatnonzero(np.diff(g_sorted)) + 1
-        bounds = np.concatenate(([0], cuts, [len(g_sorted)]))
-        rows_of = np.add.reduceat(counts[by_group], bounds[:-1])
-        high_of = np.maximum.reduceat(lasts[by_group], bounds[:-1])
-        ttl = self.ttl_ms > 0
-        for j, (lo, hi) in enumerate(itertools.pairwise(bounds.tolist())):
-            g = int(g_sorted[lo])
-            table = groups[g]
-            keys = _pick(names, by_group[lo:hi].tolist())
-            table.dirty.update(keys)
-            if ttl:
-                for key in keys:
-                    table.touch(key, now_ms)
-            gst = table.state
-            gst.lsn += 1
-            high = int(high_of[j])
-            if high > gst.newest:
-                gst.newest = high
-            gst.rows += int(rows_of[j])
-            if producer_id:
-                gst.producers.record(producer_id, sequence)
-            table.state_changed = True
-        if counted:
-            groups[counter].state.batches += 1
-            self.batches += 1
+                st.rows += int(counts[i])
+                last = int(lasts[i])
+                if st.newest is None or last > st.newest:
+                    st.newest = last
+                st.touched = now_ms
+                st.batches += 1
+            # each group's counters, its keys dirty and touched in order of first appearance
+            # (as the key-by-key path: the TTL index's order)
+            by_first = np.argsort(order[starts], kind="stable")
+            by_group = by_first[np.argsort(gids[by_first], kind="stable")]
+            g_sorted = gids[by_group]
+            cuts = np.flatnonzero(np.diff(g_sorted)) + 1
+            bounds = np.concatenate(([0], cuts, [len(g_sorted)]))
+            rows_of = np.add.reduceat(counts[by_group], bounds[:-1])
+            high_of = np.maximum.reduceat(lasts[by_group], bounds[:-1])
+            ttl = self.ttl_ms > 0
+            for j, (lo, hi) in enumerate(itertools.pairwise(bounds.tolist())):
+                g = int(g_sorted[lo])
+                table = groups[g]
+                keys = _pick(names, by_group[lo:hi].tolist())
+                table.dirty.update(keys)
+                if ttl:
+                    for key in keys:
+                        table.touch(key, now_ms)
+                gst = table.state
+                gst.lsn += 1
+                high = int(high_of[j])
+                if high > gst.newest:
+                    gst.newest = high
+                gst.rows += int(rows_of[j])
+                if producer_id:
+                    gst.producers.record(producer_id, sequence)
+                table.state_changed = True
+            if counted:
+                groups[counter].state.batches += 1
+                self.batches += 1
+        except StoreError as ex:
+            raise self._store_failed(ex) from None
+        except (TypeError, ValueError, ArithmeticError) as ex:
+            # as _apply's: applied in part (the journal has it all); reload before the next call
+            self.stale = True
+            raise invalid(
+                "columns", f"a window refused a row: {clip(str(ex))}", Reason.BAD_VALUES
+            ) from None
         self._account(0, 0)
         return AppendResult(rows_applied=n, rows_late=0, duplicate=False)
 

@@ -410,6 +410,19 @@ def test_a_periodic_flush_takes_whole_groups_in_turn_up_to_its_key_budget(monkey
 # -- the slab's array path of an append (KeyedStream._append_slab) against the key-by-key one
 
 
+def _summing(url: str, prefix: str) -> tuple[Any, Any]:
+    """A registry and its keyed stream ``s`` (``host`` key), window ``w``: the sum of ``v``
+    over the last 20 rows (a key of 9 rows outgrows the slab: it holds 8)."""
+    reg = _stream(url, prefix, Limits(key_compact_items=8))
+    reg.create_stream(
+        StreamSpec(
+            "s", (Field("host", "STRING"), Field("v", "DOUBLE")), key="host", wall_clock=False
+        )
+    )
+    reg.create_window(WindowSpec("s", "w", (Aggregation("t", "sum", "v"),), Policy.count(20)))
+    return reg, reg.stream("s")
+
+
 @st.composite
 def ingest(draw: Any) -> tuple[str, bool, bool, list[list[tuple[str, int, float]]]]:
     """Batches of rows (key, timestamp, value): keys repeated within a batch, ties, gaps,
@@ -546,14 +559,8 @@ def test_the_array_path_takes_the_common_batches_and_leaves_the_others() -> None
     row, a row out of order within its key, a key held as an object, a duplicate."""
     url = shared_redis_url()
     prefix = f"ks{uuid.uuid4().hex[:12]}"
-    reg = _stream(url, prefix, Limits(key_compact_items=8))
-    spec = StreamSpec(
-        "s", (Field("host", "STRING"), Field("v", "DOUBLE")), key="host", wall_clock=False
-    )
+    reg, s = _summing(url, prefix)
     try:
-        reg.create_stream(spec)
-        reg.create_window(WindowSpec("s", "w", (Aggregation("t", "sum", "v"),), Policy.count(20)))
-        s = reg.stream("s")
 
         def cols(keys: list[str], ts: list[int]) -> list[list[Any]]:
             return [ts, keys, [1.0] * len(keys)]
@@ -606,14 +613,8 @@ def test_a_group_reopened_while_the_batch_is_served_loses_no_row() -> None:
     in the reopened group's keys (loaded from Redis)."""
     url = shared_redis_url()
     prefix = f"ks{uuid.uuid4().hex[:12]}"
-    reg = _stream(url, prefix, Limits(key_compact_items=8))
-    spec = StreamSpec(
-        "s", (Field("host", "STRING"), Field("v", "DOUBLE")), key="host", wall_clock=False
-    )
+    reg, s = _summing(url, prefix)
     try:
-        reg.create_stream(spec)
-        reg.create_window(WindowSpec("s", "w", (Aggregation("t", "sum", "v"),), Policy.count(20)))
-        s = reg.stream("s")
         keys = [f"h{i}" for i in range(50)]
 
         def append(t: int) -> None:

@@ -989,11 +989,7 @@ class KeyedStream:
         except StoreError as ex:
             raise self._store_failed(ex) from None
         except (TypeError, ValueError, ArithmeticError) as ex:
-            # as _apply's: applied in part (the journal has it all); reload before the next call
-            self.stale = True
-            raise invalid(
-                "columns", f"a window refused a row: {clip(str(ex))}", Reason.BAD_VALUES
-            ) from None
+            raise self._half_applied(ex) from None
         self._account(0, 0)
         return AppendResult(rows_applied=n, rows_late=0, duplicate=False)
 
@@ -1430,12 +1426,7 @@ class KeyedStream:
         except StoreError as ex:
             raise self._store_failed(ex) from None
         except (TypeError, ValueError, ArithmeticError) as ex:
-            # a monoid refused what its lift let through: that key's window is as it was, but
-            # the batch is half applied; reload the stream before the next call
-            self.stale = True
-            raise invalid(
-                "columns", f"a window refused a row: {clip(str(ex))}", Reason.BAD_VALUES
-            ) from None
+            raise self._half_applied(ex) from None
         finally:
             self._group_now = None
         if plan.counter in plan.skipped:  # it counts where it counted when applied
@@ -1461,6 +1452,13 @@ class KeyedStream:
         if touched:
             self._tell(touched)
         return result
+
+    def _half_applied(self, ex: Exception) -> ServiceError:
+        """The error to raise when a monoid refused what its lift let through while a batch
+        was being applied: that key's window is as it was, but the batch is applied in part
+        (a durable stream's journal has it all); the stream reloads before its next call."""
+        self.stale = True
+        return invalid("columns", f"a window refused a row: {clip(str(ex))}", Reason.BAD_VALUES)
 
     def _store_failed(self, ex: StoreError) -> ServiceError:
         """The error to raise for a store failure while a batch was being applied (the

@@ -848,7 +848,7 @@ class KeyedStream:
         ts_in = cols[0]
         n = len(ts_in)
         raw = cols[self.key_index]
-        texts = [str(k) for k in raw] if self.int_keys else raw
+        texts = self._key_texts(raw)
         sl = np.fromiter(map(slab.slot.get, texts, itertools.repeat(-1)), np.int64, n)
         miss = np.flatnonzero(sl < 0)
         new_keys: list[str] = []
@@ -872,9 +872,9 @@ class KeyedStream:
         if new_keys:
             where = self.where
             for key in new_keys:  # the key-by-key path refuses or loads these
-                if key in where or not key or len(key.encode()) > MAX_KEY_BYTES:
+                if key in where or self._new_key_refusal(key) is not None:
                     return None
-            if self.cache.keys + len(new_keys) > self.cache.max_keys:
+            if self._key_limit_refusal(len(new_keys)) is not None:
                 return None
             for j, key in enumerate(new_keys):
                 first_of[key] = base + j
@@ -891,12 +891,11 @@ class KeyedStream:
         order = np.argsort(ids, kind="stable")  # rows by key, each key's in input order
         key_of = ids[order]
         ts_sorted = ts[order]
-        first = np.empty(n, dtype=bool)
-        first[0] = True
-        np.not_equal(key_of[1:], key_of[:-1], out=first[1:])
-        if (ts_sorted[1:] < ts_sorted[:-1])[~first[1:]].any():
+        starts = _run_starts(key_of)
+        back = ts_sorted[1:] < ts_sorted[:-1]  # a row older than the row before it
+        back[starts[1:] - 1] = False  # (the row before another key's)
+        if back.any():
             return None  # a key's rows out of order
-        starts = np.flatnonzero(first)
         heads = key_of[starts]
         known = heads < base
         if known.any():
@@ -924,8 +923,8 @@ class KeyedStream:
             row_group = np.empty(n, dtype=np.int64)
             row_group[order] = np.repeat(gids, counts)
             by_row = np.argsort(row_group, kind="stable")  # by group, rows ascending
-            cut = np.flatnonzero(np.diff(row_group[by_row])) + 1
-            rows = {int(row_group[part[0]]): part.tolist() for part in np.split(by_row, cut)}
+            parts = np.split(by_row, _run_starts(row_group[by_row])[1:])
+            rows = {int(row_group[part[0]]): part.tolist() for part in parts}
             self._journal_rows(
                 rows, counter if counted else None, columns, producer_id, sequence, NONE, which
             )
@@ -961,8 +960,7 @@ class KeyedStream:
             by_first = np.argsort(order[starts], kind="stable")
             by_group = by_first[np.argsort(gids[by_first], kind="stable")]
             g_sorted = gids[by_group]
-            cuts = np.flatnonzero(np.diff(g_sorted)) + 1
-            bounds = np.concatenate(([0], cuts, [len(g_sorted)]))
+            bounds = np.append(_run_starts(g_sorted), len(g_sorted))
             rows_of = np.add.reduceat(counts[by_group], bounds[:-1])
             high_of = np.maximum.reduceat(lasts[by_group], bounds[:-1])
             ttl = self.ttl_ms > 0
@@ -1019,7 +1017,7 @@ class KeyedStream:
         in_slab: dict[str, int] = slab.slot if slab is not None else {}
         ts = cols[0]
         raw_keys = cols[self.key_index]
-        texts = [str(k) for k in raw_keys] if self.int_keys else raw_keys
+        texts = self._key_texts(raw_keys)
         rows_of: dict[str, list[int]] = {}
         for i, k in enumerate(texts):
             r = rows_of.get(k)
@@ -1041,33 +1039,17 @@ class KeyedStream:
                 table = groups[key_group(key, n)]
                 where[key] = table
                 new_keys += 1
-                if not key:
-                    raise invalid(
-                        f"columns[{self.spec.key}]",
-                        "a key is at least one character, got an empty one (a key names its "
-                        "windows in queries and listings)",
-                        Reason.BAD_VALUES,
-                    )
-                if len(key.encode()) > MAX_KEY_BYTES:
-                    raise invalid(
-                        f"columns[{self.spec.key}]",
-                        f"a key is at most {MAX_KEY_BYTES} bytes of UTF-8, got one of "
-                        f"{len(key.encode())} ({clip(key)})",
-                        Reason.BAD_VALUES,
-                    )
+                refused = self._new_key_refusal(key)
+                if refused is not None:
+                    raise refused
                 continue
             where[key] = table
             if key not in table.hot and key not in in_slab:
                 cold.setdefault(table, []).append(key)
-        if new_keys and not replay and self.cache.keys + new_keys > self.cache.max_keys:
-            raise ServiceError(
-                "RESOURCE_EXHAUSTED",
-                Reason.TOO_MANY_KEYS,
-                f"the batch would create {new_keys} keys and the server holds "
-                f"{self.cache.keys} of its limit of {self.cache.max_keys}; delete keys, set "
-                "key_ttl, or raise --max-keys. Nothing was applied",
-                metadata={"stream": self.spec.name, "limit": str(self.cache.max_keys)},
-            )
+        if new_keys and not replay:
+            refused = self._key_limit_refusal(new_keys)
+            if refused is not None:
+                raise refused
         if cold:
             self._load_many(cold, slab=fast)
         # (after the loads: a key loaded into the slab may have grown its arrays)
@@ -1158,6 +1140,41 @@ class KeyedStream:
         )
         return plan
 
+    def _key_texts(self, raw: list[Any]) -> list[str]:
+        """A batch's key column as the keys' texts (an INT64 key's decimal text)."""
+        return [str(k) for k in raw] if self.int_keys else raw
+
+    def _new_key_refusal(self, key: str) -> ServiceError | None:
+        """Why a batch may not create ``key``, or None."""
+        if not key:
+            return invalid(
+                f"columns[{self.spec.key}]",
+                "a key is at least one character, got an empty one (a key names its "
+                "windows in queries and listings)",
+                Reason.BAD_VALUES,
+            )
+        if len(key.encode()) > MAX_KEY_BYTES:
+            return invalid(
+                f"columns[{self.spec.key}]",
+                f"a key is at most {MAX_KEY_BYTES} bytes of UTF-8, got one of "
+                f"{len(key.encode())} ({clip(key)})",
+                Reason.BAD_VALUES,
+            )
+        return None
+
+    def _key_limit_refusal(self, new_keys: int) -> ServiceError | None:
+        """Why a batch may not create ``new_keys`` keys (``--max-keys``), or None."""
+        if self.cache.keys + new_keys <= self.cache.max_keys:
+            return None
+        return ServiceError(
+            "RESOURCE_EXHAUSTED",
+            Reason.TOO_MANY_KEYS,
+            f"the batch would create {new_keys} keys and the server holds "
+            f"{self.cache.keys} of its limit of {self.cache.max_keys}; delete keys, set "
+            "key_ttl, or raise --max-keys. Nothing was applied",
+            metadata={"stream": self.spec.name, "limit": str(self.cache.max_keys)},
+        )
+
     def _out_of_order(self, key: str, row: int, t: int, prev: int, within: bool) -> None:
         whose = "the key's previous row's" if within else "the key's newest"
 
@@ -1229,9 +1246,10 @@ class KeyedStream:
         the batch counted in group ``counter``."""
         names = list(columns)
         entries: list[tuple[GroupTable, list[Any]]] = []
-        for g, at in rows.items():
+        for g, group_rows in rows.items():
             table = self.groups[g]
-            cols = {n: [columns[n][0], list(_pick(columns[n][1], list(at)))] for n in names}
+            at = list(group_rows)
+            cols = {n: [columns[n][0], list(_pick(columns[n][1], at))] for n in names}
             extra = {"batch": 1} if g == counter else {}
             lsn = table.state.lsn + 1
             entries.append((table, [lsn, producer_id, sequence, mode, list(which), cols, extra]))
@@ -2411,6 +2429,11 @@ class _StreamKeysStore:
 
     def delete(self) -> None:
         self.s.delete_data()
+
+
+def _run_starts(a: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of ``a`` (not empty) starts: 0 first."""
+    return np.flatnonzero(np.concatenate(([True], a[1:] != a[:-1])))
 
 
 def _pick(seq: Sequence[T], at: list[int]) -> Sequence[T]:

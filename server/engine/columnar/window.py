@@ -27,6 +27,8 @@ from double-double scans (within an ulp of ``math.fsum``), variances from Chan's
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import datetime as _dt
 import itertools
 import math
@@ -40,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 
 from ...sentinels import NOTHING
+from ...storage.protocol import CorruptDataError, StoreError
 from ..amta import AmortizedMTA
 from ..monoids import Count, Last, Max, Record
 from ..policies import CountPolicy, TimeRangePolicy, _getter
@@ -49,6 +52,10 @@ from .ranges import range_aggregates, scan_all
 __all__ = ["BatchResult", "ColumnarWindow", "columnar_refusal"]
 
 SLICE_ROWS = 4096
+# a stored window keeps the columns of this many of its oldest slices in memory (where its
+# start moves through: a batch's evictions and per-row results read them), the rest in Redis
+LOCAL_SLICES = 4
+MAX_PENDING = 64  # slice writes queued before sealing waits for the oldest (bounded memory)
 _INT64_MIN = int(np.iinfo(np.int64).min)
 _INT64_MAX = int(np.iinfo(np.int64).max)
 
@@ -79,9 +86,12 @@ def columnar_refusal(monoid: Any, policy: Any) -> str | None:
 @dataclass
 class _Slice:
     start: int  # global position of its first row
-    cols: dict[str, np.ndarray]
+    cols: dict[str, np.ndarray] | None  # None: in the store only (a stored window's)
     n: int  # its rows (a window of counts only reads no column)
     agg: Any = None  # its lifted aggregate (sealed slices)
+    index: int = -1  # its number among the window's sealed slices (the store's key)
+    newest: Any = None  # its newest timestamp (time windows' sealed slices)
+    pending: Any = None  # the Future of its write to the store, until it is known done
 
     @property
     def end(self) -> int:
@@ -151,7 +161,15 @@ class ColumnarWindow:
     """A window of ``monoid`` (a built-in, or a Record of built-ins, each reading a named
     column) under a :class:`CountPolicy` or :class:`TimeRangePolicy`, fed by :meth:`apply`."""
 
-    def __init__(self, monoid: Any, policy: Any, *, slice_rows: int = SLICE_ROWS) -> None:
+    def __init__(
+        self,
+        monoid: Any,
+        policy: Any,
+        *,
+        slice_rows: int = SLICE_ROWS,
+        store: Any = None,
+        local_slices: int = LOCAL_SLICES,
+    ) -> None:
         why = columnar_refusal(monoid, policy)
         if why is not None:
             msg = f"ColumnarWindow: {why}"
@@ -199,6 +217,19 @@ class ColumnarWindow:
         self.evicted = 0
         self._total: Any = None
         self._schema: pa.Schema | None = None
+        # the Redis tier (a SliceStore: sealed slices written once, their columns dropped
+        # from memory but for the ``local_slices`` oldest, where the window starts); None:
+        # everything in memory
+        self.store = store
+        self.local_slices = max(1, int(local_slices))
+        self.sealed = 0  # slices sealed so far (the next one's index)
+        self._dropped: list[int] = []  # slices that left since the last checkpoint
+        self.checkpoint_meta: dict[str, Any] | None = None  # the caller's, of the last load
+        if store is not None:
+            from ...storage.codecs import codec_for
+
+            self._codec = codec_for(monoid)
+            self._load()
 
     # -- reading
     def __len__(self) -> int:
@@ -229,7 +260,7 @@ class ColumnarWindow:
 
     def _reduce(self, sl: _Slice, offset: int) -> Any:
         """The lifted aggregate of ``sl``'s rows from ``offset``."""
-        cols = {c: v[offset:] for c, v in sl.cols.items()}
+        cols = {c: v[offset:] for c, v in self._cols(sl).items()}
         n = sl.n - offset
         if n <= 0:
             return self.monoid.identity
@@ -242,6 +273,8 @@ class ColumnarWindow:
         """Append a batch (``columns``: name -> array, timestamps in order and not older
         than the window's newest) and enforce the policy; with ``per_row``, the window's
         result after each row. All or nothing: a refused batch changes nothing."""
+        if self.store is not None and self.store.failed is not None:
+            raise self.store.failed  # a queued write failed: the owner reloads (reload())
         cols, n = self._columns(columns)
         if n == 0:
             return BatchResult(
@@ -274,6 +307,8 @@ class ColumnarWindow:
                 )
             self._append(cols, n, cut, ts)
         self.evicted += evicted
+        if self.store is not None:
+            self._release()
         return result
 
     def _view(self, starts: np.ndarray, cut: int, g0: int) -> _View:
@@ -286,18 +321,25 @@ class ColumnarWindow:
         if not old.any():
             return view
         smax = int(starts[old].max())
+        reads: list[_Slice] = []
+        end = view.end
         if self.head is not None:
-            off = self.head_from - self.head.start
-            view.parts.append({c: v[off:] for c, v in self.head.cols.items()})
-            view.end = self.head.end
+            reads.append(self.head)
+            end = self.head.end
         for sl in self.slices:
             if sl.start >= cut:
                 break
-            if view.end <= smax:
-                view.parts.append(sl.cols)
-                view.end = sl.end
+            if end <= smax:
+                reads.append(sl)
+                end = sl.end
             else:
                 view.later.append(sl.agg)
+        self._fetch(reads)
+        for sl in reads:
+            off = max(0, self.head_from - sl.start)
+            cols = self._cols(sl)
+            view.parts.append({c: v[off:] for c, v in cols.items()} if off else cols)
+            view.end = sl.end
         return view
 
     def _columns(self, columns: dict[str, Any]) -> tuple[dict[str, np.ndarray], int]:
@@ -379,35 +421,39 @@ class ColumnarWindow:
         # holds it, by the parts' newest timestamps, then where in it; oldest part first
         top = bound.max()
         parts = []
-        for b, t in self._parts_ts(g0, ts):
-            if len(t):
-                parts.append((b, t))
-                if t[-1] > top:  # every start is in a part so far: no need to look further
-                    break
-        lasts = np.array([t[-1] for _b, t in parts])
+        for part in self._parts_ts(g0, ts):
+            parts.append(part)
+            if part[1] > top:  # every start is in a part so far: no need to look further
+                break
+        lasts = np.array([last for _b, last, _t in parts])
         which = np.searchsorted(lasts, bound, side="right")
         out = np.empty(len(g), dtype=np.int64)
         # ``which`` never decreases (nor do the bounds): one search per run of a part
         edges = [0, *(np.flatnonzero(which[1:] != which[:-1]) + 1).tolist(), len(which)]
+        self._fetch([parts[int(which[lo])][2] for lo in edges[:-1]])
         for lo, hi in itertools.pairwise(edges):
-            base, t = parts[int(which[lo])]
+            base, _last, t = parts[int(which[lo])]
+            if isinstance(t, _Slice):  # a sealed slice: its timestamps now (fetched above)
+                t = self._cols(t)[self.ts_col][base - t.start :]  # type: ignore[index]
             out[lo:hi] = base + search_sorted(t, bound[lo:hi])
         out[low] = self.head_from
         return np.maximum(out, self.head_from)
 
-    def _parts_ts(self, g0: int, ts: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
-        """(global start, timestamps) of the head, the slices, the tail and the batch, oldest
-        first."""
+    def _parts_ts(self, g0: int, ts: np.ndarray) -> Iterator[tuple[int, Any, Any]]:
+        """(global start, newest timestamp, timestamps) of the rows of the head, the slices,
+        the tail and the batch that have any, oldest first; a sealed slice's timestamps as
+        the slice (read only when a start falls in it: they may be in the store)."""
         col = self.ts_col
         assert col is not None
         if self.head is not None:
-            off = self.head_from - self.head.start
-            yield self.head_from, self.head.cols[col][off:]
+            yield self.head_from, self.head.newest, self.head
         for sl in self.slices:
-            yield sl.start, sl.cols[col]
+            yield sl.start, sl.newest, sl
         off = max(0, self.head_from - self.tail.start)
-        yield self.tail.start + off, self.tail.cols[col][off:]
-        yield g0, ts
+        t = self.tail.cols[col][off:]  # type: ignore[index]
+        if len(t):
+            yield self.tail.start + off, t[-1], t
+        yield g0, ts[-1], ts
 
     # -- per-row results
     def _per_row(
@@ -431,7 +477,7 @@ class ColumnarWindow:
         # the rows positions point into (First, Last, arg-* keys): Y then X
         positional = any(k.pos_comp is not None for k in self.kernels)
         nt = tail.n
-        xcols = _concat([tail.cols, cols], self.reads) if nt and positional else cols
+        xcols = _concat([self._cols(tail), cols], self.reads) if nt and positional else cols
         zcols = _concat([ycols, xcols], self.reads) if ny and positional else xcols
         values = _Values(zcols)
         arrays: list[pa.Array] = []
@@ -439,7 +485,7 @@ class ColumnarWindow:
             if i == self._ts_field:
                 arrays.append(pa.array(cols[self.ts_col]))  # type: ignore[index]
                 continue
-            tl = k.lift(tail.cols, nt) if nt else None
+            tl = k.lift(self._cols(tail), nt) if nt else None
             xc = (
                 lifted[i]
                 if tl is None
@@ -521,31 +567,37 @@ class ColumnarWindow:
         batch are trimmed by :meth:`_append`)."""
         if cut <= self.head_from:
             return
+        dropped = self._dropped
         if cut >= (self.tail.start if self.tail.n else self.next):
+            if self.head is not None:
+                dropped.append(self.head.index)
+            dropped.extend(sl.index for sl in self.slices)
             self.tree.clear()
             self.slices.clear()
             self.head = None
             return
         if self.head is not None and cut >= self.head.end:
+            dropped.append(self.head.index)
             self.head = None
         self._cut = cut
         k = self.tree.enforce()
         popped = [self.slices.popleft() for _ in range(k)]
         if popped and popped[-1].end > cut:
-            self.head = popped[-1]
+            self.head = popped.pop()
+        dropped.extend(sl.index for sl in popped)
 
     def _append(self, cols: dict[str, np.ndarray], n: int, cut: int, ts: np.ndarray | None) -> None:
         """The batch joins the tail; rows before ``cut`` leave it; full slices are sealed."""
         if self.tail.n:
             tail = _Slice(
-                self.tail.start, _concat([self.tail.cols, cols], self.reads), self.tail.n + n
+                self.tail.start, _concat([self._cols(self.tail), cols], self.reads), self.tail.n + n
             )
         else:
             tail = _Slice(self.next, dict(cols), n)
         if cut > tail.start:
             drop = min(cut - tail.start, tail.n)
             tail = _Slice(
-                tail.start + drop, {c: v[drop:] for c, v in tail.cols.items()}, tail.n - drop
+                tail.start + drop, {c: v[drop:] for c, v in self._cols(tail).items()}, tail.n - drop
             )
         self.tail = tail
         self.next += n
@@ -565,18 +617,174 @@ class ColumnarWindow:
         for j in range(k):
             sl = _Slice(
                 t.start + j * width,
-                {c: v[j * width : (j + 1) * width] for c, v in t.cols.items()},
+                {c: v[j * width : (j + 1) * width] for c, v in self._cols(t).items()},
                 width,
             )
             new.append(sl)
         rest = k * width
         self.tail = _Slice(
-            t.start + rest, {c: v[rest:].copy() for c, v in t.cols.items()}, t.n - rest
+            t.start + rest, {c: v[rest:].copy() for c, v in self._cols(t).items()}, t.n - rest
         )
         for sl in new:
             sl.agg = self._reduce(sl, 0)
+            sl.index = self.sealed
+            self.sealed += 1
+            if self.ts_col is not None:
+                sl.newest = sl.cols[self.ts_col][-1].item()  # type: ignore[index]
         self.tree.load_lifted([(sl.agg, sl.start) for sl in new])
         self.slices.extend(new)
+        if self.store is not None:
+            for sl in new:
+                header = (sl.start, sl.n, sl.newest, self._codec.pack_values([sl.agg]))
+                sl.pending = self.store.put_slice(sl.index, header, _encode(self._cols(sl)))
+
+    # -- the Redis tier (a stored window's)
+    def _cols(self, sl: _Slice) -> dict[str, np.ndarray]:
+        """``sl``'s columns, read from the store when they are not in memory."""
+        if sl.cols is None:
+            self._fetch([sl])
+        assert sl.cols is not None
+        return sl.cols
+
+    def _fetch(self, parts: list[Any]) -> None:
+        """Read the columns of the sealed slices among ``parts`` that are only in the store,
+        in one round trip."""
+        missing = [p for p in parts if isinstance(p, _Slice) and p.cols is None]
+        if not missing:
+            return
+        assert self.store is not None
+        blobs = self.store.read_slices([sl.index for sl in missing])
+        for sl, blob in zip(missing, blobs, strict=True):
+            sl.cols = _decode(blob, self.reads, sl.n)
+
+    def _release(self) -> None:
+        """After a batch: the columns of written slices past the oldest ``local_slices`` leave
+        memory (the store has them); the oldest are read ahead, where the window's start
+        moves next. Waits while more than :data:`MAX_PENDING` writes are queued. A failed
+        write keeps its slice's columns; the next call raises it (:meth:`apply`)."""
+        pending = [sl for sl in self.slices if sl.pending is not None]
+        if len(pending) > MAX_PENDING:
+            concurrent.futures.wait([sl.pending for sl in pending[: len(pending) - MAX_PENDING]])
+        for i, sl in enumerate(self.slices):
+            fut = sl.pending
+            if fut is not None and fut.done():
+                if fut.exception() is not None:  # reported by the next call (store.failed)
+                    continue
+                sl.pending = None
+            if i >= self.local_slices and sl.cols is not None and sl.pending is None:
+                sl.cols = None
+        ahead = list(itertools.islice(self.slices, self.local_slices))
+        with contextlib.suppress(StoreError):  # read ahead only: a later read raises it
+            self._fetch([self.head, *ahead] if self.head is not None else ahead)
+
+    def checkpoint(self, *, wait: bool = True, meta: dict[str, Any] | None = None) -> Any:
+        """Make everything applied so far durable in the store (behind the slices' writes):
+        positions, counters, the tail's rows and ``meta`` (plain data; it comes back as
+        :attr:`checkpoint_meta` on load), with the deletion of the slices that left since the
+        last checkpoint, atomically. Returns the write's Future (done when ``wait``)."""
+        if self.store is None:
+            msg = "ColumnarWindow.checkpoint: the window has no store"
+            raise RuntimeError(msg)
+        tail = self.tail
+        state = {
+            "window": self._describe(),
+            "head_from": self.head_from,
+            "next": self.next,
+            "newest_ts": self.newest_ts,
+            "evicted": self.evicted,
+            "sealed": self.sealed,
+            "head": -1 if self.head is None else self.head.index,
+            "tail_start": tail.start,
+            "tail_rows": tail.n,
+            "tail": _encode(self._cols(tail)),
+            "meta": meta,
+        }
+        fut = self.store.commit(state, self._dropped, wait=wait)
+        self._dropped = []
+        return fut
+
+    def _describe(self) -> str:
+        from ...storage.redis_store import _describe
+
+        return f"{_describe(self.monoid)} | {_describe(self.policy)} | slices of {self.slice_rows}"
+
+    def _load(self) -> None:
+        """The state of the store's last checkpoint (an empty window when it has none); the
+        columns of the slices where the window starts are read, the others when needed."""
+        assert self.store is not None
+        state, headers = self.store.load()
+        self._reset()
+        if state is None:
+            return
+        if state.get("window") != self._describe():
+            msg = (
+                f"ColumnarWindow: the stored window {self.store.window_id!r} was made as "
+                f"{state.get('window')!r}; opening it as {self._describe()!r} would give "
+                "wrong results"
+            )
+            raise ValueError(msg)
+        sealed = int(state["sealed"])
+        live = []
+        for k in sorted(h for h in headers if h < sealed):  # later ones: sealed after it
+            start, n, newest, agg = headers[k]
+            sl = _Slice(start, None, n, self._codec.unpack_values(agg)[0], k, newest)
+            live.append(sl)
+        head = int(state["head"])
+        if live and head >= 0:
+            if live[0].index != head:
+                msg = f"ColumnarWindow: slice {head} (the checkpoint's head) is not in the store"
+                raise CorruptDataError(msg)
+            self.head = live.pop(0)
+        self.slices.extend(live)
+        self.tree.load_lifted([(sl.agg, sl.start) for sl in live])
+        self.head_from = int(state["head_from"])
+        self._cut = self.head_from
+        self.next = int(state["next"])
+        self.newest_ts = state["newest_ts"]
+        self.evicted = int(state["evicted"])
+        self.sealed = sealed
+        n = int(state["tail_rows"])
+        self.tail = _Slice(int(state["tail_start"]), _decode(state["tail"], self.reads, n), n)
+        meta = state.get("meta")
+        self.checkpoint_meta = meta if isinstance(meta, dict) else None
+        self._release()
+
+    def _reset(self) -> None:
+        self.tree.clear()
+        self.slices.clear()
+        self.head = None
+        self.head_from = self.next = self.evicted = self.sealed = 0
+        self._cut = 0
+        self.tail = _Slice(0, {c: np.empty(0) for c in self.reads}, 0)
+        self.newest_ts = None
+        self._total = None
+        self._dropped = []
+        self.checkpoint_meta = None
+
+    def reload(self) -> None:
+        """After a store failure: drop the queued writes and load the last checkpoint."""
+        assert self.store is not None
+        self.store.restart()
+        self._load()
+
+    def close(self, *, wait: bool = True) -> None:
+        if self.store is not None:
+            self.store.close(wait=wait)
+
+    def stats(self) -> dict[str, Any]:
+        """Rows, slices (and how many hold their columns in memory), counters, the store's."""
+        held = [sl for sl in (self.head, *self.slices) if sl is not None]
+        out: dict[str, Any] = {
+            "size": len(self),
+            "inserted": self.next,
+            "evicted": self.evicted,
+            "slices": len(held),
+            "local_slices": sum(sl.cols is not None for sl in held),
+            "tail_rows": self.tail.n,
+        }
+        if self.store is not None:
+            out["store"] = self.store.stats.as_dict()
+        return out
 
 
 def _assemble(
@@ -622,3 +830,27 @@ def _foreign(k: Kernel, lifted: Any) -> Any:
     if k.pos_comp == 1:  # arg-*: (value, key)
         return lifted[1]
     return None if lifted is NOTHING else lifted
+
+
+def _encode(cols: dict[str, np.ndarray]) -> bytes:
+    """A slice's columns as one Arrow IPC stream (no pickle: read back from Redis)."""
+    names = list(cols)
+    batch = pa.RecordBatch.from_arrays([pa.array(cols[c]) for c in names], names=names)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _decode(data: bytes, names: list[str], n: int) -> dict[str, np.ndarray]:
+    """Inverse of :func:`_encode`: the columns ``names`` of ``n`` rows (text as objects)."""
+    try:
+        table = pa.ipc.open_stream(data).read_all()
+        cols = {c: np.array(table.column(c).to_numpy(zero_copy_only=False)) for c in names}
+    except (pa.ArrowException, KeyError) as ex:
+        msg = f"a stored slice is not readable ({type(ex).__name__}: {ex})"
+        raise CorruptDataError(msg) from ex
+    if names and any(len(v) != n for v in cols.values()):
+        msg = f"a stored slice holds {table.num_rows} rows, its header says {n}"
+        raise CorruptDataError(msg)
+    return cols

@@ -1,0 +1,183 @@
+"""A columnar window's Redis tier (:class:`SliceStore`): its sealed slices' rows, written
+once, and a checkpoint of what it holds in the process.
+
+A :class:`~mtawindows.server.engine.columnar.ColumnarWindow` keeps its rows in slices of a few
+thousand (stream slicing); a sealed slice never changes until it leaves the window whole. So
+each sealed slice is written to Redis once, as one value (its columns as one Arrow IPC
+stream), with a header (its first row's position, its rows, its newest timestamp, its lifted
+aggregate) in one hash, and the process keeps only the columns it reads: the slices where the
+window starts (eviction reads them) and the tail of unsealed rows. The tree over the slices'
+aggregates stays in the process (one item per slice: a 10^7-row window holds 2,442)::
+
+    {tag}:s:<k>     string  slice k's columns (Arrow IPC), written once
+    {tag}:sidx      hash    k -> [start, rows, newest timestamp, aggregate]: every live slice
+    {tag}:cckpt     string  the checkpoint: positions, counters, the tail's rows, the caller's meta
+
+``{tag}`` is the window's (:class:`~.keys.WindowKeys`): a service window shares its stream's
+hash tag, so its stream's fence guards every write.
+
+**Order and atomicity.** Every write runs on the store's writer thread in submission order
+(as the pair store's blocks): a slice is in Redis before any checkpoint that counts it. A
+checkpoint is one atomic (fenced) write: its state, and the deletion of the slices that left
+the window since the last one. A slice is deleted only with the checkpoint that no longer
+needs it, so a window reloaded from any checkpoint finds every slice it names. Slices sealed
+after the last checkpoint (a crash before the next) are not counted by it: a reload ignores
+them, and sealing them again overwrites them.
+
+**Failures** are the pair store's: a failed write makes the window reload its last
+checkpoint (:class:`~.protocol.StoreUnavailableError`, :class:`~.fencing.FencedError` once a
+newer owner holds the stream).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from .codecs import packb, unpackb
+from .fencing import Op, fenced
+from .protocol import CorruptDataError, StoreError
+from .redis_store import RedisStore
+
+__all__ = ["SLICE_FORMAT", "SliceHeader", "SliceStore"]
+
+SLICE_FORMAT = "c1"
+
+# (start, rows, newest timestamp or None, the aggregate's packed bytes)
+SliceHeader = tuple[int, int, Any, bytes]
+
+
+class SliceStore(RedisStore):
+    """The Redis tier of one columnar window (see the module docstring). Its connection,
+    writer thread, fence, errors and counters are a :class:`RedisStore`'s; its data are
+    slices and one checkpoint, not level pairs."""
+
+    def slice_key(self, k: int) -> str:
+        return f"{self.keys.tag}:s:{k}"
+
+    @property
+    def index_key(self) -> str:
+        return f"{self.keys.tag}:sidx"
+
+    @property
+    def checkpoint_key(self) -> str:
+        return f"{self.keys.tag}:cckpt"
+
+    # -- writing (the writer thread, in order)
+    def put_slice(self, k: int, header: SliceHeader, columns: bytes) -> Future[None]:
+        """Queue slice ``k``'s write: its columns and its header, as one atomic write."""
+        head = packb(list(header))
+
+        def write() -> None:
+            ops: list[Op] = [
+                ("SET", self.slice_key(k), (columns,)),
+                ("HSET", self.index_key, (k, head)),
+            ]
+            fenced(self._client, self.fence, ops)
+            st = self.stats
+            st.round_trips += 1
+            st.bytes_written += len(columns) + len(head)
+
+        self.stats.writes += 1
+        return self._submit(f"write slice {k}", write, write=True)
+
+    def commit(
+        self, state: dict[str, Any], dropped: Sequence[int], *, wait: bool = True
+    ) -> Future[None]:
+        """Queue a checkpoint (``state``: plain data and bytes) and the deletion of the slices
+        ``dropped`` (they left the window since the last one) as one atomic write, behind
+        every slice write queued before it; with ``wait``, return once Redis has it."""
+        blob = packb({**state, "format": SLICE_FORMAT})
+        gone = list(dropped)
+
+        def write() -> None:
+            ops: list[Op] = [("SET", self.checkpoint_key, (blob,))]
+            if gone:
+                ops.append(("HDEL", self.index_key, tuple(gone)))
+                ops.extend(("UNLINK", self.slice_key(k), ()) for k in gone)
+            fenced(self._client, self.fence, ops)
+            st = self.stats
+            st.round_trips += 1
+            st.bytes_written += len(blob)
+            st.blocks_deleted += len(gone)
+
+        if self._failed is not None:
+            raise self._failed
+        fut = self._submit("write a checkpoint", write, write=True)
+        self.stats.checkpoints += 1
+        if wait:
+            try:
+                self._wait(fut)
+            except StoreError as ex:  # skipped after a slice's write failed: that failure
+                raise (self._failed or ex) from None
+        return fut
+
+    # -- reading (the caller's thread)
+    def read_slices(self, ks: Sequence[int]) -> list[bytes]:
+        """Slices ``ks``' columns, in one round trip (each must be written: the caller reads
+        only slices whose write completed)."""
+
+        def go() -> list[Any]:
+            pipe = self._client.pipeline(transaction=False)
+            for k in ks:
+                pipe.get(self.slice_key(k))
+            return list(pipe.execute())
+
+        got = self._direct(f"read {len(ks)} slice(s)", go)
+        st = self.stats
+        st.round_trips += 1
+        st.reads += 1
+        st.misses += len(ks)
+        missing = [k for k, v in zip(ks, got, strict=True) if v is None]
+        if missing:
+            msg = (
+                f"window {self.window_id!r}: slice(s) {missing} are not in Redis at "
+                f"{self.slice_key(missing[0])!r}, but the window holds them"
+            )
+            raise CorruptDataError(msg)
+        st.bytes_read += sum(len(v) for v in got)
+        return got
+
+    def load(self) -> tuple[dict[str, Any] | None, dict[int, SliceHeader]]:
+        """The last checkpoint (None: none was written) and every slice header in Redis (the
+        checkpoint's, and any sealed after it)."""
+
+        def go() -> tuple[Any, Any]:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.get(self.checkpoint_key)
+            pipe.hgetall(self.index_key)
+            ckpt, index = pipe.execute()
+            return ckpt, index
+
+        ckpt, index = self._direct("load the checkpoint and the slices' index", go)
+        self.stats.round_trips += 1
+        try:
+            state = None
+            if ckpt is not None:
+                state = unpackb(ckpt)
+                if not isinstance(state, dict) or state.get("format") != SLICE_FORMAT:
+                    msg = f"not a columnar window's checkpoint of format {SLICE_FORMAT!r}"
+                    raise CorruptDataError(msg)
+            headers: dict[int, SliceHeader] = {}
+            for k, v in index.items():
+                start, n, newest, agg = unpackb(v)
+                headers[int(k)] = (int(start), int(n), newest, bytes(agg))
+        except (CorruptDataError, KeyError, TypeError, ValueError) as ex:
+            msg = f"window {self.window_id!r}: its columnar checkpoint or slice index is not valid ({ex})"
+            raise CorruptDataError(msg) from ex
+        self.stats.bytes_read += len(ckpt or b"")
+        return state, headers
+
+    def restart(self) -> None:
+        """After a failure: drop the queued writes and let new ones run (the window then
+        loads its last checkpoint, :meth:`load`)."""
+        old = self._exec
+        old.shutdown(wait=True, cancel_futures=True)
+        self._exec = self._new_executor()
+        self._failed = None
+
+    @property
+    def failed(self) -> Any:
+        """The failure of a queued write (a StoreError), or None."""
+        return self._failed

@@ -1,0 +1,323 @@
+"""A columnar window with its Redis tier (a SliceStore on a real Redis): sealed slices written
+once and dropped from memory, checkpoints, and a reload after a crash give the answers of the
+per-row engine fed only what was acknowledged (every batch before the last checkpoint), every
+per-row result compared; nothing of an evicted slice stays in Redis; memory holds a bounded
+number of slices whatever the window's length; a store that refuses writes stops the window."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import numpy as np
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mtawindows.server.engine import AmortizedMTA, CountPolicy, Record, TimeRangePolicy
+from mtawindows.server.engine.columnar import ColumnarWindow
+from mtawindows.server.engine.columnar.window import MAX_PENDING
+from mtawindows.server.storage.fencing import Fence, FencedError
+from mtawindows.server.storage.protocol import CorruptDataError
+from mtawindows.server.storage.slice_store import SliceStore
+
+from .test_columnar_window import APPROX, RECORDS, _plain, _row, assert_row, batches
+
+# after a batch: go on, checkpoint, checkpoint then crash, or crash (losing what followed
+# the last checkpoint)
+STEPS = st.sampled_from(["go", "go", "checkpoint", "checkpoint+crash", "crash"])
+
+
+def _store(url: str, window_id: str, **kw: Any) -> SliceStore:
+    return SliceStore(url, window_id=window_id, **kw)
+
+
+class _Oracle:
+    """The per-row engine fed the acknowledged batches, and the rows in its window."""
+
+    def __init__(self, monoid: Any, policy: Any) -> None:
+        self.monoid, self.policy = monoid, policy
+        self.engine = AmortizedMTA(monoid, policy)
+        self.window: list[dict[str, Any]] = []
+
+    def feed(
+        self, cols: dict[str, np.ndarray]
+    ) -> tuple[list[dict[str, Any]], list[Any], list[int]]:
+        n = len(cols["ts"])
+        rows = [_row(cols, i) for i in range(n)]
+        totals: list[Any] = []
+        sizes: list[int] = []
+        self.engine.apply_lifted([self.monoid.lift(r) for r in rows], totals=totals, sizes=sizes)
+        return rows, totals, sizes
+
+
+def _check(fast: ColumnarWindow, oracle: _Oracle, cols: dict[str, np.ndarray]) -> None:
+    got = fast.apply(cols, per_row=True)
+    rows, totals, sizes = oracle.feed(cols)
+    assert got.sizes is not None and got.rows is not None
+    assert got.sizes.tolist() == sizes
+    for i, (g, t) in enumerate(zip(got.rows.to_pylist(), totals, strict=True)):
+        oracle.window = ([*oracle.window, rows[i]])[len(oracle.window) + 1 - sizes[i] :]
+        assert_row(i, g, oracle.monoid.lower(t), oracle.window)
+    assert len(fast) == len(oracle.engine)
+    final, want = fast.query(), oracle.engine.query()
+    for name, ref_v in want.items():
+        if name not in APPROX:
+            assert _plain(final[name]) == _plain(ref_v), (name, final[name], ref_v)
+
+
+POLICIES = st.one_of(
+    st.integers(0, 40).map(lambda n: CountPolicy(n, field="n")),
+    st.integers(1, 30).map(lambda r: TimeRangePolicy(r, field="ts")),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kind=st.sampled_from(sorted(RECORDS)),
+    policy=POLICIES,
+    slice_rows=st.sampled_from([2, 3, 8, 64]),
+    local=st.sampled_from([1, 2, 4]),
+    data=batches(),
+    steps=st.lists(STEPS, min_size=12, max_size=12),
+)
+def test_a_stored_window_reloads_what_was_acknowledged(
+    redis_url: str,
+    kind: str,
+    policy: Any,
+    slice_rows: int,
+    local: int,
+    data: list[dict[str, np.ndarray]],
+    steps: list[str],
+) -> None:
+    _run(redis_url, kind, policy, slice_rows, local, data, steps)
+
+
+def test_a_sliding_window_of_many_stored_slices_reloads_exactly(redis_url: str) -> None:
+    """A window far longer than a batch, its slices in Redis but the oldest one, a crash
+    every few batches (half of them after a checkpoint): every per-row result is the per-row
+    engine's over what was acknowledged."""
+    rng = np.random.default_rng(11)
+    data = []
+    t = 0
+    for _ in range(40):
+        n = int(rng.integers(50, 400))
+        ts = t + np.cumsum(rng.integers(0, 3, n))
+        t = int(ts[-1])
+        v = rng.integers(-1000, 1000, n).astype(float)
+        k = np.array([f"k{x % 5}" for x in ts])
+        data.append({"ts": ts, "v": v, "w": v, "p": np.abs(v) + 1, "k": k, "i": ts % 97})
+    steps = ["go", "checkpoint", "go", "checkpoint+crash", "go", "crash", "go", "checkpoint"] * 5
+    _run(redis_url, "extremes", TimeRangePolicy(2000, field="ts"), 64, 1, data, steps)
+    _run(redis_url, "ordered", CountPolicy(3000, field="n"), 32, 1, data, steps)
+
+
+def _run(
+    redis_url: str,
+    kind: str,
+    policy: Any,
+    slice_rows: int,
+    local: int,
+    data: list[dict[str, np.ndarray]],
+    steps: list[str],
+) -> None:
+    wid = f"test-cs-{uuid.uuid4().hex}"
+    monoid = RECORDS[kind]()
+
+    def open_window() -> ColumnarWindow:
+        return ColumnarWindow(
+            monoid, policy, slice_rows=slice_rows, store=_store(redis_url, wid), local_slices=local
+        )
+
+    fast = open_window()
+    oracle = _Oracle(monoid, policy)
+    acked: list[dict[str, np.ndarray]] = []  # batches a checkpoint covers
+    since: list[dict[str, np.ndarray]] = []  # batches after it
+    try:
+        for cols, step in zip(data, steps, strict=False):
+            _check(fast, oracle, cols)
+            since.append(cols)
+            if "checkpoint" in step:
+                fast.checkpoint(meta={"batches": len(acked) + len(since)})
+                acked += since
+                since = []
+            if "crash" in step:  # the process dies: its queued writes may or may not land
+                fast.store.abandon()
+                fast = open_window()
+                assert (fast.checkpoint_meta or {}).get("batches", 0) == len(acked)
+                oracle = _Oracle(monoid, policy)
+                for old in acked:
+                    oracle.feed(old)
+                oracle.window = _window_rows(acked, oracle)
+                since = []
+                assert len(fast) == len(oracle.engine)
+        fast.checkpoint()
+        _no_leftovers(redis_url, fast)
+    finally:
+        fast.store.delete_window()
+        fast.close()
+
+
+def _window_rows(acked: list[dict[str, np.ndarray]], oracle: _Oracle) -> list[dict[str, Any]]:
+    rows = [_row(b, i) for b in acked for i in range(len(b["ts"]))]
+    return rows[len(rows) - len(oracle.engine) :]
+
+
+def _no_leftovers(url: str, w: ColumnarWindow) -> None:
+    """After a checkpoint, Redis holds exactly the window's live slices (the head and the
+    tree's), each with its header: nothing of an evicted slice stays."""
+    assert w.store is not None
+    client = redis.Redis.from_url(url)
+    try:
+        live = {sl.index for sl in (w.head, *w.slices) if sl is not None}
+        index = {int(k) for k in client.hkeys(w.store.index_key)}
+        values = {
+            int(k.decode().rsplit(":", 1)[1])
+            for k in client.scan_iter(match=f"{w.store.keys.tag}:s:*", count=1000)
+        }
+        # slices sealed after the last checkpoint but before a crash are not counted by
+        # any checkpoint; sealing them again overwrites them
+        assert live <= index and live <= values
+        assert {k for k in index if k < w.sealed} == live
+        assert {k for k in values if k < w.sealed} == live
+    finally:
+        client.close()
+
+
+def test_a_long_window_keeps_a_few_slices_in_memory(redis_url: str) -> None:
+    """200,000 rows in a window that keeps them all: the columns of at most
+    ``local_slices`` + 1 slices in memory, the rest in Redis; reloaded, the same answers as
+    the window that never stopped, and the per-row results of the next batch too."""
+    m = Record(n=_count(), s=_sum("v"), mx=_max("v"), ts=_max("ts"))
+    policy = TimeRangePolicy(10**9, field="ts")
+    wid = f"test-cs-{uuid.uuid4().hex}"
+    w = ColumnarWindow(m, policy, slice_rows=1024, store=_store(redis_url, wid))
+    mem = ColumnarWindow(m, policy, slice_rows=1024)
+    rng = np.random.default_rng(3)
+    try:
+        t = 0
+        for _ in range(20):
+            n = 10_000
+            ts = t + np.cumsum(rng.integers(0, 3, n))
+            t = int(ts[-1])
+            cols = {"ts": ts, "v": rng.normal(0, 1, n)}
+            w.apply(cols)
+            mem.apply(cols)
+            # the oldest, the head, and those whose writes are still queued
+            assert w.stats()["local_slices"] <= w.local_slices + 1 + MAX_PENDING
+        w.store.sync()
+        t += 1
+        one = {"ts": np.array([t]), "v": np.array([0.5])}
+        w.apply(one)
+        mem.apply(one)
+        assert w.stats()["local_slices"] <= w.local_slices + 1, w.stats()
+        assert w.stats()["slices"] >= 190
+        w.checkpoint()
+        assert w.query() == mem.query()
+        w.store.abandon()
+        back = ColumnarWindow(m, policy, slice_rows=1024, store=_store(redis_url, wid))
+        assert back.query() == mem.query() and len(back) == len(mem) == 200_001
+        ts = t + np.arange(1, 5001)
+        cols = {"ts": ts, "v": rng.normal(0, 1, 5000)}
+        a = back.apply(cols, per_row=True)
+        b = mem.apply(cols, per_row=True)
+        assert a.rows is not None and b.rows is not None
+        assert a.rows.equals(b.rows)
+        back.store.delete_window()
+        back.close()
+    finally:
+        w.close(wait=False)
+
+
+def test_evicted_slices_leave_redis_with_the_checkpoint(redis_url: str) -> None:
+    m = Record(n=_count(), s=_sum("v"))
+    wid = f"test-cs-{uuid.uuid4().hex}"
+    w = ColumnarWindow(m, CountPolicy(100, field="n"), slice_rows=16, store=_store(redis_url, wid))
+    try:
+        for b in range(50):
+            w.apply({"v": np.arange(40.0) + b})
+            if b % 7 == 0:
+                w.checkpoint()
+                _no_leftovers(redis_url, w)
+        w.checkpoint()
+        _no_leftovers(redis_url, w)
+        assert w.sealed > 100 and len(w.slices) <= 8
+    finally:
+        w.store.delete_window()
+        w.close()
+
+
+def test_a_fenced_store_stops_the_window(redis_url: str) -> None:
+    """A newer owner took the stream (the fence moved on): the next slice write or
+    checkpoint is refused (FencedError), and so is every later batch; Redis keeps the last
+    checkpoint the old owner made."""
+    client = redis.Redis.from_url(redis_url)
+    fence_key = f"test-cs-fence-{uuid.uuid4().hex}"
+    client.set(fence_key, 1)
+    wid = f"test-cs-{uuid.uuid4().hex}"
+    fence = Fence(fence_key, 1)
+    m = Record(n=_count(), s=_sum("v"))
+    w = ColumnarWindow(
+        m, CountPolicy(1000, field="n"), slice_rows=8, store=_store(redis_url, wid, fence=fence)
+    )
+    try:
+        w.apply({"v": np.arange(20.0)})
+        w.checkpoint()
+        client.incr(fence_key)  # a newer owner
+        w.apply({"v": np.arange(20.0)})  # seals two slices: their writes are refused
+        with pytest.raises(FencedError):
+            w.checkpoint()
+        with pytest.raises(FencedError):
+            w.apply({"v": np.arange(3.0)})
+        back = ColumnarWindow(
+            m, CountPolicy(1000, field="n"), slice_rows=8, store=_store(redis_url, wid)
+        )
+        assert len(back) == 20 and back.query()["s"] == sum(range(20))
+        back.close()
+    finally:
+        client.delete(fence_key)
+        client.close()
+        w.close(wait=False)
+
+
+def test_what_a_reload_refuses(redis_url: str) -> None:
+    m = Record(n=_count(), s=_sum("v"))
+    wid = f"test-cs-{uuid.uuid4().hex}"
+    w = ColumnarWindow(m, CountPolicy(1000, field="n"), slice_rows=8, store=_store(redis_url, wid))
+    w.apply({"v": np.arange(40.0)})
+    w.checkpoint()
+    w.close()
+    with pytest.raises(ValueError, match="would give wrong results"):
+        ColumnarWindow(m, CountPolicy(999, field="n"), slice_rows=8, store=_store(redis_url, wid))
+    client = redis.Redis.from_url(redis_url)
+    try:
+        store = _store(redis_url, wid)
+        client.delete(store.slice_key(1))  # a slice lost behind the window's back
+        back = ColumnarWindow(
+            m, CountPolicy(1000, field="n"), slice_rows=8, store=store, local_slices=1
+        )
+        with pytest.raises(CorruptDataError, match=r"slice\(s\) \[1\] are not in Redis"):
+            back.apply({"v": np.arange(1000.0)}, per_row=True)
+        store.delete_window()
+        store.close()
+    finally:
+        client.close()
+
+
+def _count() -> Any:
+    from mtawindows.server.engine import Count
+
+    return Count()
+
+
+def _sum(f: str) -> Any:
+    from mtawindows.server.engine import Sum
+
+    return Sum(f)
+
+
+def _max(f: str) -> Any:
+    from mtawindows.server.engine import Max
+
+    return Max(f)

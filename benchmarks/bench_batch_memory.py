@@ -13,7 +13,9 @@ batch, against the batch's Arrow size:
 - **append, no results**: an Append into a stream with one window (max + sum over 60 s, AMTA,
   Redis-backed);
 - **append, per-row results**: the same with ``results="per_row", arrow=True``;
-- **compute**: a ``Compute`` of the same rows over that window (nothing stored).
+- **compute**: a ``Compute`` of the same rows over that window (nothing stored);
+- the two appends again with the window's state columnar (``MTAWINDOWS_COLUMNAR_STATE=1``:
+  no engine over lifted rows).
 
 Writes benchmarks/results/batch-memory.{csv,md}.
 """
@@ -67,9 +69,10 @@ def batch(n: int, t0: int) -> pa.Table:
 def one_case(case: str, rows: int) -> tuple[int, int]:
     """(the batch's Arrow bytes, the server's peak RSS growth over the batch)."""
     flags = ("--max-batch-rows", str(rows * 2), "--max-message-mb", "1000")
+    env = {"MTAWINDOWS_COLUMNAR_STATE": "1" if "columnar state" in case else "0"}
     with (
         tempfile.TemporaryDirectory(prefix="mtaw-bm-") as d,
-        LocalServer(d, *flags) as srv,
+        LocalServer(d, *flags, env=env) as srv,
         WindowClient(srv.target, timeout=600) as c,
     ):
         c.create_stream(StreamSpec("s", (Field("v", "DOUBLE"),), wall_clock=False))
@@ -87,7 +90,7 @@ def one_case(case: str, rows: int) -> tuple[int, int]:
             got = c.compute("s", big)["w"]
             assert got.num_rows == rows
         else:
-            per_row = case.endswith("per-row results")
+            per_row = "per-row results" in case
             res = c.append("s", big, results="per_row" if per_row else "none", arrow=per_row)
             assert res.rows_applied == rows
         after = peak_rss(srv.pid)
@@ -102,7 +105,14 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = ap.parse_args()
     report = Report()
-    for case in ("append, no results", "append, per-row results", "compute"):
+    cases = (
+        "append, no results",
+        "append, per-row results",
+        "compute",
+        "append, no results, columnar state",
+        "append, per-row results, columnar state",
+    )
+    for case in cases:
         size, grown = one_case(case, args.rows)
         report.add("one batch", case, "Arrow size", size / 1e6, "MB", n=args.rows)
         report.add("one batch", case, "server peak RSS growth", grown / 1e6, "MB", n=args.rows)

@@ -121,16 +121,27 @@ def time_per_row(ts: np.ndarray, v: np.ndarray, range_s: int) -> float:
 
 
 def time_service(
-    ts: np.ndarray, v: np.ndarray, columnar: bool, mode: str, arrow: bool = False
+    ts: np.ndarray,
+    v: np.ndarray,
+    columnar: bool,
+    mode: str,
+    arrow: bool = False,
+    state: bool = False,
+    windows: int = 1,
 ) -> float:
     """Seconds for the rows through gRPC into one server (its own embedded Redis), one
     Redis-backed window of max + sum over 60 s, 10,000-row batches, results ``mode``; with
     ``columnar`` False the server computes per-row results on the per-row engine
     (``MTAWINDOWS_COLUMNAR=0``); with ``arrow`` the batches go as Arrow tables (IPC) and
-    per-row results come back as Arrow tables (``arrow=True``), else as lists and protobuf."""
+    per-row results come back as Arrow tables (``arrow=True``), else as lists and protobuf;
+    with ``state`` the window's state is columnar (``MTAWINDOWS_COLUMNAR_STATE=1``: no engine
+    over lifted rows); ``windows`` 4: the four windows of the in-process case."""
     import pyarrow as pa
 
-    env = {"MTAWINDOWS_COLUMNAR": "1" if columnar else "0"}
+    env = {
+        "MTAWINDOWS_COLUMNAR": "1" if columnar else "0",
+        "MTAWINDOWS_COLUMNAR_STATE": "1" if state else "0",
+    }
     with (
         tempfile.TemporaryDirectory(prefix="mtaw-bc-") as d,
         LocalServer(d, env=env) as srv,
@@ -138,8 +149,16 @@ def time_service(
     ):
         c.create_stream(StreamSpec("s", (Field("v", "DOUBLE"),), wall_clock=False))
         aggs = (Aggregation("m", "max", "v"), Aggregation("s", "sum", "v"))
-        policy = Policy.time_range(timedelta(seconds=60))
-        c.create_window(WindowSpec("s", "w", aggs, policy, "AMTA", Storage("redis")))
+        policies = [Policy.time_range(timedelta(seconds=60))]
+        if windows == 4:
+            policies += [
+                Policy.time_range(timedelta(seconds=10)),
+                Policy.time_range(timedelta(seconds=600)),
+                Policy.count(1000),
+            ]
+        for j, policy in enumerate(policies):
+            name = "w" if j == 0 else f"w{j}"
+            c.create_window(WindowSpec("s", name, aggs, policy, "AMTA", Storage("redis")))
         t0 = time.perf_counter()
         for i in range(0, len(ts), BATCH):
             batch: Any
@@ -157,6 +176,8 @@ def time_service(
         took = time.perf_counter() - t0
         if columnar and mode == "per_row":
             assert c.get_window("s", "w").stats["columnar_batches"] > 0
+        if state:
+            assert "columnar" in c.get_window("s", "w").storage
         return took
 
 

@@ -49,6 +49,8 @@ class Batch:
     row_tables: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     # a hopping window's boundaries the batch closed (engine.hopping.Boundary), oldest first
     boundaries: dict[str, list[Any]] = field(default_factory=dict)
+    # a columnar window's batch, checked and lifted as arrays (ColumnarEngine.prepare)
+    prepared: dict[str, Any] = field(default_factory=dict)
 
 
 class Deferred(Exception):

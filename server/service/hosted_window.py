@@ -94,6 +94,11 @@ class HostedWindow:
             else ("a keyed stream's windows (an instance per key) compute them row by row")
         )
         self.shadow_results = 0  # batches whose per-row results it gave
+        # the window's state is columnar (a ColumnarEngine: it takes batches as arrays, and
+        # gives per-row results itself; no shadow)
+        self.columnar = bool(getattr(engine, "columnar", False))
+        if self.columnar:
+            self._general = ""
         # a hopping window (a slide): its slicer over the engine, the final aggregator
         self.hopper: Hopper | None = None
         self.sharing: tuple[str, ...] = ()  # the hopping windows sharing its slices
@@ -114,7 +119,12 @@ class HostedWindow:
         """May a small batch be tried on the event loop (not reloading, no plugin results
         to check: that may read the store)? A stream with a journal never tries
         (:meth:`Stream.inline_ok`)."""
-        return not self.engine.stale and not self._plugin_lowers and self.hopper is None
+        return (
+            not self.engine.stale
+            and not self._plugin_lowers
+            and self.hopper is None
+            and not self.columnar
+        )
 
     @property
     def checks_results(self) -> bool:
@@ -263,7 +273,7 @@ class HostedWindow:
     def want_shadow(self) -> None:
         """A batch asks for this window's per-row results: a shadow from now on, if the
         window can have one (empty: it gives results once it holds what the engine holds)."""
-        if self.shadow is None and self.shadow_possible:
+        if self.shadow is None and self.shadow_possible and not self.columnar:
             self.shadow = _new_shadow(self.built)
             self.shadow_synced = self.engine.inserted
             if self.shadow is None:
@@ -284,7 +294,7 @@ class HostedWindow:
         ready = per_row and len(shadow) == len(self.engine)
         try:
             # the timestamps too: a window of counts reads no column, but counts the rows
-            arrays = _arrays(batch, [*shadow.reads, self.stream.timestamp_field])
+            arrays = batch_arrays(batch, [*shadow.reads, self.stream.timestamp_field])
             got = shadow.apply(arrays, per_row=ready)
         except Exception as ex:
             log.warning(
@@ -353,7 +363,9 @@ class HostedWindow:
             "policy_errors": policy.error_count if isinstance(policy, CelPolicy) else 0,
             # the columnar shadow: -1 none (a user monoid, another policy, dropped), else the
             # rows it holds; and the batches whose per-row results it gave
-            "columnar_rows": -1 if self.shadow is None else len(self.shadow),
+            "columnar_rows": (
+                s["size"] if self.columnar else -1 if self.shadow is None else len(self.shadow)
+            ),
             "columnar_batches": self.shadow_results,
         }
 
@@ -386,6 +398,12 @@ class HostedWindow:
         if self.spec.storage.kind == "memory":
             return "memory: the server's process only (lost on restart)"
         where = card(self.spec.algorithm).storage
+        if self.columnar:
+            return (
+                "redis: columnar; each sealed slice of rows one Redis value, written once; "
+                "the tree over the slices' aggregates, the unsealed tail and the oldest slices "
+                "in the process"
+            )
         if self.engine is None:  # a keyed stream's: an instance per key
             return (
                 "redis: per key; a small key's instance in the key's one Redis value, a large "
@@ -413,6 +431,31 @@ def _general_reason(built: Built) -> str | None:
     return None
 
 
+def columnar_state(spec: WindowSpec, built: Built) -> bool:
+    """Whether a new window of an unkeyed stream keeps its state as a columnar window (a
+    :class:`~..engine.columnar.engine.ColumnarEngine`: its rows in slices, sealed ones in
+    Redis; no Python object per row) instead of its algorithm's engine over lifted rows:
+    built-in monoids over a count or a time range, the default algorithm, no slide, no
+    INT64 sum (an engine of Python integers gives those exactly past int64 on the way).
+    Opt-in while it is new: ``$MTAWINDOWS_COLUMNAR_STATE=1``."""
+    if os.environ.get("MTAWINDOWS_COLUMNAR_STATE", "0") != "1":
+        return False
+    if spec.algorithm != "AMTA" or built.hop is not None or _general_reason(built) is not None:
+        return False
+    if _columnar_refusal(built) is not None:
+        return False
+    from ..engine.monoids import Record, Sum
+
+    monoid = built.monoid
+    by_name = (
+        dict(zip(monoid.names, monoid.monoids, strict=True)) if isinstance(monoid, Record) else {}
+    )
+    return not any(
+        o.type == FieldType.INT64.value and isinstance(by_name.get(o.name), Sum)
+        for o in built.outputs
+    )
+
+
 def _columnar_refusal(built: Built) -> str | None:
     from ..engine.columnar import columnar_refusal
 
@@ -431,7 +474,7 @@ def _new_shadow(built: Built) -> Any:
         return None
 
 
-def _arrays(batch: Any, names: list[str]) -> dict[str, Any]:
+def batch_arrays(batch: Any, names: list[str]) -> dict[str, Any]:
     """The batch's released columns ``names`` as arrays (made once per batch)."""
     import numpy as np
 

@@ -31,7 +31,7 @@ from ..storage.protocol import StoreError
 from . import durability
 from .compiled import Built, DefinitionError
 from .definitions import Definitions
-from .hosted_window import HostedWindow
+from .hosted_window import HostedWindow, columnar_state
 from .keyed import KeyCache, KeyedStream, not_keyed
 from .limits import Limits
 from .ranges import RangeQuery, check_range, suffix_result
@@ -235,9 +235,11 @@ class Registry:
             if isinstance(s, KeyedStream):
                 return self._create_keyed_window(s, spec, built)
             s.ensure_current()  # the new window joins at the stream's state: the current one
-            # "s:<hex>": the window's keys share its stream's hash tag (and fence)
-            window_id = f"s:{uuid.uuid4().hex}" if spec.storage.kind == "redis" else ""
-            engine = self._engine(s, spec, built, window_id)
+            # "s:<hex>": the window's keys share its stream's hash tag (and fence); "c:<hex>":
+            # the same for a window whose state is columnar (its slices in Redis)
+            kind = "c" if columnar_state(spec, built) else "s"
+            window_id = f"{kind}:{uuid.uuid4().hex}" if spec.storage.kind == "redis" else ""
+            engine = self._engine(s, spec, built, window_id, columnar=kind == "c")
             w = HostedWindow(
                 s.spec,
                 spec,
@@ -311,17 +313,33 @@ class Registry:
                 log.warning("could not delete the data of window %s/%s", s.spec.name, name)
 
     def _engine(
-        self, s: Any, spec: WindowSpec, built: Built, window_id: str, fence: Fence | None = None
+        self,
+        s: Any,
+        spec: WindowSpec,
+        built: Built,
+        window_id: str,
+        fence: Fence | None = None,
+        *,
+        columnar: bool = False,
     ) -> Any:
         """A window's engine; its Redis store writes through ``fence`` (default: the stream's;
-        a keyed stream's key window: its group's)."""
-        cls = engine_class(spec.algorithm)
+        a keyed stream's key window: its group's). A window whose id says its state is
+        columnar ("c:<hex>"), or a new one of ``columnar``, is a
+        :class:`~..engine.columnar.engine.ColumnarEngine`."""
+        columnar = columnar or window_id.startswith("c:")
+        if columnar:
+            from ..engine.columnar.engine import ColumnarEngine
+
+            cls: Any = ColumnarEngine
+        else:
+            cls = engine_class(spec.algorithm)
         # a hopping window's engine is its final aggregator, over slices
         monoid = built.slice_monoid or built.monoid
         policy = built.slice_policy or built.policy
         if spec.storage.kind == "memory":
             return cls(monoid, policy)
         from ..storage.redis_store import RedisStore
+        from ..storage.slice_store import SliceStore
 
         # No log per window and no checkpoint of its own: the stream's journal makes durable
         # windows durable, and the stream's flush checkpoints every window with its lsn.
@@ -332,7 +350,7 @@ class Registry:
             "fence": fence if fence is not None else s.fence,
             "client": self.redis,  # one connection pool for every window of the server
         }
-        if window_id.startswith("s:"):  # keys under the stream's hash tag
+        if window_id.startswith(("s:", "c:")):  # keys under the stream's hash tag
             window_id = window_id[2:]
             opts["tag"] = s.spec.name
         if spec.storage.block_size:
@@ -340,7 +358,7 @@ class Registry:
         if spec.storage.cache_size:
             opts["cache_size"] = spec.storage.cache_size
             opts["refill_at"] = max(1, spec.storage.cache_size // 2)
-        store = RedisStore(self.url, window_id=window_id, **opts)
+        store = (SliceStore if columnar else RedisStore)(self.url, window_id=window_id, **opts)
         return cls(monoid, policy, store=store)
 
     def flush(self, stream: Any, *, wait: bool = True, final: bool = False) -> None:
@@ -477,7 +495,8 @@ class Registry:
             try:
                 for sw in stored.windows:
                     built = build_window(s.spec, sw.spec)
-                    engine = self._engine(s, sw.spec, built, sw.window_id)
+                    columnar = sw.window_id == "" and columnar_state(sw.spec, built)
+                    engine = self._engine(s, sw.spec, built, sw.window_id, columnar=columnar)
                     s.windows[sw.name] = HostedWindow(
                         s.spec, sw.spec, built, engine, history=self.limits.result_history
                     )

@@ -27,7 +27,7 @@ from ..storage.journal import JournalEntry, StreamJournal
 from ..storage.protocol import StoreError, WouldBlock
 from .batch import FINAL, NONE, PER_ROW, Append, Batch, Deferred
 from .columns import Columns, Schema
-from .hosted_window import HostedWindow
+from .hosted_window import HostedWindow, batch_arrays
 from .refusals import (
     batch_too_large,
     fenced_out,
@@ -213,6 +213,7 @@ class Stream:
         batch.lsn = entry.lsn
         batch.replay = True
         batch.applied = {n for n, w in self.windows.items() if w.lsn >= entry.lsn}
+        self._prepare_columnar(batch)
         self._apply(batch, nonblocking=False)
         self._finish(batch)
 
@@ -259,7 +260,26 @@ class Stream:
             self._check_results(request, lifted)
         released_ts = columns_of[self.spec.timestamp_field]
         result = AppendResult(rows_applied=len(released_ts), rows_late=late, rows_buffered=buffered)
-        return Batch(request, result, ts, lifted, released_ts, late, columns=columns_of)
+        batch = Batch(request, result, ts, lifted, released_ts, late, columns=columns_of)
+        if not replay:  # a replayed entry's: once the windows that hold it are known
+            self._prepare_columnar(batch)
+        return batch
+
+    def _prepare_columnar(self, batch: Batch) -> None:
+        """Each columnar window checks and lifts the batch's arrays before anything changes:
+        a value it refuses refuses the batch here (BAD_VALUES), as a lift does."""
+        for name, win in self.windows.items():
+            if not win.columnar or not batch.released_ts or name in batch.applied:
+                continue
+            arrays = batch_arrays(batch, [*win.engine.reads, self.spec.timestamp_field])
+            try:
+                batch.prepared[name] = win.engine.prepare(arrays)
+            except (TypeError, ValueError, KeyError) as ex:
+                raise invalid(
+                    "columns",
+                    f"window {name!r} refused a row: {clip(str(ex).strip(chr(39)))}",
+                    Reason.BAD_VALUES,
+                ) from None
 
     def _check_results(self, request: Append, lifted: dict[str, list[Any]]) -> None:
         """A window with a plugin's ``lower`` lowers the results the batch would give it
@@ -319,6 +339,8 @@ class Stream:
         lifted: dict[str, list[Any]] = {}
         same: dict[Any, list[Any]] = {}  # windows of one record lift the batch once
         for name, win in self.windows.items():
+            if win.columnar:  # it takes the batch as arrays (_prepare_columnar)
+                continue
             key = _lift_key(win)
             if key is not None and key in same:
                 lifted[name] = same[key]
@@ -355,6 +377,9 @@ class Stream:
                 per_row = ([], [])
             if win.hopper is not None:
                 self._apply_hopping(batch, name, request)
+                continue
+            if win.columnar:
+                self._apply_columnar(batch, name, per_row is not None)
                 continue
             # a window's columnar shadow takes every row its engine takes, first (all or
             # nothing); when it holds what the engine holds, it gives the per-row results
@@ -397,6 +422,31 @@ class Stream:
                 batch.per_row[name] = per_row
             batch.applied.add(name)
             win.lsn = batch.lsn
+
+    def _apply_columnar(self, batch: Batch, name: str, per_row: bool) -> None:
+        """A columnar window takes the batch as it prepared it (never deferred: it does not
+        wait for Redis but to read the few slices where its start moves)."""
+        win = self.windows[name]
+        prepared = batch.prepared.get(name)
+        if prepared is not None:
+            if prepared.at != win.engine.inserted:  # the window changed since (a reload)
+                prepared = win.engine.prepare(
+                    batch_arrays(batch, [*win.engine.reads, self.spec.timestamp_field])
+                )
+            try:
+                got = win.engine.apply(prepared, per_row=per_row)
+            except StoreError as ex:
+                self._store_failed(batch, name, ex)
+            batch.evicted[name] = got.evicted
+            if per_row:
+                batch.row_tables[name] = (got.rows, got.sizes)
+                win.shadow_results += 1
+        elif per_row:
+            batch.per_row[name] = ([], [])
+        else:
+            batch.evicted[name] = 0
+        batch.applied.add(name)
+        win.lsn = batch.lsn
 
     def _store_failed(self, batch: Batch, name: str, ex: StoreError) -> NoReturn:
         """A window failed on the store while taking ``batch``: what the caller is told."""

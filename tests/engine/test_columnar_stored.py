@@ -65,6 +65,19 @@ def _check(fast: ColumnarWindow, oracle: _Oracle, cols: dict[str, np.ndarray]) -
     for name, ref_v in want.items():
         if name not in APPROX:
             assert _plain(final[name]) == _plain(ref_v), (name, final[name], ref_v)
+    # query-time ranges: suffixes by count and (a time window's) by time
+    n = len(fast)
+    asks: list[dict[str, Any]] = [{"count": c} for c in (0, 1, n // 2, n, n + 3)]
+    if isinstance(oracle.policy, TimeRangePolicy):
+        asks += [{"time_range": r, "field": "ts"} for r in (0, 1, 2.5, 7, 10**6)]
+    for ask in asks:
+        agg, size = fast.aggregate_range(**ask)
+        ref_agg, ref_size = oracle.engine.aggregate_range(**ask)
+        assert size == ref_size, (ask, size, ref_size)
+        got_l, ref_l = oracle.monoid.lower(agg), oracle.monoid.lower(ref_agg)
+        # the suffix's rows: approximate fields at least as close to the exact answer
+        got_p = {k: _plain(v) for k, v in got_l.items()}
+        assert_row(-1, got_p, ref_l, oracle.window[len(oracle.window) - size :] if size else [])
 
 
 POLICIES = st.one_of(

@@ -49,7 +49,7 @@ from ..policies import CountPolicy, TimeRangePolicy, _getter
 from .kernels import FOREIGN, Comps, Kernel, SumKernel, _ints, kernel_for, search_sorted
 from .ranges import range_aggregates, scan_all
 
-__all__ = ["BatchResult", "ColumnarWindow", "columnar_refusal"]
+__all__ = ["BatchResult", "ColumnarWindow", "Prepared", "columnar_refusal"]
 
 SLICE_ROWS = 4096
 # a stored window keeps the columns of this many of its oldest slices in memory (where its
@@ -116,6 +116,18 @@ class _View:
             if a is not None:
                 out = a if out is None else combine(out, a)
         return out
+
+
+@dataclass
+class Prepared:
+    """A batch checked and lifted by :meth:`ColumnarWindow.prepare`, for the window's next
+    :meth:`~ColumnarWindow.apply` (``at``: the window's row count when prepared)."""
+
+    cols: dict[str, np.ndarray]
+    n: int
+    lifted: list[Comps]
+    ts: np.ndarray | None
+    at: int
 
 
 @dataclass
@@ -268,20 +280,79 @@ class ColumnarWindow:
         parts = [k.to_lifted(k.total(k.lift(cols, n)), 0, values) for k in self.kernels]
         return tuple(parts) if self.record else parts[0]
 
+    def aggregate_range(
+        self, *, count: int | None = None, time_range: Any = None, field: str | None = None
+    ) -> tuple[Any, int]:
+        """The lifted aggregate of a suffix of the window and its rows: the newest ``count``,
+        or those a time range of ``time_range`` would keep (a time window's; ``field``: its
+        record field of the newest timestamp). The slice where the suffix starts is reduced
+        from there, the slices after it are a suffix of the tree (O(log n)), then the tail."""
+        from ..suffix import RangeNotSupportedError, check_suffix
+
+        q = check_suffix("ColumnarWindow.aggregate_range", count, time_range, field)
+        n = len(self)
+        if q.count is not None:
+            s = self.next - min(n, q.count)
+        else:
+            if self.ts_col is None or (field is not None and field != self._ts_name()):
+                msg = (
+                    "a columnar window answers time ranges over the timestamps its time-range "
+                    "policy reads; ask a count"
+                )
+                raise RangeNotSupportedError(self.tree.algorithm, msg)
+            if not isinstance(q.time_range, numbers.Real):
+                msg = "a time range over integer timestamps is a number, not a timedelta"
+                raise RangeNotSupportedError(self.tree.algorithm, msg)
+            if not n:
+                return self.monoid.identity, 0
+            s = self._first_newer(self.newest_ts - math.ceil(q.time_range))
+        if s <= self.head_from:
+            return self.aggregate(), n
+        if s >= self.next:
+            return self.monoid.identity, 0
+        with np.errstate(all="ignore"):
+            return self._suffix(s), self.next - s
+
+    def _ts_name(self) -> str | None:
+        names = self.names if self.record else (None,)
+        return names[self._ts_field] if self._ts_field is not None else None
+
+    def _first_newer(self, bound: int) -> int:
+        """The global position of the first row newer than ``bound`` (``next`` if none)."""
+        for base, last, t in self._parts_ts(self.next, None):
+            if last > bound:
+                if isinstance(t, _Slice):
+                    t = self._cols(t)[self.ts_col][base - t.start :]  # type: ignore[index]
+                return base + int(search_sorted(t, np.array([bound], dtype=np.int64))[0])
+        return self.next
+
+    def _suffix(self, s: int) -> Any:
+        """The lifted aggregate of the rows from global position ``s`` (inside the window)."""
+        combine = self.monoid.combine
+        tail = self.tail
+        if tail.n and s >= tail.start:
+            return self._reduce(tail, s - tail.start)
+        held = [sl for sl in (self.head, *self.slices) if sl is not None]
+        i = next(j for j, sl in enumerate(held) if sl.end > s)
+        total = self._reduce(held[i], s - held[i].start)
+        later = len(held) - i - 1  # all in the tree (only the head is not)
+        if later:
+            total = combine(total, self.tree.aggregate_range(count=later)[0][0])
+        if tail.n:
+            total = combine(total, self._reduce(tail, max(0, self.head_from - tail.start)))
+        return total
+
     # -- writing
-    def apply(self, columns: dict[str, Any], *, per_row: bool = False) -> BatchResult:
-        """Append a batch (``columns``: name -> array, timestamps in order and not older
-        than the window's newest) and enforce the policy; with ``per_row``, the window's
-        result after each row. All or nothing: a refused batch changes nothing."""
+    def prepare(self, columns: dict[str, Any]) -> Prepared:
+        """Check and lift a batch for :meth:`apply` without changing anything (the columns,
+        every value, the timestamps' order): what a refused batch raises, it raises here
+        (ValueError, TypeError, KeyError naming the row); the window must not change before
+        the :meth:`apply` of what it returns."""
         if self.store is not None and self.store.failed is not None:
             raise self.store.failed  # a queued write failed: the owner reloads (reload())
         cols, n = self._columns(columns)
         if n == 0:
-            return BatchResult(
-                0,
-                self._table([], 0) if per_row else None,
-                np.empty(0, np.int64) if per_row else None,
-            )
+            return Prepared(cols, 0, [], None, self.next)
         for k in self.kernels:
             if isinstance(k, SumKernel):  # integer sums stay exact while they cannot overflow
                 k.rows_bound = len(self) + n
@@ -290,6 +361,24 @@ class ColumnarWindow:
         if self.ts_col is not None:
             self._check_order(cols[self.ts_col])
             ts = cols[self.ts_col] = _ints("ColumnarWindow: timestamps", cols[self.ts_col])
+        return Prepared(cols, n, lifted, ts, self.next)
+
+    def apply(self, columns: dict[str, Any] | Prepared, *, per_row: bool = False) -> BatchResult:
+        """Append a batch (``columns``: name -> array, timestamps in order and not older
+        than the window's newest; or what :meth:`prepare` made of them) and enforce the
+        policy; with ``per_row``, the window's result after each row. All or nothing: a
+        refused batch changes nothing."""
+        batch = columns if isinstance(columns, Prepared) else self.prepare(columns)
+        if batch.at != self.next:
+            msg = "ColumnarWindow.apply: the window changed since the batch was prepared"
+            raise RuntimeError(msg)
+        cols, n, lifted, ts = batch.cols, batch.n, batch.lifted, batch.ts
+        if n == 0:
+            return BatchResult(
+                0,
+                self._table([], 0) if per_row else None,
+                np.empty(0, np.int64) if per_row else None,
+            )
         g0 = self.next
         starts = self._starts(ts, g0, n, per_row)
         cut = max(self.head_from, int(starts[-1]))
@@ -439,7 +528,7 @@ class ColumnarWindow:
         out[low] = self.head_from
         return np.maximum(out, self.head_from)
 
-    def _parts_ts(self, g0: int, ts: np.ndarray) -> Iterator[tuple[int, Any, Any]]:
+    def _parts_ts(self, g0: int, ts: np.ndarray | None) -> Iterator[tuple[int, Any, Any]]:
         """(global start, newest timestamp, timestamps) of the rows of the head, the slices,
         the tail and the batch that have any, oldest first; a sealed slice's timestamps as
         the slice (read only when a start falls in it: they may be in the store)."""
@@ -453,7 +542,8 @@ class ColumnarWindow:
         t = self.tail.cols[col][off:]  # type: ignore[index]
         if len(t):
             yield self.tail.start + off, t[-1], t
-        yield g0, ts[-1], ts
+        if ts is not None and len(ts):
+            yield g0, ts[-1], ts
 
     # -- per-row results
     def _per_row(

@@ -1,0 +1,165 @@
+"""A columnar window as a service window's engine (:class:`ColumnarEngine`): what the service
+asks of an engine (its size, result, ranges, statistics; flush, reload and close through its
+store; a store failure makes it reload its last checkpoint before its next call, as an MTA
+window does), over a :class:`~.window.ColumnarWindow` whose sealed slices live in Redis
+(:class:`~mtawindows.server.storage.slice_store.SliceStore`) or, without a store, in memory.
+A batch goes in as columns (:meth:`prepare`, then :meth:`apply`): no Python object per row."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ...storage.protocol import StoreError
+from .window import BatchResult, ColumnarWindow, Prepared
+
+__all__ = ["ColumnarEngine"]
+
+
+class ColumnarEngine:
+    """One window of built-in monoids over a count or a time range, fed columns."""
+
+    algorithm: ClassVar[str] = "AMTA"  # the slices' tree: an Amortized MTA over slices
+    answers_ranges: ClassVar[bool] = True
+    columnar: ClassVar[bool] = True
+
+    def __init__(self, monoid: Any, policy: Any, *, store: Any = None) -> None:
+        self.store = store
+        self.monoid = monoid
+        self.policy = policy
+        self._stale = False
+        self._failure: BaseException | None = None
+        try:
+            self.window = ColumnarWindow(monoid, policy, store=store)
+        except StoreError:
+            if store is not None:
+                store.close(wait=False)
+            raise
+        self._meta()
+
+    # -- the engine's face
+    @property
+    def window_id(self) -> str | None:
+        return None if self.store is None else str(self.store.window_id)
+
+    @property
+    def reads(self) -> list[str]:
+        """The columns a batch must carry."""
+        return list(self.window.reads)
+
+    @property
+    def stale(self) -> bool:
+        return self._stale or (self.store is not None and self.store.failed is not None)
+
+    @property
+    def inserted(self) -> int:
+        return self.window.next
+
+    def __len__(self) -> int:
+        self._usable()
+        return len(self.window)
+
+    def query(self) -> Any:
+        self._usable()
+        return self._reading(self.window.query)
+
+    def aggregate(self) -> Any:
+        self._usable()
+        return self._reading(self.window.aggregate)
+
+    def aggregate_range(self, **ask: Any) -> tuple[Any, int]:
+        self._usable()
+        return self._reading(lambda: self.window.aggregate_range(**ask))  # type: ignore[no-any-return]
+
+    def prepare(self, columns: dict[str, Any]) -> Prepared:
+        """Check and lift a batch (nothing changes; a bad value raises here)."""
+        self._usable()
+        return self.window.prepare(columns)
+
+    def apply(self, batch: Prepared, *, per_row: bool = False) -> BatchResult:
+        """Apply a prepared batch. A store failure leaves the window to reload."""
+        self._usable()
+        try:
+            return self.window.apply(batch, per_row=per_row)
+        except StoreError as ex:
+            self._failed(ex)
+            raise
+
+    # -- the store
+    def flush(self, *, wait: bool = True, meta: dict[str, Any] | None = None) -> Any:
+        """Checkpoint (with ``meta``) behind the slices' writes; None in memory."""
+        if self.store is None:
+            return None
+        self._usable()
+        try:
+            return self.window.checkpoint(wait=wait, meta=meta)
+        except StoreError as ex:
+            self._failed(ex)
+            raise
+
+    def wait_flushed(self, fut: Any) -> None:
+        try:
+            fut.result()
+        except StoreError as ex:
+            self._failed(ex)
+            raise
+
+    def reload(self) -> None:
+        """The last checkpoint, after a store failure (or a restarted Redis)."""
+        if self.store is None:
+            msg = "ColumnarEngine: a window in memory has no durable state to reload"
+            raise TypeError(msg)
+        self.window.reload()
+        self._stale = False
+        self._failure = None
+        self._meta()
+
+    def invalidate(self, ex: BaseException) -> None:
+        if self.store is not None:
+            self._failed(ex)
+
+    def close(self) -> None:
+        if self.store is None:
+            return
+        if not self.stale:
+            self.flush()
+        self.window.close()
+
+    def stats(self) -> dict[str, Any]:
+        w = self.window
+        tree = w.tree.stats()
+        out: dict[str, Any] = {
+            "algorithm": self.algorithm,
+            "size": len(w),
+            "levels": tree["levels"],
+            "inserted": w.next,
+            "evicted": w.evicted,
+            "single_evictions": 0,
+            "bulk_evictions": tree["bulk_evictions"],
+            "recomputes": tree["recomputes"],
+            "local_pairs": tree["local_pairs"],
+            **{k: v for k, v in w.stats().items() if k in ("slices", "local_slices", "tail_rows")},
+        }
+        if self.store is not None:
+            out["store"] = self.store.stats.as_dict()
+        return out
+
+    # -- failures
+    def _meta(self) -> None:
+        if self.store is not None:
+            self.store.checkpoint_meta = self.window.checkpoint_meta
+
+    def _failed(self, ex: BaseException) -> None:
+        self._stale = True
+        self._failure = ex
+
+    def _usable(self) -> None:
+        """A window whose store failed reloads its last checkpoint first."""
+        if self.stale:
+            self.reload()
+
+    def _reading(self, fn: Any) -> Any:
+        try:
+            return fn()
+        except StoreError as ex:
+            self._failed(ex)
+            raise

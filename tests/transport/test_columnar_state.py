@@ -1,0 +1,204 @@
+"""A served window whose state is columnar (issue 22: ``$MTAWINDOWS_COLUMNAR_STATE=1``): its
+rows kept as columns in slices, sealed slices in Redis, no engine over lifted rows. Through a
+real server, against the naive oracle of the end-to-end tests: every per-row and final result,
+query-time ranges by count and by time, for memory, Redis and durable windows; then a graceful
+restart and a kill -9 (a durable window replays its journal through the columnar path); a
+refused value changes nothing; GetWindow says the path and where the state lives."""
+
+from __future__ import annotations
+
+import random
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mtawindows.client import (
+    Field,
+    InvalidArgumentError,
+    Policy,
+    Storage,
+    StreamSpec,
+    WindowClient,
+    WindowSpec,
+)
+from mtawindows.testing import LocalServer
+
+from .test_service_e2e import AGGS, Oracle, S, _close, _newest, expected, make_stream, random_batch
+
+pytestmark = [pytest.mark.server, pytest.mark.redis]
+
+ON = {"MTAWINDOWS_COLUMNAR_STATE": "1"}
+# every built-in of the end-to-end tests but the INT64 sum (an engine of Python integers keeps
+# that one exact past int64: such a window keeps its algorithm's engine)
+COLUMNAR_AGGS = tuple(a for a in AGGS if a.name != "sk")
+WINDOWS = [
+    ("c7", Policy.count(7), lambda p, a: len(a) - len(p) >= 7, Storage("memory")),
+    ("t5", Policy.time_range(timedelta(seconds=5)), lambda p, a: _newest(a) - _newest(p) >= 5 * S, Storage("redis")),
+    ("d9", Policy.count(9), lambda p, a: len(a) - len(p) >= 9, Storage("redis", durable=True)),
+    ("dt", Policy.time_range(timedelta(seconds=4)), lambda p, a: _newest(a) - _newest(p) >= 4 * S, Storage("redis", durable=True)),
+]  # fmt: skip
+DURABLE = ("d9", "dt")
+
+
+def _check_rows(res: Any, name: str, per_row: list[dict[str, Any]], where: str) -> None:
+    cols = res.row_results[name]
+    for i, want in enumerate(per_row):
+        for out, value in want.items():
+            if out == "sk" or out.startswith("__"):
+                continue
+            if isinstance(value, dict):
+                for part, v in value.items():
+                    got = cols[f"{out}.{part}"][i]
+                    assert _close(got, v), (where, name, i, f"{out}.{part}", got, v)
+            else:
+                got = cols[out][i]
+                assert _close(got, value), (where, name, i, out, got, value)
+
+
+def _check_final(c: WindowClient, name: str, oracle: Oracle, where: str) -> None:
+    got = c.query("s", name)
+    assert got.size == len(oracle.rows), (where, name, got.size, len(oracle.rows))
+    if oracle.rows:
+        want = expected(oracle.rows)
+        for out, v in want.items():
+            if out != "sk" and not isinstance(v, dict):
+                assert _close(got.values[out], v), (where, name, out, got.values[out], v)
+
+
+def _check_ranges(c: WindowClient, name: str, oracle: Oracle, where: str) -> None:
+    rows = oracle.rows
+    for count in (1, 3, len(rows)):
+        got = c.query("s", name, count=count)
+        part = rows[len(rows) - min(count, len(rows)) :]
+        assert got.size == len(part), (where, name, count)
+        if part:
+            assert _close(got.values["mx"], expected(part)["mx"]), (where, name, count)
+            assert _close(got.values["sx"], expected(part)["sx"]), (where, name, count)
+    if rows and name.startswith(("t", "dt")):
+        newest = rows[-1]["ts"]
+        for secs in (1, 2):
+            got = c.query("s", name, range=timedelta(seconds=secs))
+            part = [r for r in rows if newest - r["ts"] < secs * S]
+            assert got.size == len(part), (where, name, secs, got.size, len(part))
+            if part:
+                assert _close(got.values["first"], part[0]["tag"]), (where, name, secs)
+
+
+def _run(
+    c: WindowClient, oracles: dict[str, Oracle], rng: random.Random, t: int, n: int, where: str
+) -> int:
+    for b in range(n):
+        batch, t = random_batch(rng, t, rng.randint(1, 40))
+        res = c.append("s", batch, results="per_row")
+        rows = [dict(zip(batch, vals, strict=True)) for vals in zip(*batch.values(), strict=True)]
+        for name, oracle in oracles.items():
+            per_row = []
+            for row in rows:
+                oracle.push(row)
+                per_row.append(expected(oracle.rows))
+            _check_rows(res, name, per_row, f"{where} batch {b}")
+            _check_final(c, name, oracle, f"{where} batch {b}")
+        if b % 5 == 4:
+            for name, oracle in oracles.items():
+                _check_ranges(c, name, oracle, f"{where} batch {b}")
+    return t
+
+
+def test_columnar_windows_answer_as_the_oracle_across_restarts_and_kill_9(
+    tmp_path: Path,
+) -> None:
+    rng = random.Random(2026)
+    with LocalServer(tmp_path / "d", env=ON) as srv:
+        with srv.client() as c:
+            make_stream(c, "s")
+            oracles = {}
+            for name, policy, pred, storage in WINDOWS:
+                c.create_window(WindowSpec("s", name, COLUMNAR_AGGS, policy, "AMTA", storage))
+                oracles[name] = Oracle(pred)
+                info = c.get_window("s", name)
+                assert info.path == "columnar", (name, info.path)
+                if storage.kind == "redis":
+                    assert "columnar" in info.storage, info.storage
+            t = _run(c, oracles, rng, 0, 30, "first run")
+        srv.restart()  # graceful: every window flushed
+        oracles.pop("c7").rows.clear()  # a memory window starts empty
+        with srv.client() as c:
+            t = _run(c, oracles, rng, t, 10, "after a restart")
+        srv.kill()  # kill -9: the durable windows replay their journals
+        srv.start()
+        with srv.client() as c:
+            oracles = {n: o for n, o in oracles.items() if n in DURABLE}
+            for name, oracle in oracles.items():
+                _check_final(c, name, oracle, "after kill -9")
+            _run(c, oracles, rng, t, 10, "after kill -9")
+
+
+def test_a_refused_value_changes_nothing() -> None:
+    with LocalServer(env=ON) as srv, srv.client() as c:
+        make_stream(c, "s")
+        aggs = tuple(a for a in COLUMNAR_AGGS if a.name in ("n", "mx", "gm"))
+        c.create_window(WindowSpec("s", "w", aggs, Policy.count(100), storage=Storage("redis")))
+        c.append("s", {"ts": [1, 2], "x": [1.0, 2.0], "k": [0, 0], "tag": ["a", "b"]})
+        before = c.query("s", "w")
+        # a geometric mean of a negative number: refused before anything changes
+        with pytest.raises(InvalidArgumentError, match="window 'w' refused a row"):
+            c.append("s", {"ts": [3, 4], "x": [3.0, -1.0], "k": [0, 0], "tag": ["c", "d"]})
+        after = c.query("s", "w")
+        assert (after.size, after.values) == (before.size, before.values)
+        c.append("s", {"ts": [3], "x": [3.0], "k": [0], "tag": ["c"]})
+        assert c.query("s", "w").values["mx"] == 3.0
+
+
+def test_a_columnar_window_moves_to_the_next_owner_when_its_owner_is_killed(
+    tmp_path: Path,
+) -> None:
+    """Two servers sharing Redis: the owner of a stream with a durable columnar window is
+    killed (-9); the other member takes the stream (the window's slices and checkpoint from
+    Redis, the journal after it) and answers every acknowledged row."""
+    from mtawindows.testing import LocalCluster
+    from mtawindows.v1.placement import place
+
+    cluster = LocalCluster(2, "--lease-ms", "1000", data_dir=tmp_path, env=ON).start()
+    a, b = cluster.servers
+    try:
+        name = next(s for i in range(1000) if place(s := f"k{i}", [a.target, b.target]) == a.target)
+        rng = random.Random(5)
+        oracle = Oracle(lambda p, r: len(r) - len(p) >= 500)
+        with a.client() as ca:
+            fields = (Field("x", "DOUBLE"), Field("k", "INT64"), Field("tag", "STRING"))
+            ca.create_stream(StreamSpec(name, fields, wall_clock=False))
+            ca.create_window(
+                WindowSpec(
+                    name,
+                    "w",
+                    COLUMNAR_AGGS,
+                    Policy.count(500),
+                    storage=Storage("redis", durable=True),
+                )
+            )
+            assert ca.get_window(name, "w").path == "columnar"
+            t = 0
+            for _ in range(30):  # 30 x up to 40 rows in slices of 4,096: a tail, then more
+                batch, t = random_batch(rng, t, rng.randint(1, 40))
+                ca.append(name, batch)
+                for vals in zip(*batch.values(), strict=True):
+                    oracle.push(dict(zip(batch, vals, strict=True)))
+        a.kill()
+        deadline = time.monotonic() + 30
+        with b.client() as cb:
+            while True:
+                try:
+                    got = cb.query(name, "w")
+                    break
+                except Exception:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+            assert got.size == len(oracle.rows)
+            want = expected(oracle.rows)
+            for out in ("n", "mx", "mn", "first", "last", "sx"):
+                assert _close(got.values[out], want[out]), (out, got.values[out], want[out])
+    finally:
+        cluster.close()

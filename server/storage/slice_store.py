@@ -35,10 +35,10 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from .codecs import packb, unpackb
+from .codecs import codec_for, packb, unpackb
 from .fencing import Op, fenced
 from .protocol import CorruptDataError, StoreError
-from .redis_store import RedisStore
+from .redis_store import RedisStore, _describe
 
 __all__ = ["SLICE_FORMAT", "SliceHeader", "SliceStore"]
 
@@ -52,6 +52,14 @@ class SliceStore(RedisStore):
     """The Redis tier of one columnar window (see the module docstring). Its connection,
     writer thread, fence, errors and counters are a :class:`RedisStore`'s; its data are
     slices and one checkpoint, not level pairs."""
+
+    def bind(self, monoid: Any, policy: Any, layout: str) -> str:
+        """Take the window's monoid (its codec packs the slices' aggregates) and policy; the
+        window's description (saved with every checkpoint, checked on load: a stored window
+        opened with another definition would give wrong results)."""
+        if self.codec is None:
+            self.codec = codec_for(monoid)
+        return f"{_describe(monoid)} | {_describe(policy)} | {layout}"
 
     def slice_key(self, k: int) -> str:
         return f"{self.keys.tag}:s:{k}"

@@ -238,9 +238,7 @@ class ColumnarWindow:
         self._dropped: list[int] = []  # slices that left since the last checkpoint
         self.checkpoint_meta: dict[str, Any] | None = None  # the caller's, of the last load
         if store is not None:
-            from ...storage.codecs import codec_for
-
-            self._codec = codec_for(monoid)
+            self._description = store.bind(monoid, policy, f"slices of {self.slice_rows}")
             self._load()
 
     # -- reading
@@ -725,7 +723,7 @@ class ColumnarWindow:
         self.slices.extend(new)
         if self.store is not None:
             for sl in new:
-                header = (sl.start, sl.n, sl.newest, self._codec.pack_values([sl.agg]))
+                header = (sl.start, sl.n, sl.newest, self.store.codec.pack_values([sl.agg]))
                 sl.pending = self.store.put_slice(sl.index, header, _encode(self._cols(sl)))
 
     # -- the Redis tier (a stored window's)
@@ -777,7 +775,7 @@ class ColumnarWindow:
             raise RuntimeError(msg)
         tail = self.tail
         state = {
-            "window": self._describe(),
+            "window": self._description,
             "head_from": self.head_from,
             "next": self.next,
             "newest_ts": self.newest_ts,
@@ -793,11 +791,6 @@ class ColumnarWindow:
         self._dropped = []
         return fut
 
-    def _describe(self) -> str:
-        from ...storage.redis_store import _describe
-
-        return f"{_describe(self.monoid)} | {_describe(self.policy)} | slices of {self.slice_rows}"
-
     def _load(self) -> None:
         """The state of the store's last checkpoint (an empty window when it has none); the
         columns of the slices where the window starts are read, the others when needed."""
@@ -806,10 +799,10 @@ class ColumnarWindow:
         self._reset()
         if state is None:
             return
-        if state.get("window") != self._describe():
+        if state.get("window") != self._description:
             msg = (
                 f"ColumnarWindow: the stored window {self.store.window_id!r} was made as "
-                f"{state.get('window')!r}; opening it as {self._describe()!r} would give "
+                f"{state.get('window')!r}; opening it as {self._description!r} would give "
                 "wrong results"
             )
             raise ValueError(msg)
@@ -817,7 +810,7 @@ class ColumnarWindow:
         live = []
         for k in sorted(h for h in headers if h < sealed):  # later ones: sealed after it
             start, n, newest, agg = headers[k]
-            sl = _Slice(start, None, n, self._codec.unpack_values(agg)[0], k, newest)
+            sl = _Slice(start, None, n, self.store.codec.unpack_values(agg)[0], k, newest)
             live.append(sl)
         head = int(state["head"])
         if live and head >= 0:

@@ -274,6 +274,10 @@ class Stream:
             arrays = batch_arrays(batch, [*win.engine.reads, self.spec.timestamp_field])
             try:
                 batch.prepared[name] = win.engine.prepare(arrays)
+            except StoreError as ex:  # nothing changed yet; a journaled stream recovers next
+                if self.journal is not None:
+                    self.stale = True
+                raise store_unavailable(self.spec.name, ex, window=name) from None
             except (TypeError, ValueError, KeyError) as ex:
                 raise invalid(
                     "columns",
@@ -429,11 +433,11 @@ class Stream:
         win = self.windows[name]
         prepared = batch.prepared.get(name)
         if prepared is not None:
-            if prepared.at != win.engine.inserted:  # the window changed since (a reload)
-                prepared = win.engine.prepare(
-                    batch_arrays(batch, [*win.engine.reads, self.spec.timestamp_field])
-                )
+            per_row = per_row and not batch.replay  # a replayed entry answers no one
             try:
+                if prepared.at != win.engine.inserted:  # the window changed since (a reload)
+                    names = [*win.engine.reads, self.spec.timestamp_field]
+                    prepared = win.engine.prepare(batch_arrays(batch, names))
                 got = win.engine.apply(prepared, per_row=per_row)
             except StoreError as ex:
                 self._store_failed(batch, name, ex)

@@ -6,6 +6,7 @@ number of slices whatever the window's length; a store that refuses writes stops
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -334,3 +335,88 @@ def _max(f: str) -> Any:
     from mtawindows.server.engine import Max
 
     return Max(f)
+
+
+def test_a_failed_write_is_raised_and_a_failed_reload_keeps_the_window_stale(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service's face of a stored columnar window (ColumnarEngine): a slice write that
+    fails in the background is raised by the next call, the window left as it is (the owner
+    decides: a journaled stream replays its journal after the reload); a reload that fails
+    (Redis down) leaves it stale, refusing batches, never answering from a state Redis does
+    not hold; once Redis answers, the reload gives the last checkpoint exactly."""
+    from mtawindows.server.engine.columnar.engine import ColumnarEngine
+    from mtawindows.server.storage.protocol import StoreError, StoreUnavailableError
+
+    client = redis.Redis.from_url(redis_url)
+    fence_key = f"test-cs-fence-{uuid.uuid4().hex}"
+    client.set(fence_key, 1)
+    wid = f"test-cs-{uuid.uuid4().hex}"
+    m = Record(n=_count(), s=_sum("v"))
+    policy = CountPolicy(1000, field="n")
+
+    def engine() -> ColumnarEngine:
+        store = _store(redis_url, wid, fence=Fence(fence_key, 1))
+        return ColumnarEngine(m, policy, store=store, slice_rows=4, local_slices=1)
+
+    e = engine()
+    try:
+        e.apply(e.prepare({"v": np.arange(20.0)}))
+        e.flush()  # the checkpoint: 20 rows, 5 slices
+        client.set(fence_key, 2)  # writes refused from now on
+        e.apply(e.prepare({"v": np.arange(12.0)}))  # seals 3 slices: their writes fail
+        deadline = time.monotonic() + 10
+        while e.store.failed is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert e.stale
+        with pytest.raises(FencedError):
+            e.prepare({"v": np.ones(1)})
+        client.set(fence_key, 1)  # writes accepted again; Redis does not answer a load
+        real = e.store.load
+
+        def down() -> Any:
+            raise StoreUnavailableError("Redis is down (injected)")
+
+        monkeypatch.setattr(e.store, "load", down)
+        for _ in range(2):
+            with pytest.raises(StoreError, match="injected"):
+                e.prepare({"v": np.ones(1)})
+            assert e.stale
+            with pytest.raises(StoreError, match="injected"):
+                e.window.apply({"v": np.ones(1)})
+        monkeypatch.setattr(e.store, "load", real)
+        batch = e.prepare({"v": np.ones(3)})  # reloads the checkpoint first
+        assert not e.stale and len(e) == 20 and e.query() == {"n": 20, "s": 190.0}
+        e.apply(batch)
+        e.flush()
+        e.store.abandon()
+        back = engine()
+        assert len(back) == 23 and back.query() == {"n": 23, "s": 193.0}
+        back.store.delete_window()
+        back.close()
+    finally:
+        client.delete(fence_key)
+        client.close()
+        e.window.close(wait=False)
+
+
+def test_edges_of_ranges_and_memory() -> None:
+    """A time range reaching below every int64 is the whole window (as the engine's); a
+    sealed slice holds copies, not views that keep a whole batch's arrays alive."""
+    m = Record(n=_count(), s=_sum("v"), ts=_max("ts"))
+    w = ColumnarWindow(m, TimeRangePolicy(10**6, field="ts"), slice_rows=8)
+    ts = np.arange(-(2**63) + 10, -(2**63) + 30, dtype=np.int64)
+    w.apply({"ts": ts, "v": np.ones(20)})
+    ref = AmortizedMTA(m, TimeRangePolicy(10**6, field="ts"))
+    for t in ts.tolist():
+        ref.push({"ts": t, "v": 1.0})
+    for r in (2**63 - 1, 5, 0):
+        agg, size = w.aggregate_range(time_range=r, field="ts")
+        assert (size, m.lower(agg)) == (
+            ref.aggregate_range(time_range=r, field="ts")[1],
+            m.lower(ref.aggregate_range(time_range=r, field="ts")[0]),
+        )
+    big = ColumnarWindow(m, CountPolicy(10**7, field="n"), slice_rows=1024)
+    big.apply({"ts": np.arange(500_000), "v": np.ones(500_000)})
+    assert all(a.base is None for sl in big.slices if sl.cols is not None for a in sl.cols.values())

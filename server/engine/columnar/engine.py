@@ -22,14 +22,15 @@ class ColumnarEngine:
     answers_ranges: ClassVar[bool] = True
     columnar: ClassVar[bool] = True
 
-    def __init__(self, monoid: Any, policy: Any, *, store: Any = None) -> None:
+    def __init__(self, monoid: Any, policy: Any, *, store: Any = None, **options: Any) -> None:
+        """``options`` go to the :class:`ColumnarWindow` (``slice_rows``, ``local_slices``)."""
         self.store = store
         self.monoid = monoid
         self.policy = policy
         self._stale = False
         self._failure: BaseException | None = None
         try:
-            self.window = ColumnarWindow(monoid, policy, store=store)
+            self.window = ColumnarWindow(monoid, policy, store=store, **options)
         except StoreError:
             if store is not None:
                 store.close(wait=False)
@@ -104,11 +105,13 @@ class ColumnarEngine:
             raise
 
     def reload(self) -> None:
-        """The last checkpoint, after a store failure (or a restarted Redis)."""
+        """The last checkpoint, after a store failure (or a restarted Redis). The window
+        stays stale until a reload succeeds."""
         if self.store is None:
             msg = "ColumnarEngine: a window in memory has no durable state to reload"
             raise TypeError(msg)
-        self.window.reload()
+        self._stale = True
+        self.window.reload()  # raises (a StoreError) while Redis does not answer
         self._stale = False
         self._failure = None
         self._meta()
@@ -153,9 +156,18 @@ class ColumnarEngine:
         self._failure = ex
 
     def _usable(self) -> None:
-        """A window whose store failed reloads its last checkpoint first."""
-        if self.stale:
+        """Before a call. A window that failed in an earlier call reloads its last checkpoint
+        first (its owner reloads it before that when it has a journal to replay after it:
+        ``stale``). A write that failed in the background since is raised here, the window
+        left as it is, as an MTA window raises its store's failure in the call that meets it:
+        the owner learns of it (a journaled stream recovers, replaying its journal)."""
+        if self._stale:
             self.reload()
+            return
+        failed = None if self.store is None else self.store.failed
+        if failed is not None:
+            self._failed(failed)
+            raise failed
 
     def _reading(self, fn: Any) -> Any:
         try:

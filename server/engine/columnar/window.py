@@ -237,6 +237,7 @@ class ColumnarWindow:
         self.sealed = 0  # slices sealed so far (the next one's index)
         self._dropped: list[int] = []  # slices that left since the last checkpoint
         self.checkpoint_meta: dict[str, Any] | None = None  # the caller's, of the last load
+        self._unloaded: BaseException | None = None  # why the last reload failed
         if store is not None:
             self._description = store.bind(monoid, policy, f"slices of {self.slice_rows}")
             self._load()
@@ -303,13 +304,18 @@ class ColumnarWindow:
                 raise RangeNotSupportedError(self.tree.algorithm, msg)
             if not n:
                 return self.monoid.identity, 0
-            s = self._first_newer(self.newest_ts - math.ceil(q.time_range))
+            bound = self.newest_ts - math.ceil(q.time_range)
+            # rows newer than ``bound`` stay; below every int64, all of them
+            s = self.head_from if bound < _INT64_MIN else self._first_newer(bound)
         if s <= self.head_from:
             return self.aggregate(), n
         if s >= self.next:
             return self.monoid.identity, 0
         with np.errstate(all="ignore"):
-            return self._suffix(s), self.next - s
+            out = self._suffix(s), self.next - s
+        if self.store is not None:
+            self._trim()  # a slice read for the suffix does not stay
+        return out
 
     def _ts_name(self) -> str | None:
         names = self.names if self.record else (None,)
@@ -346,6 +352,8 @@ class ColumnarWindow:
         every value, the timestamps' order): what a refused batch raises, it raises here
         (ValueError, TypeError, KeyError naming the row); the window must not change before
         the :meth:`apply` of what it returns."""
+        if self._unloaded is not None:  # a reload failed: the state is not the store's
+            raise self._unloaded
         if self.store is not None and self.store.failed is not None:
             raise self.store.failed  # a queued write failed: the owner reloads (reload())
         cols, n = self._columns(columns)
@@ -703,9 +711,9 @@ class ColumnarWindow:
         k = t.n // width
         new = []
         for j in range(k):
-            sl = _Slice(
+            sl = _Slice(  # copies: a view would keep the whole batch's arrays alive
                 t.start + j * width,
-                {c: v[j * width : (j + 1) * width] for c, v in self._cols(t).items()},
+                {c: v[j * width : (j + 1) * width].copy() for c, v in self._cols(t).items()},
                 width,
             )
             new.append(sl)
@@ -753,17 +761,22 @@ class ColumnarWindow:
         pending = [sl for sl in self.slices if sl.pending is not None]
         if len(pending) > MAX_PENDING:
             concurrent.futures.wait([sl.pending for sl in pending[: len(pending) - MAX_PENDING]])
-        for i, sl in enumerate(self.slices):
+        for sl in self.slices:
             fut = sl.pending
             if fut is not None and fut.done():
-                if fut.exception() is not None:  # reported by the next call (store.failed)
+                if fut.cancelled() or fut.exception() is not None:  # see store.failed
                     continue
                 sl.pending = None
-            if i >= self.local_slices and sl.cols is not None and sl.pending is None:
-                sl.cols = None
+        self._trim()
         ahead = list(itertools.islice(self.slices, self.local_slices))
         with contextlib.suppress(StoreError):  # read ahead only: a later read raises it
             self._fetch([self.head, *ahead] if self.head is not None else ahead)
+
+    def _trim(self) -> None:
+        """The columns of written slices past the oldest ``local_slices`` leave memory."""
+        for i, sl in enumerate(self.slices):
+            if i >= self.local_slices and sl.cols is not None and sl.pending is None:
+                sl.cols = None
 
     def checkpoint(self, *, wait: bool = True, meta: dict[str, Any] | None = None) -> Any:
         """Make everything applied so far durable in the store (behind the slices' writes):
@@ -848,7 +861,12 @@ class ColumnarWindow:
         """After a store failure: drop the queued writes and load the last checkpoint."""
         assert self.store is not None
         self.store.restart()
-        self._load()
+        try:
+            self._load()
+        except BaseException as ex:
+            self._unloaded = ex  # every batch refused until a reload succeeds
+            raise
+        self._unloaded = None
 
     def close(self, *, wait: bool = True) -> None:
         if self.store is not None:

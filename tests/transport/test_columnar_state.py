@@ -25,7 +25,7 @@ from mtawindows.client import (
 )
 from mtawindows.testing import LocalServer
 
-from .test_columnar_shadow import _check
+from .test_columnar_shadow import _run as _shadow_run
 from .test_service_e2e import AGGS, Oracle, S, _close, _newest, expected, make_stream, random_batch
 
 pytestmark = [pytest.mark.server, pytest.mark.redis]
@@ -75,21 +75,16 @@ def _check_ranges(c: WindowClient, name: str, oracle: Oracle, where: str) -> Non
 def _run(
     c: WindowClient, oracles: dict[str, Oracle], rng: random.Random, t: int, n: int, where: str
 ) -> int:
-    for b in range(n):
-        batch, t = random_batch(rng, t, rng.randint(1, 40))
-        res = c.append("s", batch, results="per_row")
-        rows = [dict(zip(batch, vals, strict=True)) for vals in zip(*batch.values(), strict=True)]
+    """The shadow tests' run (per-row results against the oracle), then each window's final
+    result, and every fifth batch its query-time ranges."""
+
+    def after(b: int, at: str) -> None:
         for name, oracle in oracles.items():
-            per_row = []
-            for row in rows:
-                oracle.push(row)
-                per_row.append({k: v for k, v in expected(oracle.rows).items() if k != "sk"})
-            _check(res, name, per_row, f"{where} batch {b}")
-            _check_final(c, name, oracle, f"{where} batch {b}")
-        if b % 5 == 4:
-            for name, oracle in oracles.items():
-                _check_ranges(c, name, oracle, f"{where} batch {b}")
-    return t
+            _check_final(c, name, oracle, at)
+            if b % 5 == 4:
+                _check_ranges(c, name, oracle, at)
+
+    return _shadow_run(c, oracles, rng, t, n, where, max_rows=40, skip=("sk",), after=after)
 
 
 def test_columnar_windows_answer_as_the_oracle_across_restarts_and_kill_9(

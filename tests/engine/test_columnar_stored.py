@@ -23,7 +23,15 @@ from mtawindows.server.storage.fencing import Fence, FencedError
 from mtawindows.server.storage.protocol import CorruptDataError
 from mtawindows.server.storage.slice_store import SliceStore
 
-from .test_columnar_window import APPROX, RECORDS, _plain, _row, assert_row, batches
+from .test_columnar_window import (
+    APPROX,
+    RECORDS,
+    _plain,
+    _row,
+    assert_row,
+    batches,
+    long_batches,
+)
 
 # after a batch: go on, checkpoint, checkpoint then crash, or crash (losing what followed
 # the last checkpoint)
@@ -112,16 +120,7 @@ def test_a_sliding_window_of_many_stored_slices_reloads_exactly(redis_url: str) 
     """A window far longer than a batch, its slices in Redis but the oldest one, a crash
     every few batches (half of them after a checkpoint): every per-row result is the per-row
     engine's over what was acknowledged."""
-    rng = np.random.default_rng(11)
-    data = []
-    t = 0
-    for _ in range(40):
-        n = int(rng.integers(50, 400))
-        ts = t + np.cumsum(rng.integers(0, 3, n))
-        t = int(ts[-1])
-        v = rng.integers(-1000, 1000, n).astype(float)
-        k = np.array([f"k{x % 5}" for x in ts])
-        data.append({"ts": ts, "v": v, "w": v, "p": np.abs(v) + 1, "k": k, "i": ts % 97})
+    data = long_batches(11, 40, keys=5)
     steps = ["go", "checkpoint", "go", "checkpoint+crash", "go", "crash", "go", "checkpoint"] * 5
     _run(redis_url, "extremes", TimeRangePolicy(2000, field="ts"), 64, 1, data, steps)
     _run(redis_url, "ordered", CountPolicy(3000, field="n"), 32, 1, data, steps)

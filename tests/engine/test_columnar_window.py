@@ -185,20 +185,26 @@ def test_columnar_equals_the_per_row_engine(
     _drive(kind, policy, slice_rows, data)
 
 
-def test_a_large_window_reads_only_what_a_batch_evicts() -> None:
-    """A window far longer than a batch, many slices: the same answers as the per-row engine
-    over 200 batches (a smoke run of the slices' tree and its bulk eviction)."""
-    rng = np.random.default_rng(5)
+def long_batches(seed: int, count: int, keys: int) -> list[dict[str, np.ndarray]]:
+    """``count`` batches of 50-400 rows, timestamps 0-2 apart, integer values, ``keys`` text
+    keys: for windows far longer than a batch."""
+    rng = np.random.default_rng(seed)
     data = []
     t = 0
-    for _ in range(60):
+    for _ in range(count):
         n = int(rng.integers(50, 400))
         ts = t + np.cumsum(rng.integers(0, 3, n))
         t = int(ts[-1])
         v = rng.integers(-1000, 1000, n).astype(float)
-        data.append(
-            {"ts": ts, "v": v, "w": v, "p": np.abs(v) + 1, "k": np.array(["a"] * n), "i": ts % 97}
-        )
+        k = np.array([f"k{x % keys}" for x in ts])
+        data.append({"ts": ts, "v": v, "w": v, "p": np.abs(v) + 1, "k": k, "i": ts % 97})
+    return data
+
+
+def test_a_large_window_reads_only_what_a_batch_evicts() -> None:
+    """A window far longer than a batch, many slices: the same answers as the per-row engine
+    over 200 batches (a smoke run of the slices' tree and its bulk eviction)."""
+    data = long_batches(5, 60, keys=1)
     _drive("extremes", TimeRangePolicy(2000, field="ts"), 64, data)
     _drive("ordered", CountPolicy(3000, field="n"), 32, data)
 

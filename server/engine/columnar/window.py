@@ -321,14 +321,15 @@ class ColumnarWindow:
         names = self.names if self.record else (None,)
         return names[self._ts_field] if self._ts_field is not None else None
 
-    def _first_newer(self, bound: int) -> int:
-        """The global position of the first row newer than ``bound`` (``next`` if none)."""
-        for base, last, t in self._parts_ts(self.next, None):
+    def _first_newer(self, bound: int, g0: int | None = None, ts: np.ndarray | None = None) -> int:
+        """The global position of the first row newer than ``bound`` (``next`` if none): of
+        the window, or with ``ts`` of the window and a batch from global position ``g0``."""
+        for base, last, t in self._parts_ts(self.next if g0 is None else g0, ts):
             if last > bound:
                 if isinstance(t, _Slice):
                     t = self._cols(t)[self.ts_col][base - t.start :]  # type: ignore[index]
                 return base + int(search_sorted(t, np.array([bound], dtype=np.int64))[0])
-        return self.next
+        return self.next if g0 is None or ts is None else g0 + len(ts)
 
     def _suffix(self, s: int) -> Any:
         """The lifted aggregate of the rows from global position ``s`` (inside the window)."""
@@ -500,7 +501,13 @@ class ColumnarWindow:
         if self.count is not None:
             return np.maximum(g - self.count + 1, self.head_from)
         assert ts is not None
-        newest = ts if per_row else ts[-1:]
+        if not per_row:  # one bound: a scalar search (a small batch's cost is mostly this)
+            last = int(ts[-1])
+            if self.range > _INT64_MAX or last < _INT64_MIN + self.range:
+                return np.array([self.head_from], dtype=np.int64)
+            s = self._first_newer(last - self.range, g0, ts)
+            return np.array([max(s, self.head_from)], dtype=np.int64)
+        newest = ts
         # rows older than ``newest - range`` leave; where that is below every int64 (a range
         # of centuries, timestamps near the minimum) none does
         low = (

@@ -293,9 +293,7 @@ class HostedWindow:
             return None
         ready = per_row and len(shadow) == len(self.engine)
         try:
-            # the timestamps too: a window of counts reads no column, but counts the rows
-            arrays = batch_arrays(batch, [*shadow.reads, self.stream.timestamp_field])
-            got = shadow.apply(arrays, per_row=ready)
+            got = shadow.apply(self.arrays(batch), per_row=ready)
         except Exception as ex:
             log.warning(
                 "the columnar shadow of window %s failed (%s): the window goes on without it",
@@ -313,6 +311,13 @@ class HostedWindow:
             return None
         self.shadow_results += 1
         return got.rows, got.sizes
+
+    def arrays(self, batch: Any) -> dict[str, Any]:
+        """The batch's columns that this window's columnar form (its state, or its shadow)
+        reads, and the timestamps (a window of counts reads no column, but counts the rows),
+        as arrays made once per batch."""
+        reads = self.engine.reads if self.columnar else self.shadow.reads
+        return _arrays(batch, [*reads, self.stream.timestamp_field])
 
     def _fits(self, table: Any) -> bool:
         """Whether the shadow's results have the outputs' types: an INT64 sum it could only
@@ -474,7 +479,7 @@ def _new_shadow(built: Built) -> Any:
         return None
 
 
-def batch_arrays(batch: Any, names: list[str]) -> dict[str, Any]:
+def _arrays(batch: Any, names: list[str]) -> dict[str, Any]:
     """The batch's released columns ``names`` as arrays (made once per batch)."""
     import numpy as np
 

@@ -239,7 +239,7 @@ class Registry:
             # the same for a window whose state is columnar (its slices in Redis)
             kind = "c" if columnar_state(spec, built) else "s"
             window_id = f"{kind}:{uuid.uuid4().hex}" if spec.storage.kind == "redis" else ""
-            engine = self._engine(s, spec, built, window_id, columnar=kind == "c")
+            engine = self._engine(s, spec, built, window_id)
             w = HostedWindow(
                 s.spec,
                 spec,
@@ -313,20 +313,14 @@ class Registry:
                 log.warning("could not delete the data of window %s/%s", s.spec.name, name)
 
     def _engine(
-        self,
-        s: Any,
-        spec: WindowSpec,
-        built: Built,
-        window_id: str,
-        fence: Fence | None = None,
-        *,
-        columnar: bool = False,
+        self, s: Any, spec: WindowSpec, built: Built, window_id: str, fence: Fence | None = None
     ) -> Any:
         """A window's engine; its Redis store writes through ``fence`` (default: the stream's;
         a keyed stream's key window: its group's). A window whose id says its state is
-        columnar ("c:<hex>"), or a new one of ``columnar``, is a
-        :class:`~..engine.columnar.engine.ColumnarEngine`."""
-        columnar = columnar or window_id.startswith("c:")
+        columnar ("c:<hex>"), or a memory window that may be one now (:func:`columnar_state`:
+        it starts empty either way), is a :class:`~..engine.columnar.engine.ColumnarEngine`."""
+        memory = spec.storage.kind == "memory"
+        columnar = window_id.startswith("c:") or (memory and columnar_state(spec, built))
         if columnar:
             from ..engine.columnar.engine import ColumnarEngine
 
@@ -336,7 +330,7 @@ class Registry:
         # a hopping window's engine is its final aggregator, over slices
         monoid = built.slice_monoid or built.monoid
         policy = built.slice_policy or built.policy
-        if spec.storage.kind == "memory":
+        if memory:
             return cls(monoid, policy)
         from ..storage.redis_store import RedisStore
         from ..storage.slice_store import SliceStore
@@ -495,8 +489,7 @@ class Registry:
             try:
                 for sw in stored.windows:
                     built = build_window(s.spec, sw.spec)
-                    columnar = sw.window_id == "" and columnar_state(sw.spec, built)
-                    engine = self._engine(s, sw.spec, built, sw.window_id, columnar=columnar)
+                    engine = self._engine(s, sw.spec, built, sw.window_id)
                     s.windows[sw.name] = HostedWindow(
                         s.spec, sw.spec, built, engine, history=self.limits.result_history
                     )

@@ -27,7 +27,7 @@ from ..storage.journal import JournalEntry, StreamJournal
 from ..storage.protocol import StoreError, WouldBlock
 from .batch import FINAL, NONE, PER_ROW, Append, Batch, Deferred
 from .columns import Columns, Schema
-from .hosted_window import HostedWindow, batch_arrays
+from .hosted_window import HostedWindow
 from .refusals import (
     batch_too_large,
     fenced_out,
@@ -271,17 +271,17 @@ class Stream:
         for name, win in self.windows.items():
             if not win.columnar or not batch.released_ts or name in batch.applied:
                 continue
-            arrays = batch_arrays(batch, [*win.engine.reads, self.spec.timestamp_field])
             try:
-                batch.prepared[name] = win.engine.prepare(arrays)
+                batch.prepared[name] = win.engine.prepare(win.arrays(batch))
             except StoreError as ex:  # nothing changed yet; a journaled stream recovers next
                 if self.journal is not None:
                     self.stale = True
                 raise store_unavailable(self.spec.name, ex, window=name) from None
             except (TypeError, ValueError, KeyError) as ex:
+                why = str(ex).strip("'")  # a KeyError's text comes quoted
                 raise invalid(
                     "columns",
-                    f"window {name!r} refused a row: {clip(str(ex).strip(chr(39)))}",
+                    f"window {name!r} refused a row: {clip(why)}",
                     Reason.BAD_VALUES,
                 ) from None
 
@@ -436,8 +436,7 @@ class Stream:
             per_row = per_row and not batch.replay  # a replayed entry answers no one
             try:
                 if prepared.at != win.engine.inserted:  # the window changed since (a reload)
-                    names = [*win.engine.reads, self.spec.timestamp_field]
-                    prepared = win.engine.prepare(batch_arrays(batch, names))
+                    prepared = win.engine.prepare(win.arrays(batch))
                 got = win.engine.apply(prepared, per_row=per_row)
             except StoreError as ex:
                 self._store_failed(batch, name, ex)

@@ -658,11 +658,16 @@ class RedisStore:
 
     def reload(self, window: CheckpointedWindow) -> None:
         """After a failure: drop queued I/O, then restore the last durable state from Redis."""
+        self.restart()
+        self._load(window)
+
+    def restart(self) -> None:
+        """After a failure: drop the queued I/O and let new writes run (the window then
+        loads its last durable state)."""
         old = self._exec
         old.shutdown(wait=True, cancel_futures=True)
         self._exec = self._new_executor()
         self._failed = None
-        self._load(window)
 
     def sync(self) -> None:
         """Wait until every queued write reached Redis (raises if one failed)."""

@@ -177,14 +177,6 @@ class SliceStore(RedisStore):
         self.stats.bytes_read += len(ckpt or b"")
         return state, headers
 
-    def restart(self) -> None:
-        """After a failure: drop the queued writes and let new ones run (the window then
-        loads its last checkpoint, :meth:`load`)."""
-        old = self._exec
-        old.shutdown(wait=True, cancel_futures=True)
-        self._exec = self._new_executor()
-        self._failed = None
-
     @property
     def failed(self) -> Any:
         """The failure of a queued write (a StoreError), or None."""

@@ -28,7 +28,6 @@ class ColumnarEngine:
         self.monoid = monoid
         self.policy = policy
         self._stale = False
-        self._failure: BaseException | None = None
         try:
             self.window = ColumnarWindow(monoid, policy, store=store, **options)
         except StoreError:
@@ -60,16 +59,13 @@ class ColumnarEngine:
         return len(self.window)
 
     def query(self) -> Any:
-        self._usable()
-        return self._reading(self.window.query)
+        return self._guarded(self.window.query)
 
     def aggregate(self) -> Any:
-        self._usable()
-        return self._reading(self.window.aggregate)
+        return self._guarded(self.window.aggregate)
 
     def aggregate_range(self, **ask: Any) -> tuple[Any, int]:
-        self._usable()
-        return self._reading(lambda: self.window.aggregate_range(**ask))  # type: ignore[no-any-return]
+        return self._guarded(lambda: self.window.aggregate_range(**ask))  # type: ignore[no-any-return]
 
     def prepare(self, columns: dict[str, Any]) -> Prepared:
         """Check and lift a batch (nothing changes; a bad value raises here)."""
@@ -78,31 +74,17 @@ class ColumnarEngine:
 
     def apply(self, batch: Prepared, *, per_row: bool = False) -> BatchResult:
         """Apply a prepared batch. A store failure leaves the window to reload."""
-        self._usable()
-        try:
-            return self.window.apply(batch, per_row=per_row)
-        except StoreError as ex:
-            self._failed(ex)
-            raise
+        return self._guarded(lambda: self.window.apply(batch, per_row=per_row))  # type: ignore[no-any-return]
 
     # -- the store
     def flush(self, *, wait: bool = True, meta: dict[str, Any] | None = None) -> Any:
         """Checkpoint (with ``meta``) behind the slices' writes; None in memory."""
         if self.store is None:
             return None
-        self._usable()
-        try:
-            return self.window.checkpoint(wait=wait, meta=meta)
-        except StoreError as ex:
-            self._failed(ex)
-            raise
+        return self._guarded(lambda: self.window.checkpoint(wait=wait, meta=meta))
 
     def wait_flushed(self, fut: Any) -> None:
-        try:
-            fut.result()
-        except StoreError as ex:
-            self._failed(ex)
-            raise
+        self._guarded(fut.result, usable=False)
 
     def reload(self) -> None:
         """The last checkpoint, after a store failure (or a restarted Redis). The window
@@ -113,12 +95,11 @@ class ColumnarEngine:
         self._stale = True
         self.window.reload()  # raises (a StoreError) while Redis does not answer
         self._stale = False
-        self._failure = None
         self._meta()
 
     def invalidate(self, ex: BaseException) -> None:
         if self.store is not None:
-            self._failed(ex)
+            self._stale = True
 
     def close(self) -> None:
         if self.store is None:
@@ -128,32 +109,20 @@ class ColumnarEngine:
         self.window.close()
 
     def stats(self) -> dict[str, Any]:
-        w = self.window
-        tree = w.tree.stats()
-        out: dict[str, Any] = {
+        """The window's (rows, slices, the store's counters) and its slices' tree's (levels,
+        evictions) under an engine's names."""
+        tree = self.window.tree.stats()
+        return {
+            **self.window.stats(),
             "algorithm": self.algorithm,
-            "size": len(w),
-            "levels": tree["levels"],
-            "inserted": w.next,
-            "evicted": w.evicted,
             "single_evictions": 0,
-            "bulk_evictions": tree["bulk_evictions"],
-            "recomputes": tree["recomputes"],
-            "local_pairs": tree["local_pairs"],
-            **{k: v for k, v in w.stats().items() if k in ("slices", "local_slices", "tail_rows")},
+            **{k: tree[k] for k in ("levels", "bulk_evictions", "recomputes", "local_pairs")},
         }
-        if self.store is not None:
-            out["store"] = self.store.stats.as_dict()
-        return out
 
     # -- failures
     def _meta(self) -> None:
         if self.store is not None:
             self.store.checkpoint_meta = self.window.checkpoint_meta
-
-    def _failed(self, ex: BaseException) -> None:
-        self._stale = True
-        self._failure = ex
 
     def _usable(self) -> None:
         """Before a call. A window that failed in an earlier call reloads its last checkpoint
@@ -166,12 +135,16 @@ class ColumnarEngine:
             return
         failed = None if self.store is None else self.store.failed
         if failed is not None:
-            self._failed(failed)
+            self._stale = True
             raise failed
 
-    def _reading(self, fn: Any) -> Any:
+    def _guarded(self, fn: Any, *, usable: bool = True) -> Any:
+        """``fn()``, after :meth:`_usable` (with ``usable``); a store failure in it leaves the
+        window stale (reloaded before its next call, or by its owner)."""
+        if usable:
+            self._usable()
         try:
             return fn()
-        except StoreError as ex:
-            self._failed(ex)
+        except StoreError:
+            self._stale = True
             raise

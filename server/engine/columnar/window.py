@@ -304,9 +304,7 @@ class ColumnarWindow:
                 raise RangeNotSupportedError(self.tree.algorithm, msg)
             if not n:
                 return self.monoid.identity, 0
-            bound = self.newest_ts - math.ceil(q.time_range)
-            # rows newer than ``bound`` stay; below every int64, all of them
-            s = self.head_from if bound < _INT64_MIN else self._first_newer(bound)
+            s = self._first_newer(self.newest_ts - math.ceil(q.time_range))
         if s <= self.head_from:
             return self.aggregate(), n
         if s >= self.next:
@@ -323,7 +321,11 @@ class ColumnarWindow:
 
     def _first_newer(self, bound: int, g0: int | None = None, ts: np.ndarray | None = None) -> int:
         """The global position of the first row newer than ``bound`` (``next`` if none): of
-        the window, or with ``ts`` of the window and a batch from global position ``g0``."""
+        the window, or with ``ts`` of the window and a batch from global position ``g0``.
+        A bound below every int64 (a range of centuries, timestamps near the minimum) keeps
+        every row."""
+        if bound < _INT64_MIN:
+            return self.head_from
         for base, last, t in self._parts_ts(self.next if g0 is None else g0, ts):
             if last > bound:
                 if isinstance(t, _Slice):
@@ -502,10 +504,9 @@ class ColumnarWindow:
             return np.maximum(g - self.count + 1, self.head_from)
         assert ts is not None
         if not per_row:  # one bound: a scalar search (a small batch's cost is mostly this)
-            last = int(ts[-1])
-            if self.range > _INT64_MAX or last < _INT64_MIN + self.range:
+            if self.range > _INT64_MAX:  # as the rows' bounds below
                 return np.array([self.head_from], dtype=np.int64)
-            s = self._first_newer(last - self.range, g0, ts)
+            s = self._first_newer(int(ts[-1]) - self.range, g0, ts)
             return np.array([max(s, self.head_from)], dtype=np.int64)
         newest = ts
         # rows older than ``newest - range`` leave; where that is below every int64 (a range

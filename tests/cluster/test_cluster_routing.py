@@ -83,6 +83,16 @@ def rows(batch: int, n: int = 10) -> dict[str, list[Any]]:
     return {"ts": [batch * n + i for i in range(n)], "x": [1.0] * n}
 
 
+def spread_names(cluster: LocalCluster, n: int, prefix: str) -> list[str]:
+    """``n`` new stream names that placement puts on every member (random names may all
+    land on one: the routing tests need streams on each)."""
+    members = [s.target for s in cluster.live]
+    names: list[str] = []
+    while len(names) < n or {place(x, members) for x in names} != set(members):
+        names = [new_name(prefix) for _ in range(n)]
+    return names
+
+
 def other_than(c: WindowClient, target: str, prefix: str = "c") -> str:
     """A new stream name the cluster places on another member than ``target``."""
     members = [m.id for m in c.cluster_map().members]
@@ -126,7 +136,7 @@ def test_one_seed_reaches_every_stream_and_redirects_are_followed(cluster: Local
     """Given one seed, the client creates, appends to and reads streams placed on every
     member; an owner cache made wrong on purpose is put right by the server's redirect."""
     seed = cluster.live[0]
-    names = [new_name("r") for _ in range(9)]
+    names = spread_names(cluster, 9, "r")
     with WindowClient(seed.target, timeout=30) as c:
         for i, name in enumerate(names):
             make(c, name)
@@ -134,7 +144,8 @@ def test_one_seed_reaches_every_stream_and_redirects_are_followed(cluster: Local
             c.append(name, rows(1), producer_id="p", sequence=2)
             assert c.query(name, "w")["n"] == 20, i
         owners = {n: c.owner(n) for n in names}
-        assert len(set(owners.values())) > 1  # the names spread over the members
+        # each name where placement puts it: on every member
+        assert owners == {n: place(n, [s.target for s in cluster.live]) for n in names}
         for name in names:
             wrong = next(s.target for s in cluster.live if s.target != owners[name])
             c.topology.redirected(name, wrong)  # a stale owner
@@ -151,7 +162,7 @@ def test_one_seed_reaches_every_stream_and_redirects_are_followed(cluster: Local
 
 def test_the_async_client_routes_the_same_way(cluster: LocalCluster) -> None:
     seed = cluster.live[-1]
-    names = [new_name("a") for _ in range(6)]
+    names = spread_names(cluster, 6, "a")
 
     async def go() -> dict[str, str]:
         async with AsyncWindowClient(seed.target, timeout=30) as c:
@@ -169,7 +180,7 @@ def test_the_async_client_routes_the_same_way(cluster: LocalCluster) -> None:
             return {n: await c.owner(n) for n in names}
 
     owners = asyncio.run(go())
-    assert len(set(owners.values())) > 1
+    assert owners == {n: place(n, [s.target for s in cluster.live]) for n in names}
 
 
 # --------------------------------------------------------------------------- the CLI

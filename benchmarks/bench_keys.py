@@ -77,17 +77,46 @@ def request(p: int, first: int, n: int) -> pb.AppendRequest:
     )  # fmt: skip
 
 
-def producer(target: str, keys: int, out: Any) -> None:
+class ArrowRequests:
+    """The same rows as :func:`request` as Arrow IPC (``--wire arrow``): a producer holding
+    its data as columns (the key column built once per block of keys, as a source would hold
+    it; the values computed as arrays), no Python object per row on either side."""
+
+    def __init__(self) -> None:
+        import pyarrow as pa
+
+        self.pa = pa
+        self.schema = pa.schema([("ts", pa.int64()), ("host", pa.string()), ("v", pa.float64())])
+        self.hosts: dict[tuple[int, int], Any] = {}
+
+    def __call__(self, p: int, first: int, n: int) -> pb.AppendRequest:
+        import numpy as np
+
+        pa = self.pa
+        hosts = self.hosts.get((first, n))
+        if hosts is None:
+            hosts = self.hosts[first, n] = pa.array([key_of(i) for i in range(first, first + n)])
+        i = np.arange(first, first + n, dtype=np.int64)
+        ts = np.full(n, (1_700_000_000 + p) * 1_000_000_000, dtype=np.int64)
+        v = ((i * 7 + p * 13) % 101).astype(np.float64)
+        table = pa.Table.from_arrays([pa.array(ts), hosts, pa.array(v)], schema=self.schema)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, self.schema) as w:
+            w.write_table(table)
+        return pb.AppendRequest(stream=STREAM, arrow_ipc=sink.getvalue().to_pybytes())
+
+
+def producer(target: str, keys: int, out: Any, wire: str = "columns") -> None:
     """Append every pass of every key, two requests in flight; put (rows, seconds, times),
     or the error that ended it (the main process must not wait for a dead producer)."""
     try:
-        _produce(target, keys, out)
+        _produce(target, keys, out, ArrowRequests() if wire == "arrow" else request)
     except BaseException as ex:
         out.put(RuntimeError(f"{type(ex).__name__}: {ex}"))  # picklable, whatever it was
         raise
 
 
-def _produce(target: str, keys: int, out: Any) -> None:
+def _produce(target: str, keys: int, out: Any, make: Any = request) -> None:
     channel = grpc.insecure_channel(target, options=[("grpc.max_send_message_length", 1 << 30)])
     stub = pb_grpc.WindowServiceStub(channel)
     plan = [(p, first) for p in range(ROWS_PER_KEY) for first in range(0, keys, BATCH)]
@@ -98,7 +127,7 @@ def _produce(target: str, keys: int, out: Any) -> None:
     cpu = time.process_time()
     for p, first in plan:
         n = min(BATCH, keys - first)
-        inflight.append(stub.Append.future(request(p, first, n), timeout=120))
+        inflight.append(stub.Append.future(make(p, first, n), timeout=120))
         if len(inflight) >= 2:
             rows += inflight.pop(0).result().rows_applied
             times.append(time.perf_counter() - start)
@@ -191,10 +220,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--keys", type=int, default=1_000_000)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--key-cache-mb", type=float, default=0, help="the server's (0: its default)")
+    ap.add_argument(
+        "--wire",
+        choices=("columns", "arrow"),
+        default="columns",
+        help="the batches as protobuf columns (Python lists) or as Arrow IPC",
+    )
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = ap.parse_args(argv)
     keys = 20_000 if args.quick else args.keys
-    stem = "keys-quick" if args.quick else "keys"
+    stem = ("keys-quick" if args.quick else "keys") + ("-arrow" if args.wire == "arrow" else "")
     report = Report()
     root = Path(tempfile.mkdtemp(prefix="mtaw-bench-keys-"))
     with VolatileRedis(root / "redis") as rd:
@@ -237,7 +272,9 @@ def main(argv: list[str] | None = None) -> None:
             q: Any = mp.get_context("spawn").Queue()
             cpu0 = cpu_seconds(server.pid)
             redis_cpu0 = redis_cpu(r)
-            proc = mp.get_context("spawn").Process(target=producer, args=(server.target, keys, q))
+            proc = mp.get_context("spawn").Process(
+                target=producer, args=(server.target, keys, q, args.wire)
+            )
             proc.start()
             got = q.get(timeout=3600)
             if isinstance(got, Exception):

@@ -32,9 +32,9 @@ class Batch:
 
     request: Append
     result: AppendResult
-    ts: list[int]
+    ts: Any  # the batch's timestamps: a list, or a numpy array (Stream.takes_arrays)
     lifted: dict[str, list[Any]]
-    released_ts: list[int]
+    released_ts: Any  # the timestamps of the rows that pass the lateness rule, the same
     late: int
     applied: set[str] = field(default_factory=set)
     evicted: dict[str, int] = field(default_factory=dict)
@@ -44,7 +44,7 @@ class Batch:
     per_row: dict[str, tuple[list[Any], list[int]]] = field(default_factory=dict)
     # the released rows by field (what the windows lifted), and as arrays for the columnar
     # shadows (made on first use); per-row results a shadow computed: (a pyarrow Table, sizes)
-    columns: dict[str, list[Any]] = field(default_factory=dict)
+    columns: dict[str, Any] = field(default_factory=dict)
     arrays: dict[str, Any] = field(default_factory=dict)
     row_tables: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     # a hopping window's boundaries the batch closed (engine.hopping.Boundary), oldest first

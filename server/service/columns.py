@@ -9,14 +9,17 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from mtawindows.v1.convert import first_inexact_int, inexact_int_text
+import numpy as np
+
+from mtawindows.v1.convert import MAX_EXACT_INT, first_inexact_int, inexact_int_text
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import FieldType, StreamSpec, show, show_names
 
 from .hosted_window import HostedWindow
 from .refusals import ServiceError, invalid
 
-Columns = Mapping[str, tuple[str, list[Any]]]  # name -> (FieldType value, values)
+# name -> (FieldType value, values: a list, or a numpy array of numbers from Arrow)
+Columns = Mapping[str, tuple[str, Any]]
 Violation = tuple[str, str]  # (field path, what is wrong)
 
 _NUMERIC_WIDEN = {
@@ -37,8 +40,9 @@ class Schema:
         self.nan_ok = {f.name for f in spec.fields if f.allow_nan}
         self.order = [spec.timestamp_field, *(f.name for f in spec.fields)]
 
-    def decode(self, columns: Columns) -> tuple[int, list[list[Any]]]:
-        """Check a batch's columns against the schema; the columns in schema order."""
+    def decode(self, columns: Columns) -> tuple[int, list[Any]]:
+        """Check a batch's columns against the schema; the columns in schema order (each a
+        list, or a numpy array where the batch gave one)."""
         violations, n_rows = self._shape(columns)  # schema first, then values
         out: list[list[Any]] = []
         values_bad: list[Violation] = []
@@ -54,15 +58,18 @@ class Schema:
                     )
                     continue
                 if expected == FieldType.DOUBLE.value:  # ints only where a double is exact
-                    inexact = first_inexact_int(values)
+                    inexact = first_inexact_int(_plain(values, MAX_EXACT_INT))
                     if inexact is not None:
-                        values_bad.append(_inexact(name, inexact, values[inexact]))
+                        values_bad.append(_inexact(name, inexact, _at(values, inexact)))
                         continue
-                    values = [float(v) for v in values]
+                    if isinstance(values, np.ndarray):
+                        values = values.astype(np.float64)
+                    else:
+                        values = [float(v) for v in values]
             if expected == FieldType.DOUBLE.value and name not in self.nan_ok:
                 bad = first_nonfinite(values)
                 if bad is not None:
-                    values_bad.append(_nonfinite(name, bad, values[bad]))
+                    values_bad.append(_nonfinite(name, bad, _at(values, bad)))
             out.append(values)
         if violations or values_bad:
             raise _refused(violations, values_bad)
@@ -146,9 +153,28 @@ def _refused(schema: list[Violation], values: list[Violation]) -> ServiceError:
     )
 
 
-def first_nonfinite(values: list[Any]) -> int | None:
+def _at(values: Any, i: int) -> Any:
+    """Value ``i`` of a column as a Python value (a numpy scalar would show as such)."""
+    v = values[i]
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _plain(values: Any, bound: int) -> Any:
+    """An array of ints as itself when every value lies within ``+-bound`` (nothing to
+    look at one by one), else as a list (the list checks name the value)."""
+    if not isinstance(values, np.ndarray):
+        return values
+    if not len(values) or (values.min() >= -bound and values.max() <= bound):
+        return []
+    return values.tolist()
+
+
+def first_nonfinite(values: Any) -> int | None:
     """Index of the first NaN, +inf or -inf; a finite sum proves there is none (one C loop:
-    any non-finite value makes ``fsum`` non-finite or raise)."""
+    any non-finite value makes ``fsum`` non-finite or raise). An array: one vectorized test."""
+    if isinstance(values, np.ndarray):
+        bad = np.flatnonzero(~np.isfinite(values))
+        return int(bad[0]) if len(bad) else None
     try:
         if math.isfinite(math.fsum(values)):
             return None

@@ -488,7 +488,7 @@ def _arrays(batch: Any, names: list[str]) -> dict[str, Any]:
         if n not in arrays:
             values = batch.columns[n]
             # text as Python strings (a fixed-width numpy string would drop trailing NULs)
-            text = bool(values) and isinstance(values[0], str)
+            text = len(values) > 0 and isinstance(values[0], str)
             arrays[n] = np.array(values, dtype=object) if text else np.asarray(values)
     return {n: arrays[n] for n in dict.fromkeys(names)}
 

@@ -10,6 +10,8 @@ import itertools
 import operator
 from typing import Any
 
+import numpy as np
+
 from mtawindows.v1.convert import timestamp_text
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import StreamSpec
@@ -38,12 +40,26 @@ class Reorder:
         if saved is not None:
             st.buffer, st.arrivals, st.seen = saved
 
-    def admit(self, st: StreamState, ts: list[int]) -> tuple[list[int] | None, int]:
-        """Which rows pass the lateness rule: (row indexes, None = all; rows dropped)."""
+    def admit(self, st: StreamState, ts: Any) -> tuple[list[int] | None, int]:
+        """Which rows pass the lateness rule: (row indexes, None = all; rows dropped).
+        ``ts``: a list, or a numpy array (then without a reorder buffer)."""
         if self.spec.late_policy != "DROP":
             self._check_in_order(st.newest, ts)
             return None, 0
         high = st.newest
+        if isinstance(ts, np.ndarray) and not self.lateness:
+            # a row passes when it is not older than the newest before it (the stream's, or
+            # an earlier row's: a dropped row is older than that, so it never raises it)
+            if not len(ts):
+                return None, 0
+            before = np.empty_like(ts)
+            before[1:] = np.maximum.accumulate(ts)[:-1]
+            before[0] = ts[0] if high is None else high
+            if high is not None:
+                np.maximum(before, high, out=before)
+            passing = np.flatnonzero(ts >= before)
+            dropped = len(ts) - len(passing)
+            return (None if dropped == 0 else passing.tolist()), dropped
         keep: list[int] = []
         for i, t in enumerate(ts):
             if high is None or t >= high:
@@ -53,9 +69,13 @@ class Reorder:
         late = len(ts) - len(keep)
         return (None if late == 0 else keep), late
 
-    def _check_in_order(self, prev: int | None, ts: list[int]) -> None:
+    def _check_in_order(self, prev: int | None, ts: Any) -> None:
         """late_policy REJECT: FAILED_PRECONDITION, ``OUT_OF_ORDER`` at the first row older
         than the one before it (or than the stream's newest)."""
+        if isinstance(ts, np.ndarray):  # in order: two vectorized comparisons
+            if not len(ts) or ((prev is None or ts[0] >= prev) and not (ts[1:] < ts[:-1]).any()):
+                return
+            ts = ts.tolist()  # else find the first late row, as below
         if (prev is None or not ts or ts[0] >= prev) and all(
             map(operator.le, ts, itertools.islice(ts, 1, None))
         ):

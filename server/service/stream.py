@@ -18,6 +18,8 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
+import numpy as np
+
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import AppendResult, StreamInfo, StreamSpec, WindowResult, clip, show
 
@@ -123,6 +125,18 @@ class Stream:
     keyed = False
 
     @property
+    def takes_arrays(self) -> bool:
+        """Whether a batch's numbers may come as numpy arrays (an Arrow request's, decoded
+        without a Python object per value): every window keeps its state as columns and
+        lifts nothing row by row, and no reorder buffer holds rows (it keeps them as rows).
+        Any other stream takes lists (:meth:`append` makes them from arrays it is given)."""
+        return (
+            bool(self.windows)
+            and not self.reorder.lateness
+            and all(w.columnar and w.hopper is None for w in self.windows.values())
+        )
+
+    @property
     def rows_late(self) -> int:
         return self.state.rows_late
 
@@ -162,6 +176,8 @@ class Stream:
         raises :class:`Deferred` instead, carrying the batch: :meth:`resume` finishes it where
         waiting is fine. Windows before that one are applied, it and the rest are not."""
         self.ensure_current()
+        if not self.takes_arrays:
+            columns = _as_lists(columns)
         request = Append(columns, producer_id, sequence, mode, which, max_rows)
         rows = max((len(v) for _, v in columns.values()), default=0)
         with _gc_paused(rows):
@@ -269,7 +285,7 @@ class Stream:
         """Each columnar window checks and lifts the batch's arrays before anything changes:
         a value it refuses refuses the batch here (BAD_VALUES), as a lift does."""
         for name, win in self.windows.items():
-            if not win.columnar or not batch.released_ts or name in batch.applied:
+            if not win.columnar or not len(batch.released_ts) or name in batch.applied:
                 continue
             try:
                 batch.prepared[name] = win.engine.prepare(win.arrays(batch))
@@ -327,7 +343,7 @@ class Stream:
         by name, the same as rows when the buffer made them, rows late, rows buffered)."""
         rows_idx, late = self.reorder.admit(self.state, cols[0])
         if rows_idx is not None:
-            cols = [[c[i] for i in rows_idx] for c in cols]
+            cols = [_take(c, rows_idx) for c in cols]
         names = self.schema.order
         if not self.reorder.lateness:
             return dict(zip(names, cols, strict=True)), None, late, 0
@@ -415,7 +431,7 @@ class Stream:
             except StoreError as ex:
                 win.restart_shadow()
                 self._store_failed(batch, name, ex)
-            if win.engine.inserted == inserted and batch.released_ts:  # the engine took none
+            if win.engine.inserted == inserted and len(batch.released_ts):  # it took none
                 win.restart_shadow()
             elif nonblocking and win.shadow is not None:
                 win.feed_shadow(batch, per_row=False)
@@ -520,11 +536,11 @@ class Stream:
         st = self.state
         ts = batch.ts
         result = batch.result
-        if ts:
-            high = max(ts)
+        if len(ts):
+            high = int(ts.max()) if isinstance(ts, np.ndarray) else max(ts)
             st.seen = high if st.seen is None else max(st.seen, high)
-        if batch.released_ts:
-            last = batch.released_ts[-1]
+        if len(batch.released_ts):
+            last = int(batch.released_ts[-1])
             st.newest = last if st.newest is None else max(st.newest, last)
         st.rows_appended += result.rows_applied
         st.rows_late += batch.late
@@ -579,3 +595,20 @@ class Stream:
 
     def _results(self, which: Sequence[str]) -> dict[str, WindowResult]:
         return {n: self.windows[n].result() for n in which or self.windows}
+
+
+def _as_lists(columns: Columns) -> Columns:
+    """``columns`` with every numpy array as a list (a stream that lifts rows takes lists)."""
+    if not any(isinstance(v, np.ndarray) for _, v in columns.values()):
+        return columns
+    return {
+        n: (kind, v.tolist() if isinstance(v, np.ndarray) else v)
+        for n, (kind, v) in columns.items()
+    }
+
+
+def _take(values: Any, rows: list[int]) -> Any:
+    """The values at ``rows`` of a column (a list or an array)."""
+    if isinstance(values, np.ndarray):
+        return values[rows]
+    return [values[i] for i in rows]

@@ -259,6 +259,11 @@ def _driver_info() -> Any:
     return DriverInfo()
 
 
+POOL_CONNECTIONS = 64  # a standalone client's connections (each window's writer takes one)
+POOL_WAIT = 12  # a wait for a free connection: up to this many socket timeouts ...
+POOL_WAIT_MIN = 60.0  # ... and at least this many seconds
+
+
 def connect(url: str, *, timeout: float = 5.0, retries: int = 1, **kw: Any) -> Any:
     """A client of the Redis at ``url``: :class:`redis.Redis` for a standalone server,
     :class:`redis.cluster.RedisCluster` for a cluster (see the module docstring for which
@@ -284,9 +289,19 @@ def connect(url: str, *, timeout: float = 5.0, retries: int = 1, **kw: Any) -> A
         cluster = _detect(plain, timeout)
     if not cluster:
         # a blocking pool: a burst past its connections (many windows' checkpoints at once)
-        # waits up to ``timeout`` for one instead of failing with "Too many connections"
+        # waits for one instead of failing with "Too many connections". Waiting for a
+        # connection is not Redis failing: every holder gives its connection back within a
+        # socket timeout (``timeout``) whether Redis answers or not, so the wait is bounded by
+        # the queue, and :data:`POOL_WAIT` x ``timeout`` is far past any queue a burst makes.
+        # (It was ``timeout`` itself: on a loaded machine a flush of a keyed stream's many
+        # windows failed with "No connection available" while Redis was fine, and a
+        # non-durable stream went back to its last checkpoint.)
         pool = redis.BlockingConnectionPool.from_url(
-            plain, retry=Retry(NoBackoff(), retries), timeout=timeout, **options
+            plain,
+            retry=Retry(NoBackoff(), retries),
+            timeout=max(POOL_WAIT * timeout, POOL_WAIT_MIN),
+            max_connections=POOL_CONNECTIONS,
+            **options,
         )
         client = redis.Redis(connection_pool=pool)
         client.auto_close_connection_pool = True

@@ -117,7 +117,10 @@ class StreamJournal:
     ) -> None:
         """Journal one batch (one round trip). Raises ``StoreError``: the entry may or may not
         be there, so the caller reloads the stream before its next append."""
-        cols = {name: [kind, values] for name, (kind, values) in columns.items()}  # no copy
+        cols = {  # no copy of a list; an array's values as a list (Stream.takes_arrays)
+            name: [kind, values.tolist() if hasattr(values, "tolist") else values]
+            for name, (kind, values) in columns.items()
+        }
         blob = packb([lsn, producer_id, sequence, mode, list(which), cols])
         try:
             self._write([("RPUSH", self.journal_key, (blob,))])

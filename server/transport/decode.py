@@ -37,7 +37,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-Columns = dict[str, tuple[str, list[Any]]]  # column name -> (type name, values)
+# column name -> (type name, values: a list, or a numpy array of numbers from Arrow)
+Columns = dict[str, tuple[str, Any]]
 _MODES = {pb.RESULT_MODE_UNSPECIFIED: NONE, pb.NONE: NONE, pb.FINAL: FINAL, pb.PER_ROW: PER_ROW}
 
 
@@ -161,8 +162,10 @@ def rows_hint(request: pb.AppendRequest) -> int:
     return len(getattr(col, kind).values) if kind else 0
 
 
-def columns_of(request: pb.AppendRequest, max_rows: int) -> Columns:
-    """The request's columns as (type name, values), from protobuf columns or Arrow IPC."""
+def columns_of(request: pb.AppendRequest, max_rows: int, *, arrays: bool = False) -> Columns:
+    """The request's columns as (type name, values), from protobuf columns or Arrow IPC;
+    with ``arrays`` an Arrow request's numbers come as numpy arrays (no Python object per
+    value: for a stream that takes them, :attr:`Stream.takes_arrays`), else as lists."""
     if request.arrow_ipc and request.columns:
         raise ServiceError(
             "INVALID_ARGUMENT",
@@ -171,7 +174,7 @@ def columns_of(request: pb.AppendRequest, max_rows: int) -> Columns:
             [("arrow_ipc", "set together with columns")],
         )
     if request.arrow_ipc:
-        return arrow_columns(request.arrow_ipc, max_rows)
+        return arrow_columns(request.arrow_ipc, max_rows, arrays=arrays)
     out: Columns = {}
     for i, col in enumerate(request.columns):
         if col.name in out:
@@ -194,11 +197,12 @@ def columns_of(request: pb.AppendRequest, max_rows: int) -> Columns:
     return out
 
 
-def arrow_columns(payload: bytes, max_rows: int) -> Columns:
-    """The columns of an Arrow IPC stream: names checked before the rows are read."""
+def arrow_columns(payload: bytes, max_rows: int, *, arrays: bool = False) -> Columns:
+    """The columns of an Arrow IPC stream: names checked before the rows are read; with
+    ``arrays`` the numbers as numpy arrays (text and bools as lists either way)."""
     table = arrow_table(payload, max_rows)
     return {
-        name: _arrow_column(name, col)
+        name: _arrow_column(name, col, arrays)
         for name, col in zip(table.column_names, table.columns, strict=True)
     }
 
@@ -240,8 +244,9 @@ def _check_arrow_names(names: list[str]) -> None:
         seen.add(name)
 
 
-def _arrow_column(name: str, col: Any) -> tuple[str, list[Any]]:
-    """One Arrow column as (type name, values): no nulls, a supported type, 64-bit values."""
+def _arrow_column(name: str, col: Any, arrays: bool = False) -> tuple[str, Any]:
+    """One Arrow column as (type name, values): no nulls, a supported type, 64-bit values;
+    numbers as a numpy array with ``arrays``, else as a list."""
     import pyarrow as pa
 
     if col.null_count:
@@ -251,12 +256,16 @@ def _arrow_column(name: str, col: Any) -> tuple[str, list[Any]]:
         raise _nulls(name, col.null_count, first)
     t = col.type
     try:
+        number = None
         if pa.types.is_timestamp(t):
-            return "TIMESTAMP", col.cast(pa.timestamp("ns")).cast(pa.int64()).to_pylist()
-        if pa.types.is_floating(t):
-            return "DOUBLE", col.cast(pa.float64()).to_pylist()
-        if pa.types.is_integer(t):
-            return "INT64", col.cast(pa.int64()).to_pylist()
+            number = "TIMESTAMP", col.cast(pa.timestamp("ns")).cast(pa.int64())
+        elif pa.types.is_floating(t):
+            number = "DOUBLE", col.cast(pa.float64())
+        elif pa.types.is_integer(t):
+            number = "INT64", col.cast(pa.int64())
+        if number is not None:
+            kind, values = number
+            return kind, values.to_numpy() if arrays else values.to_pylist()
         if pa.types.is_string(t) or pa.types.is_large_string(t):
             return "STRING", col.to_pylist()
         if pa.types.is_boolean(t):

@@ -427,7 +427,9 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         self, stream: Stream, request: pb.AppendRequest, mode: str, *, nonblocking: bool = False
     ) -> pb.AppendResponse:
         limit = self.registry.limits.max_batch_rows
-        columns = decode.columns_of(request, limit)
+        # an Arrow batch's numbers as arrays for a stream that takes them (no Python object
+        # per value), as lists for any other
+        columns = decode.columns_of(request, limit, arrays=stream.takes_arrays)
         # a keyed batch's part other than its first (the SDK's split) does not count it again
         extra = {"counted": False} if request.continuation and stream.keyed else {}
         return self._respond(

@@ -498,3 +498,38 @@ def test_bad_store_arguments_are_named(redis_url: str) -> None:
         RedisStore("http://localhost:6379")
     with pytest.raises(ValueError, match="timeout"):
         RedisStore(redis_url, timeout=0)
+
+
+def test_a_burst_past_the_pool_waits_for_a_connection_and_never_fails(redis_url: str) -> None:
+    """More callers than the pool's connections, each holding one longer than a socket
+    timeout in all (a blocking pop for a while, well within it alone): the others wait their
+    turn however long the queue, never "No connection available". A wait for a connection is
+    not Redis failing (it was bounded by the socket timeout: on a loaded machine a keyed
+    stream's flush of many windows failed so, and a non-durable stream lost its rows since
+    the last checkpoint)."""
+    import threading
+
+    from mtawindows.server.storage.connect import POOL_CONNECTIONS, connect
+
+    client = connect(redis_url, timeout=0.5)
+    callers = 3 * POOL_CONNECTIONS  # each waits for two rounds of holders: ~0.8 s > 0.5 s
+    errors: list[BaseException] = []
+    start = threading.Barrier(callers)
+
+    def hold() -> None:
+        try:
+            start.wait()
+            client.blpop(["mtaw:test:pool:nothing"], timeout=0.4)
+        except BaseException as ex:
+            errors.append(ex)
+
+    threads = [threading.Thread(target=hold) for _ in range(callers)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    took = time.monotonic() - t0
+    client.close()
+    assert not errors, errors[:3]
+    assert took > 0.5, took  # the last callers did wait longer than a socket timeout

@@ -267,7 +267,7 @@ class SumKernel(Kernel):
             bad = ~(x > 0)
             if bad.any():
                 i = int(np.argmax(bad))
-                msg = f"{self.owner}: expected a number > 0, got {x[i]!r} (row {i})"
+                msg = f"{self.owner}: expected a number > 0, got {x[i].item()!r} (row {i})"
                 raise ValueError(msg)
             x = np.log(x)
         return (x, np.zeros(n))

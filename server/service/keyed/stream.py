@@ -224,6 +224,7 @@ class KeyedStream:
     """A keyed stream held by this server: every key group of it (see the module docstring)."""
 
     keyed = True
+    takes_arrays = False  # its slab path reads lists (Stream.takes_arrays)
 
     def __init__(
         self,

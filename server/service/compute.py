@@ -20,7 +20,7 @@ from typing import Any
 
 from mtawindows.v1.keys import MAX_KEY_BYTES
 from mtawindows.v1.reasons import Reason
-from mtawindows.v1.types import FieldType, StreamSpec, clip
+from mtawindows.v1.types import FieldType, StreamSpec, clip, show
 
 from .hosted_window import HostedWindow, _columnar_refusal, _general_reason
 from .refusals import ServiceError, batch_too_large, invalid, not_found
@@ -216,7 +216,7 @@ def _runs(table: Any, key_column: str) -> Any:
                 key = col[r].as_py()
                 raise invalid(
                     f"arrow_ipc.{key_column}[{r}]",
-                    f"key {clip(str(key))!s} has rows apart (rows {seen[c]} and {r}, others "
+                    f"key {show(key)} has rows apart (rows {seen[c]} and {r}, others "
                     "between them); send each key's rows together, in timestamp order",
                     Reason.BAD_VALUES,
                 )

@@ -31,6 +31,7 @@ from .batch import FINAL, NONE, PER_ROW, Append, Batch, Deferred
 from .columns import Columns, Schema
 from .hosted_window import HostedWindow
 from .refusals import (
+    ServiceError,
     batch_too_large,
     fenced_out,
     invalid,
@@ -378,9 +379,7 @@ class Stream:
             try:
                 lifted[name] = [lift(r) for r in rows]
             except (TypeError, ValueError) as ex:
-                raise invalid(
-                    "columns", f"window {name!r} refused a row: {clip(str(ex))}", Reason.BAD_VALUES
-                ) from None
+                raise _refused_row(name, win, rows, ex) from None
             if key is not None:
                 same[key] = lifted[name]
         return lifted
@@ -612,3 +611,46 @@ def _take(values: Any, rows: list[int]) -> Any:
     if isinstance(values, np.ndarray):
         return values[rows]
     return [values[i] for i in rows]
+
+
+def _refused_row(
+    name: str, win: HostedWindow, rows: list[dict[str, Any]], ex: Exception
+) -> ServiceError:
+    """BAD_VALUES for a row window ``name``'s lift refused (``ex``): the first such row and,
+    when one field's lift refuses it, that column, in the violation and the metadata."""
+    found = _first_refused(win.lift, rows)
+    if found is None:  # pragma: no cover - the batch's lift raised, so one row does
+        return invalid(
+            "columns", f"window {name!r} refused a row: {clip(str(ex))}", Reason.BAD_VALUES
+        )
+    i, row, ex = found
+    monoid = win.built.monoid
+    column = None
+    for m in getattr(monoid, "monoids", (monoid,)):
+        f = getattr(m, "field", None)
+        if isinstance(f, str) and f in row:
+            try:
+                m.lift(row)
+            except (TypeError, ValueError):
+                column = f
+                break
+    where = f"columns[{column}][{i}]" if column else "columns"
+    meta = {"row": str(i), "window": name} | ({"column": column} if column else {})
+    return invalid(
+        where,
+        f"window {name!r} refused a row: {clip(str(ex))} (row {i})",
+        Reason.BAD_VALUES,
+        meta,
+    )
+
+
+def _first_refused(
+    lift: Callable[[Any], Any], rows: list[dict[str, Any]]
+) -> tuple[int, dict[str, Any], Exception] | None:
+    """The first row ``lift`` refuses: (its index, the row, the error); None when none."""
+    for i, row in enumerate(rows):
+        try:
+            lift(row)
+        except (TypeError, ValueError) as ex:
+            return i, row, ex
+    return None

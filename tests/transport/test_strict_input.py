@@ -199,6 +199,26 @@ def test_allow_nan_lets_every_non_finite_value_in(server: LocalServer) -> None:
         assert c.query("nan_ok", "w").values == {"n": 3}
 
 
+@pytest.mark.parametrize("columnar", [False, True], ids=["engine", "columnar-state"])
+def test_a_value_a_window_refuses_is_named_by_row_and_column(tmp_path: Any, columnar: bool) -> None:
+    """A NaN where the field allows it but a max cannot order it: BAD_VALUES naming the
+    window, the row and the column (in the violation and the metadata), whichever path the
+    window takes; nothing applied."""
+    env = {"MTAWINDOWS_COLUMNAR_STATE": "1" if columnar else "0"}
+    with LocalServer(tmp_path, env=env) as srv, srv.client() as c:
+        c.create_stream(StreamSpec("n", (Field("x", "DOUBLE", allow_nan=True),), wall_clock=False))
+        aggs = (Aggregation("n", "count"), Aggregation("m", "max", "x"))
+        c.create_window(WindowSpec("n", "w", aggs, Policy.count(9)))
+        c.append("n", {"ts": [1], "x": [5.0]})
+        batch = {"ts": [2, 3, 4], "x": [1.0, math.nan, 2.0]}
+        e = refused(srv, c, lambda: c.append("n", batch), "BAD_VALUES", streams=("n",))
+        assert "window 'w'" in e.message and "(row 1)" in e.message, e.message
+        if not columnar:  # the engine's lift: the column and the row in the violation too
+            assert fields_of(e) == ["columns[x][1]"], e.violations
+            assert (e.metadata["column"], e.metadata["row"]) == ("x", "1"), e.metadata
+        assert c.query("n", "w").values == {"n": 1, "m": 5.0}
+
+
 # --------------------------------------------------------------------------- unknown enums
 
 
@@ -501,6 +521,26 @@ def test_strings_over_their_limit_are_refused_first_without_echo(
     assert int(e.metadata["limit"]) == limit
     assert int(e.metadata["length"]) > limit
     no_long_echo(e)
+
+
+def test_a_key_over_its_limit_is_refused_without_echo(
+    server: LocalServer, client: WindowClient
+) -> None:
+    """A keyed stream's key of 10 KB (and of a megabyte): BAD_VALUES naming the key column,
+    echoing a few dozen characters of it, nothing applied."""
+    client.create_stream(
+        StreamSpec("keyed", (Field("host", "STRING"),), key="host", wall_clock=False)
+    )
+    client.create_window(WindowSpec("keyed", "w", (Aggregation("n", "count"),), Policy.count(9)))
+    for key in ("k" * 10_240, HUGE):
+        batch = {"ts": [1], "host": [key]}
+        e = refused(
+            server, client, lambda b=batch: client.append("keyed", b), "BAD_VALUES", streams=()
+        )  # fmt: skip
+        assert fields_of(e) == ["columns[host]"]
+        no_long_echo(e)
+        assert str(len(key)) in e.message
+        assert client.get_stream("keyed").keys == 0  # nothing applied
 
 
 def test_subscribe_checks_lengths_first(

@@ -1158,7 +1158,7 @@ class KeyedStream:
             return invalid(
                 f"columns[{self.spec.key}]",
                 f"a key is at most {MAX_KEY_BYTES} bytes of UTF-8, got one of "
-                f"{len(key.encode())} ({clip(key)})",
+                f"{len(key.encode())} ({show(key)})",
                 Reason.BAD_VALUES,
             )
         return None

@@ -670,6 +670,8 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             if request.keys:
                 if not stream.keyed:
                     raise not_keyed(request.stream, "is not keyed: subscribe without keys")
+                for i, k in enumerate(request.keys):
+                    stream.check_key(k, f"keys[{i}]")
                 keys = frozenset(request.keys)
             return self.fanout.subscribe(stream, request.window, encode, keys)
 

@@ -543,6 +543,30 @@ def test_the_key_limit_is_the_servers_across_streams(redis_url: str) -> None:
         drop_prefix(redis_url, prefix)
 
 
+def test_a_key_no_row_could_make_is_invalid_not_missing(redis_url: str) -> None:
+    """On a stream of INT64 keys a key that is not an integer's decimal text, and on any
+    keyed stream an empty key: INVALID_ARGUMENT naming the key (never KEY_NOT_FOUND: such a
+    key cannot exist); the integer's text and the int itself find the key."""
+    prefix = f"kv{uuid.uuid4().hex[:16]}"
+    reg = Registry(redis_url, prefix=prefix)
+    try:
+        reg.create_stream(StreamSpec("s", (Field("k", "INT64"),), key="k", wall_clock=False))
+        reg.create_window(WindowSpec("s", "w", (Aggregation("n", "count"),), Policy.count(5)))
+        s = reg.stream("s")
+        s.append({"ts": ("TIMESTAMP", [1, 2]), "k": ("INT64", [-7, 12])})
+        for bad in ("abc", "", "+12", "012", " 12", "1e3", "-0"):
+            for call, args in ((s.query, ("w", bad)), (s.get_key, (bad,)), (s.delete_key, (bad,))):
+                err = _refused(Reason.INVALID_ARGUMENT, call, *args)
+                assert err.violations[0][0] == "key", err.violations
+        assert s.query("w", "-7").values == {"n": 1} == s.query("w", -7).values
+        assert s.get_key("12").rows_appended == 1
+        _refused(Reason.KEY_NOT_FOUND, s.get_key, "13")
+    finally:
+        reg.drop("s")
+        reg.redis.close()
+        drop_prefix(redis_url, prefix)
+
+
 # -- the key cache
 
 

@@ -541,6 +541,13 @@ def test_a_key_over_its_limit_is_refused_without_echo(
         no_long_echo(e)
         assert str(len(key)) in e.message
         assert client.get_stream("keyed").keys == 0  # nothing applied
+    # a subscription to a key no row could make: refused, naming it
+    request = pb.SubscribeRequest(stream="keyed", window="w", keys=["a", ""])
+    e = refused(
+        server, client, lambda: rpc(lambda: list(client.stub.Subscribe(request, timeout=30))),
+        "INVALID_ARGUMENT", streams=(),
+    )  # fmt: skip
+    assert fields_of(e) == ["keys[1]"], e.violations
 
 
 def test_subscribe_checks_lengths_first(

@@ -1837,9 +1837,28 @@ class KeyedStream:
         self._fit(text)  # a cold key loaded: within the budget again (but for this key)
         return result
 
+    def check_key(self, text: str, where: str = "key") -> None:
+        """Refuse (INVALID_ARGUMENT, naming ``where``) a key a call names that no row could
+        have made: empty, or not an integer's decimal text on a stream of INT64 keys (such a
+        key would only ever be "not found")."""
+        if not text:
+            raise invalid(where, "a key is at least one character, got an empty one")
+        if self.int_keys:
+            try:
+                ok = str(int(text)) == text
+            except ValueError:
+                ok = False
+            if not ok:
+                raise invalid(
+                    where,
+                    f"stream {self.spec.name!r} has INT64 keys ({self.spec.key!r}): expected "
+                    f"an integer in decimal, got {show(text)}",
+                )
+
     def _text(self, key: Any) -> str:
         """The text of ``key``; on a cluster, once this server may serve its group."""
         text = key if isinstance(key, str) and self.int_keys else key_text(key)
+        self.check_key(text)
         if self.serve is not None:
             self.serve((key_group(text, self.n_groups),))
         return text

@@ -362,7 +362,7 @@ def merge_append(
     for window, shares in windows.items():
         out.row_results.append(_merge_rows(window, shares, n_rows))
     for window, parts in tables.items():
-        out.row_results.append(_merge_arrow(window, parts))
+        out.row_results.append(_merge_arrow(window, parts, n_rows))
     return out
 
 
@@ -379,8 +379,9 @@ def _arrow_share(rr: pb.WindowRowResults, rows: list[int] | None) -> Any:
     return table.set_column(i, table.schema.field(i), origin)
 
 
-def _merge_arrow(window: str, parts: Sequence[Any]) -> pb.WindowRowResults:
-    """One window's Arrow per-row results of every part, in input order (by ``_row``)."""
+def _merge_arrow(window: str, parts: Sequence[Any], n_rows: int) -> pb.WindowRowResults:
+    """One window's Arrow per-row results of every part, in input order (by ``_row``), with
+    ``rows`` (the ``_row`` column) when not every one of the ``n_rows`` rows has one."""
     import pyarrow as pa
 
     try:
@@ -392,7 +393,10 @@ def _merge_arrow(window: str, parts: Sequence[Any]) -> pb.WindowRowResults:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    return pb.WindowRowResults(window=window, arrow_ipc=sink.getvalue().to_pybytes())
+    out = pb.WindowRowResults(window=window, arrow_ipc=sink.getvalue().to_pybytes())
+    if table.num_rows != n_rows:  # present, even empty (no row applied)
+        out.rows.values.extend(table.column("_row").to_pylist())
+    return out
 
 
 # --------------------------------------------------------------------------- one split Append

@@ -271,12 +271,14 @@ class Stream:
         ):
             return self._duplicate(request)
         ts = cols[0]
-        columns_of, rows, late, buffered = self._admit(cols)
+        columns_of, rows, late, buffered, kept = self._admit(cols)
         lifted = self._lift(columns_of, rows)
         if not replay:
             self._check_results(request, lifted)
         released_ts = columns_of[self.spec.timestamp_field]
         result = AppendResult(rows_applied=len(released_ts), rows_late=late, rows_buffered=buffered)
+        if request.mode == PER_ROW and kept is not None:
+            result.row_positions = kept  # the request's row of each result (late rows left)
         batch = Batch(request, result, ts, lifted, released_ts, late, columns=columns_of)
         if not replay:  # a replayed entry's: once the windows that hold it are known
             self._prepare_columnar(batch)
@@ -338,19 +340,20 @@ class Stream:
         return Batch(request, res, [], {}, [], 0)
 
     def _admit(
-        self, cols: list[list[Any]]
-    ) -> tuple[dict[str, list[Any]], list[dict[str, Any]] | None, int, int]:
+        self, cols: list[Any]
+    ) -> tuple[dict[str, Any], list[dict[str, Any]] | None, int, int, list[int] | None]:
         """The rows that pass the lateness rule and leave the reorder buffer: (their columns
-        by name, the same as rows when the buffer made them, rows late, rows buffered)."""
+        by name, the same as rows when the buffer made them, rows late, rows buffered, and
+        the request's rows they are when some were dropped and no buffer reorders them)."""
         rows_idx, late = self.reorder.admit(self.state, cols[0])
         if rows_idx is not None:
             cols = [_take(c, rows_idx) for c in cols]
         names = self.schema.order
         if not self.reorder.lateness:
-            return dict(zip(names, cols, strict=True)), None, late, 0
+            return dict(zip(names, cols, strict=True)), None, late, 0, rows_idx
         rows = [dict(zip(names, r, strict=True)) for r in zip(*cols, strict=True)]
         rows, buffered = self.reorder.release(self.state, rows)
-        return {n: [r[n] for r in rows] for n in names}, rows, late, buffered
+        return {n: [r[n] for r in rows] for n in names}, rows, late, buffered, None
 
     def _lift(
         self, columns_of: dict[str, list[Any]], rows: list[dict[str, Any]] | None

@@ -478,15 +478,17 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         for r in res.key_results:  # a keyed stream's: one per (window, key) changed
             out.results.append(convert.result_to_proto(r, stream.windows[r.window].type_tags))
         positions = res.row_positions
+        # not every row has a result (late rows left): the request's row of each, as "rows"
+        # (and as an Arrow table's "_row" column)
+        rows = pb.Int64List(values=positions) if positions is not None else None
         if arrow:  # one Arrow IPC stream per window: no value becomes a Python object
             for wname, rr in res.row_results.items():
                 assert isinstance(rr, RowResults)
                 table = rr.arrow(positions)
                 out.row_results.append(
-                    pb.WindowRowResults(window=wname, arrow_ipc=arrow_ipc(table))
+                    pb.WindowRowResults(window=wname, arrow_ipc=arrow_ipc(table), rows=rows)
                 )
             return self._fitting(out)
-        rows = pb.Int64List(values=positions) if positions is not None else None
         for wname, rr in res.row_results.items():
             assert isinstance(rr, RowResults)
             out.row_results.append(

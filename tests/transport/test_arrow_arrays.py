@@ -211,11 +211,12 @@ def test_dropped_late_rows_are_the_same_in_both_forms() -> None:
     whichever form it came in; the rest as the oracle says."""
     rng = random.Random(7)
     with LocalServer(env=ON) as srv, srv.client() as c:
-        for s in ("a", "l"):
+        for s in ("a", "l", "r"):
             c.create_stream(StreamSpec(s, FIELDS, wall_clock=False, late_policy="DROP"))
             c.create_window(WindowSpec(s, "w", COLUMNAR_AGGS, Policy.count(12)))
         oracle = {s: Oracle(lambda p, a: len(a) - len(p) >= 12) for s in ("a", "l")}
         newest: int | None = None
+        applied = 0  # rows stream "r" took so far
         for b in range(12):
             n = rng.randint(1, 30)
             base = 0 if newest is None else newest
@@ -234,12 +235,22 @@ def test_dropped_late_rows_are_the_same_in_both_forms() -> None:
             for s, form in (("a", _arrow(batch)), ("l", batch)):
                 res = c.append(s, form, results="per_row")
                 assert (res.rows_applied, res.rows_late) == (len(kept), n - len(kept)), (s, b)
+                # each result's request row, when some rows left (as Arrow results too)
+                assert res.row_positions == (kept if len(kept) < n else None), (s, b)
                 per_row = []
                 for i in kept:
                     oracle[s].push({k: batch[k][i] for k in batch})
                     want = expected(oracle[s].rows) | {"__size": len(oracle[s].rows)}
                     per_row.append({k: v for k, v in want.items() if k != "sk"})
                 _check(res, "w", per_row, f"{s} batch {b}")
+            # and as Arrow results: "_row" the request's row of each, sizes as the oracle's
+            res = c.append("r", _arrow(batch), results="per_row", arrow=True)
+            table = res.row_tables["w"]
+            assert table.column("_row").to_pylist() == kept, b
+            assert res.row_positions == (kept if len(kept) < n else None), b
+            sizes = [min(12, applied + j + 1) for j in range(len(kept))]
+            assert table.column("_size").to_pylist() == sizes, b
+            applied += len(kept)
         assert c.get_stream("a").rows_late == c.get_stream("l").rows_late > 0
 
 

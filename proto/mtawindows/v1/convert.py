@@ -672,14 +672,14 @@ def append_result_from_proto(m: pb.AppendResponse) -> AppendResult:
     rows: dict[str, Mapping[str, Any]] = {}
     out.row_results = rows
     for rr in m.row_results:
+        if rr.HasField("rows"):  # not every row applied: the request's row of each entry
+            out.row_positions = list(rr.rows.values)
         if rr.arrow_ipc:  # AppendRequest.arrow_results
             out.row_tables[rr.window] = arrow_table(rr.arrow_ipc)
             continue
         cols = {c.name: column_from_proto(c)[1] for c in rr.columns}
         cols["__size"] = list(rr.sizes.values)
         rows[rr.window] = cols
-        if rr.HasField("rows"):  # not every row applied: the request's row of each entry
-            out.row_positions = list(rr.rows.values)
     return out
 
 

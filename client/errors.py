@@ -6,6 +6,7 @@ The class comes from the ErrorInfo reason where the contract gives one its own
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -189,6 +190,8 @@ def from_rpc_error(err: grpc.RpcError, target: str | None = None) -> MtaWindowsE
     if status is None and hasattr(err, "trailing_metadata"):
         status = _aio_status(err)
     d = _details(status)
+    if not d.reason and code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        message = _cut_by_grpc(message, d)
     cls = _BY_REASON.get(d.reason) or _BY_CODE.get(code, MtaWindowsError)
     return cls(
         message,
@@ -197,6 +200,26 @@ def from_rpc_error(err: grpc.RpcError, target: str | None = None) -> MtaWindowsE
         violations=d.violations,
         metadata=d.metadata,
         target=target,
+    )
+
+
+_GRPC_TOO_LARGE = re.compile(r"Received message larger than max \((\d+) vs\. (\d+)\)")
+
+
+def _cut_by_grpc(message: str, d: _Decoded) -> str:
+    """A request gRPC itself refused by its size (past twice the server's message limit the
+    server's gRPC layer cuts it before the service sees it: a bare RESOURCE_EXHAUSTED):
+    ``MESSAGE_TOO_LARGE`` with ``size_bytes`` and ``limit_bytes`` (the limit gRPC applied),
+    as the service refuses a smaller one. Nothing of it was applied."""
+    m = _GRPC_TOO_LARGE.search(message)
+    if m is None:
+        return message
+    size, limit = m.groups()
+    d.reason = Reason.MESSAGE_TOO_LARGE
+    d.metadata = {"size_bytes": size, "limit_bytes": limit}
+    return (
+        f"the request is {size} bytes, over the server's limit of {limit} bytes for a message "
+        "(its gRPC layer refused it; nothing was applied); send fewer rows per call"
     )
 
 

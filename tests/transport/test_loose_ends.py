@@ -185,7 +185,8 @@ def rows(n: int, start: int = 0) -> dict[str, list[Any]]:
 def test_a_request_over_the_servers_limit_gets_a_rich_status(small_server: LocalServer) -> None:
     """1 MiB limit: a 1.3 MB append is refused as RESOURCE_EXHAUSTED with ErrorInfo
     MESSAGE_TOO_LARGE, the limit and the size it came with (gRPC alone answered without
-    ErrorInfo); nothing was applied; past twice the limit gRPC still cuts it (bare)."""
+    ErrorInfo); nothing was applied; past twice the limit gRPC still cuts it (bare: the SDK
+    makes it the same refusal from gRPC's text)."""
     from mtawindows.client import MessageTooLargeError
     from mtawindows.client.calls import append_request
     from mtawindows.v1 import windows_pb2 as pb
@@ -215,9 +216,14 @@ def test_a_request_over_the_servers_limit_gets_a_rich_status(small_server: Local
 
         e = from_rpc_error(info.value)
         assert (e.code, e.reason) == ("RESOURCE_EXHAUSTED", "MESSAGE_TOO_LARGE")
-        # past the hard cap (2 x the limit) gRPC refuses it as it arrives, without ErrorInfo
+        # past the hard cap (2 x the limit) gRPC refuses it as it arrives, without ErrorInfo:
+        # the SDK reads its size and the cap from gRPC's text, as the same refusal
         e = rpc_error(lambda: c.append("big", rows(400_000, 300_000)))
-        assert (e.code, e.reason) == ("RESOURCE_EXHAUSTED", "")
+        assert isinstance(e, MessageTooLargeError)
+        assert (e.code, e.reason) == ("RESOURCE_EXHAUSTED", "MESSAGE_TOO_LARGE")
+        assert e.metadata["limit_bytes"] == str(2 * limit), e.metadata
+        assert int(e.metadata["size_bytes"]) > 2 * limit
+        assert e.metadata["size_bytes"] in e.message and "nothing was applied" in e.message
         c.append("big", rows(1000, 1000))  # the server goes on
         assert c.query("big", "w").values == {"n": 2000, "s": 2000.0}
     assert small_server.health() == "SERVING"

@@ -47,7 +47,10 @@ class Reason(StrEnum):
     MESSAGE_TOO_LARGE = (
         "MESSAGE_TOO_LARGE",
         "the request's serialized size is over the limit (RESOURCE_EXHAUSTED): metadata "
-        "limit_bytes and size_bytes; send smaller batches (from the SDK, before it is sent)",
+        "limit_bytes and size_bytes; nothing was applied. From the server (over its "
+        "--max-message-mb; past twice that its gRPC layer refuses it, which the SDK reports "
+        "the same way, the limit then being that cap) or from the SDK before it is sent (over "
+        "its max_message_bytes)",
     )
     UNKNOWN_ENUM_VALUE = (
         "UNKNOWN_ENUM_VALUE",

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
 from typing import Any, NoReturn, TextIO
 
-from mtawindows.v1.types import ALGORITHMS
+from mtawindows.v1.types import ALGORITHMS, show
 
 from .errors import MtaWindowsError
 from .present import Presenter, plain
@@ -625,11 +625,27 @@ def _rows(
             return v
         if t == "DOUBLE":
             return double(name, v, line)
-        if isinstance(v, str):
-            if t == "INT64":
-                return int(v)
-            if t == "BOOL":
-                return v.strip().lower() in ("1", "true", "yes")
+        if t == "INT64":
+            return integer(name, v, line)
+        if t == "BOOL" and isinstance(v, str):
+            word = v.strip().lower()
+            if word in ("1", "true", "yes"):
+                return True
+            if word in ("0", "false", "no", ""):
+                return False
+            msg = f"line {line}: column {name!r}: expected a BOOL (true or false), got {show(v)}"
+            raise ValueError(msg)
+        return v
+
+    def integer(name: str, v: Any, line: int) -> Any:
+        if isinstance(v, str) and re.fullmatch(r"\s*[+-]?\d+\s*", v):
+            v = int(v)
+        if not isinstance(v, int) or isinstance(v, bool):
+            msg = f"line {line}: column {name!r}: expected an INT64 (an integer), got {show(v)}"
+            raise ValueError(msg)
+        if not -(2**63) <= v < 2**63:
+            msg = f"line {line}: column {name!r}: {v} is out of the INT64 range (+-2**63)"
+            raise ValueError(msg)
         return v
 
     fields = list(schema)

@@ -263,6 +263,36 @@ def test_what_an_outsider_hit(server: LocalServer, tmp_path: Path) -> None:
     )
 
 
+def test_a_bad_int_or_bool_in_a_file_names_its_line_and_column(
+    server: LocalServer, tmp_path: Path
+) -> None:
+    """An INT64 or BOOL value that is not one (text, a JSON float, past int64, a word that
+    is neither true nor false): one error line naming the line and the column; nothing sent."""
+    t = server.target
+    args = ("--field", "dev:INT64", "--field", "v:DOUBLE", "--field", "ok:BOOL")
+    assert cli(t, "streams", "create", "ints", *args).returncode == 0
+    head = "ts,dev,v,ok\n2026-01-01T12:00:00Z,1,1.0,true\n"
+    cases = {
+        "x.csv": (head + "2026-01-01T12:00:01Z,x,1.0,true\n", "line 3: column 'dev'"),
+        "big.csv": (
+            head + "2026-01-01T12:00:01Z,99999999999999999999,1.0,no\n",
+            "line 3: column 'dev': 99999999999999999999 is out of the INT64 range",
+        ),
+        "maybe.csv": (head + "2026-01-01T12:00:01Z,2,1.0,maybe\n", "line 3: column 'ok'"),
+        "f.jsonl": (
+            '{"ts": "2026-01-01T12:00:01Z", "dev": 1.5, "v": 1.0, "ok": true}\n',
+            "line 1: column 'dev': expected an INT64 (an integer), got 1.5",
+        ),
+    }
+    for name, (text, said) in cases.items():
+        (tmp_path / name).write_text(text)
+        r = cli(t, "append", "ints", str(tmp_path / name))
+        assert r.returncode == 1 and said in r.stderr, (name, r.stderr)
+        assert r.stderr.count("error:") == 1, r.stderr
+    r = cli(t, "--json", "streams", "get", "ints")
+    assert json.loads(r.stdout)["rows_appended"] == 0, r.stdout
+
+
 def test_out_of_order_refusals_name_timestamps_as_the_stream_reads_them(
     server: LocalServer,
 ) -> None:

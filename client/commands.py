@@ -872,12 +872,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _time_outputs(c: Any, stream: str, window: str, out: Presenter | None = None) -> list[str]:
-    """The outputs of a window that are timestamps (printed as RFC 3339 text); tells ``out``
+    """The outputs of a window that are timestamps (printed as RFC 3339 text), a struct's
+    timestamp parts as ``output.part``; tells ``out``
     whether a hopping window's boundaries are row counts."""
     info = c.get_window(stream, window)
     if out is not None:
         out.boundary_rows = isinstance(info.spec.slide, int)
-    return [o.name for o in info.outputs if o.type == "TIMESTAMP"]
+    return [o.name for o in info.outputs if o.type == "TIMESTAMP"] + [
+        f"{o.name}.{p.name}" for o in info.outputs for p in o.parts if p.type == "TIMESTAMP"
+    ]
 
 
 def _streams(c: Any, args: argparse.Namespace, out: Presenter) -> None:

@@ -85,10 +85,7 @@ class Presenter:
             elif k in _MS_FIELDS and isinstance(v, int) and not isinstance(v, bool):
                 v = v if self.raw else (rfc3339(v * 1_000_000) if v else None)
             elif k == "values" and isinstance(v, dict) and outs:
-                v = {
-                    n: self.when(x) if n in outs and isinstance(x, int) else self.timed(x)
-                    for n, x in v.items()
-                }
+                v = {n: self._timed_output(n, x, outs) for n, x in v.items()}
             else:
                 v = self.timed(v, time_outputs)
             if "window" in d and k in _RESULT_NAMES:  # a result: one word for the batch
@@ -112,11 +109,26 @@ class Presenter:
             return json.dumps(plain(v))
         return str(v)
 
+    def _timed_output(self, name: str, v: Any, outs: set[str]) -> Any:
+        """One output's value with its timestamps as text (unless raw): the output itself
+        when ``outs`` names it, a struct's parts named ``output.part``."""
+        if name in outs and isinstance(v, int) and not isinstance(v, bool):
+            return self.when(v)
+        if isinstance(v, dict):
+            return {
+                p: self.when(x)
+                if f"{name}.{p}" in outs and isinstance(x, int) and not isinstance(x, bool)
+                else self.timed(x)
+                for p, x in v.items()
+            }
+        return self.timed(v)
+
     def output(self, name: str, v: Any, time_outputs: set[str]) -> str:
-        """One output's value as text: a timestamp output's int as a timestamp."""
+        """One output's value as text: a timestamp output's int as a timestamp, and a
+        struct's timestamp parts."""
         if name in time_outputs and isinstance(v, int):
             return str(self.when(v))
-        return self.value(v)
+        return self.value(self._timed_output(name, v, time_outputs))
 
     def values(self, values: Mapping[str, Any], time_outputs: Iterable[str] = ()) -> list[str]:
         outs = set(time_outputs)

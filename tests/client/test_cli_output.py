@@ -293,6 +293,27 @@ def test_a_bad_int_or_bool_in_a_file_names_its_line_and_column(
     assert json.loads(r.stdout)["rows_appended"] == 0, r.stdout
 
 
+def test_a_timestamp_inside_a_struct_prints_as_text_unless_raw(
+    server: LocalServer, tmp_path: Path
+) -> None:
+    """An arg-max keyed by the timestamp: its key part printed as RFC 3339 text in the
+    summary and in JSON, as int nanoseconds with --raw."""
+    t = server.target
+    assert cli(t, "streams", "create", "am", "--field", "v:DOUBLE").returncode == 0
+    agg = ("--agg", "peak=argmax:v:key=ts", "--policy", "count:5")
+    assert cli(t, "windows", "create", "am", "w", *agg).returncode == 0
+    (tmp_path / "am.csv").write_text(
+        "ts,v\n2026-01-01T12:00:00Z,1.0\n2026-01-01T12:00:07Z,9.0\n2026-01-01T12:00:09Z,2.0\n"
+    )
+    assert cli(t, "append", "am", str(tmp_path / "am.csv")).returncode == 0
+    r = cli(t, "query", "am", "w")
+    assert '"key": "2026-01-01T12:00:07Z"' in r.stdout and '"value": 9.0' in r.stdout, r.stdout
+    r = cli(t, "--json", "query", "am", "w")
+    assert json.loads(r.stdout)["values"]["peak"] == {"value": 9.0, "key": "2026-01-01T12:00:07Z"}
+    r = cli(t, "--json", "--raw", "query", "am", "w")
+    assert json.loads(r.stdout)["values"]["peak"]["key"] == 1_767_268_807_000_000_000
+
+
 def test_out_of_order_refusals_name_timestamps_as_the_stream_reads_them(
     server: LocalServer,
 ) -> None:

@@ -38,6 +38,7 @@ from mtawindows.v1 import windows_pb2_grpc as pb_grpc
 from mtawindows.v1.types import Field
 
 from .test_columnar_shadow import _check
+from .test_columnar_shadow import _run as _shadow_run
 from .test_columnar_state import COLUMNAR_AGGS, ON
 from .test_service_e2e import AGGS, Oracle, expected, random_batch
 
@@ -57,18 +58,18 @@ def _arrow(batch: dict[str, list[Any]]) -> pa.Table:
     )
 
 
+def _said(ex: MtaWindowsError) -> tuple[str, str, list[Any], dict[str, str]]:
+    """What a refusal says: its reason, message, violations and metadata."""
+    violations = sorted((v.field, v.description) for v in ex.violations)
+    return ex.reason, ex.message, violations, dict(ex.metadata)
+
+
 def _refusal(
     c: WindowClient, stream: str, batch: Any
 ) -> tuple[str, str, list[Any], dict[str, str]]:
     with pytest.raises(MtaWindowsError) as info:
         c.append(stream, batch, results="per_row")
-    ex = info.value
-    return (
-        ex.reason,
-        ex.message,
-        sorted((v.field, v.description) for v in ex.violations),
-        dict(ex.metadata),
-    )
+    return _said(info.value)
 
 
 def _raw_refusal(
@@ -84,40 +85,18 @@ def _raw_refusal(
     )
     with grpc.insecure_channel(target) as ch, pytest.raises(grpc.RpcError) as info:
         pb_grpc.WindowServiceStub(ch).Append(request, timeout=30)
-    ex = from_rpc_error(info.value, target)
-    return (
-        ex.reason,
-        ex.message,
-        sorted((v.field, v.description) for v in ex.violations),
-        dict(ex.metadata),
-    )
+    return _said(from_rpc_error(info.value, target))
 
 
 def _feed(
-    c: WindowClient,
-    stream: str,
-    oracles: dict[str, Oracle],
-    rng: random.Random,
-    t: int,
-    batches: int,
-    where: str,
+    c: WindowClient, oracles: dict[str, Oracle], rng: random.Random, t: int, n: int, where: str
 ) -> int:
-    """``batches`` random batches, each as Arrow or as lists in turn, every per-row result
-    against the oracle."""
-    for b in range(batches):
-        batch, t = random_batch(rng, t, rng.randint(1, 60))
-        arrow = b % 2 == 0
-        res = c.append(stream, _arrow(batch) if arrow else batch, results="per_row")
-        assert res.rows_applied == len(batch["ts"])
-        rows = [dict(zip(batch, vals, strict=True)) for vals in zip(*batch.values(), strict=True)]
-        for name, oracle in oracles.items():
-            per_row = []
-            for row in rows:
-                oracle.push(row)
-                want = expected(oracle.rows) | {"__size": len(oracle.rows)}
-                per_row.append({k: v for k, v in want.items() if k != "sk"})
-            _check(res, name, per_row, f"{where} batch {b} ({'arrow' if arrow else 'lists'})")
-    return t
+    """``n`` random batches, each as Arrow or as lists in turn, every per-row result against
+    the oracle (the shadow tests' run)."""
+    return _shadow_run(
+        c, oracles, rng, t, n, where, max_rows=60, skip=("sk",),
+        form=lambda b, batch: _arrow(batch) if b % 2 == 0 else batch,
+    )  # fmt: skip
 
 
 def test_arrow_and_lists_give_the_same_answers_and_refusals_across_kill_9(
@@ -136,7 +115,7 @@ def test_arrow_and_lists_give_the_same_answers_and_refusals_across_kill_9(
                 c.create_window(WindowSpec("s", name, COLUMNAR_AGGS, policy, "AMTA", storage))
                 assert c.get_window("s", name).path == "columnar"
                 oracles[name] = Oracle(pred)
-            t = _feed(c, "s", oracles, rng, 0, 16, "first run")
+            t = _feed(c, oracles, rng, 0, 16, "first run")
             before = {n: c.query("s", n) for n in oracles}
             # each refusal the same in both forms, and nothing changed by either
             newest = t
@@ -198,12 +177,12 @@ def test_arrow_and_lists_give_the_same_answers_and_refusals_across_kill_9(
                     per_row.append({k: v for k, v in want.items() if k != "sk"})
                 _check(res, name, per_row, "exact ints")
             t = newest + 2
-            t = _feed(c, "s", oracles, rng, t, 6, "after the refusals")
+            t = _feed(c, oracles, rng, t, 6, "after the refusals")
         srv.kill()  # kill -9: the durable window replays its journal (Arrow batches in it)
         srv.start()
         with srv.client() as c:
             oracles = {"d7": oracles["d7"]}
-            _feed(c, "s", oracles, rng, t, 6, "after kill -9")
+            _feed(c, oracles, rng, t, 6, "after kill -9")
 
 
 def test_dropped_late_rows_are_the_same_in_both_forms() -> None:

@@ -69,12 +69,16 @@ def _run(
     max_rows: int = 25,
     skip: tuple[str, ...] = (),
     after: Callable[[int, str], None] | None = None,
+    form: Callable[[int, dict[str, list[Any]]], Any] | None = None,
+    stream: str = "s",
 ) -> int:
-    """``batches`` random batches of stream "s" with per-row results, each window's checked
-    against its oracle (but the outputs ``skip``); ``after(b, where)`` after each batch."""
+    """``batches`` random batches of ``stream`` with per-row results, each window's checked
+    against its oracle (but the outputs ``skip``); ``after(b, where)`` after each batch;
+    ``form(b, batch)``: what batch ``b`` is sent as (the dict of lists by default)."""
     for b in range(batches):
         batch, t = random_batch(rng, t, rng.randint(1, max_rows))
-        res = c.append("s", batch, results="per_row")
+        res = c.append(stream, form(b, batch) if form else batch, results="per_row")
+        assert res.rows_applied == len(batch["ts"])
         rows = [dict(zip(batch, vals, strict=True)) for vals in zip(*batch.values(), strict=True)]
         for name, oracle in oracles.items():
             per_row = []

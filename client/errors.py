@@ -203,7 +203,9 @@ def from_rpc_error(err: grpc.RpcError, target: str | None = None) -> MtaWindowsE
     )
 
 
-_GRPC_TOO_LARGE = re.compile(r"Received message larger than max \((\d+) vs\. (\d+)\)")
+# the server's gRPC layer refusing a request; a reply this client's gRPC refused says
+# "CLIENT: ..." (the request was sent, and may have been applied): not this
+_GRPC_TOO_LARGE = re.compile(r"^SERVER: Received message larger than max \((\d+) vs\. (\d+)\)")
 
 
 def _cut_by_grpc(message: str, d: _Decoded) -> str:

@@ -37,6 +37,7 @@ from pyspark.sql.types import (
 )
 
 from mtawindows.client import KeyInfo, NotFoundError, StreamSpec, WindowInfo, WindowResult
+from mtawindows.v1.keys import possible_key
 from mtawindows.v1.reasons import Reason
 
 from .clients import client_for
@@ -236,7 +237,9 @@ class ResultsReader(DataSourceReader):
                 raise ConnectorError(msg)
             # a filter on column key: null in every row of an unkeyed stream, so none passes
             return [InputPartition(_Part(() if self.wanted.narrowed else windows))]
-        keys = _keys_of(self.opts, self.wanted)
+        int_keys = any(f.name == spec.key and str(f.type) == "INT64" for f in spec.fields)
+        # a key filter may name keys no row could make ('' or, on INT64 keys, "007"): no rows
+        keys = [k for k in _keys_of(self.opts, self.wanted) if possible_key(k, int_keys)]
         n = KEYS_PER_PARTITION
         parts = [_Part(windows, tuple(keys[i : i + n])) for i in range(0, len(keys), n)]
         return [InputPartition(p) for p in parts] or [InputPartition(_Part(()))]

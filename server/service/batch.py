@@ -51,6 +51,8 @@ class Batch:
     boundaries: dict[str, list[Any]] = field(default_factory=dict)
     # a columnar window's batch, checked and lifted as arrays (ColumnarEngine.prepare)
     prepared: dict[str, Any] = field(default_factory=dict)
+    # the request's row of each released row, when late rows were dropped (None: one for one)
+    origin: list[int] | None = None
 
 
 class Deferred(Exception):

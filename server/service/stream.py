@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
@@ -272,7 +273,7 @@ class Stream:
             return self._duplicate(request)
         ts = cols[0]
         columns_of, rows, late, buffered, kept = self._admit(cols)
-        lifted = self._lift(columns_of, rows)
+        lifted = self._lift(columns_of, rows, kept)
         if not replay:
             self._check_results(request, lifted)
         released_ts = columns_of[self.spec.timestamp_field]
@@ -280,6 +281,7 @@ class Stream:
         if request.mode == PER_ROW and kept is not None:
             result.row_positions = kept  # the request's row of each result (late rows left)
         batch = Batch(request, result, ts, lifted, released_ts, late, columns=columns_of)
+        batch.origin = kept
         if not replay:  # a replayed entry's: once the windows that hold it are known
             self._prepare_columnar(batch)
         return batch
@@ -298,11 +300,60 @@ class Stream:
                 raise store_unavailable(self.spec.name, ex, window=name) from None
             except (TypeError, ValueError, KeyError) as ex:
                 why = str(ex).strip("'")  # a KeyError's text comes quoted
+                # "(row i)" of the rows it was given: the request's row, when rows were
+                # dropped; none when a reorder buffer released them (they may be older)
+                why = _ROW_TEXT.sub(lambda m: self._row_text(int(m[1]), batch.origin), why)
                 raise invalid(
                     "columns",
                     f"window {name!r} refused a row: {clip(why)}",
                     Reason.BAD_VALUES,
                 ) from None
+
+    def _row_text(self, i: int, origin: list[int] | None) -> str:
+        """``(row i)`` of the rows a window was given, as the request's row: through
+        ``origin`` (the request's row of each, when late rows were dropped); nothing when a
+        reorder buffer released them (they need not be this request's)."""
+        if self.reorder.lateness:
+            return ""
+        return f"(row {origin[i] if origin is not None else i})"
+
+    def _refused_row(
+        self,
+        name: str,
+        win: HostedWindow,
+        rows: list[dict[str, Any]],
+        ex: Exception,
+        origin: list[int] | None,
+    ) -> ServiceError:
+        """BAD_VALUES for a row window ``name``'s lift refused (``ex``): the first such row as
+        the request's row (:meth:`_row_text`) and, when one field's lift refuses it, that
+        column, in the violation and the metadata."""
+        found = _first_refused(win.lift, rows)
+        if found is None:  # pragma: no cover - the batch's lift raised, so one row does
+            why = f"window {name!r} refused a row: {clip(str(ex))}"
+            return invalid("columns", why, Reason.BAD_VALUES)
+        i, row, ex = found
+        monoid = win.built.monoid
+        column = None
+        for m in getattr(monoid, "monoids", (monoid,)):
+            f = getattr(m, "field", None)
+            if isinstance(f, str) and f in row:
+                try:
+                    m.lift(row)
+                except (TypeError, ValueError):
+                    column = f
+                    break
+        said = self._row_text(i, origin)
+        meta = {"window": name} | ({"column": column} if column else {})
+        where = "columns"
+        if said:
+            row_no = said[5:-1]  # "(row N)"
+            meta["row"] = row_no
+            where = f"columns[{column}][{row_no}]" if column else "columns"
+        elif column:
+            where = f"columns[{column}]"
+        text = f"window {name!r} refused a row: {clip(str(ex))}" + (f" {said}" if said else "")
+        return invalid(where, text, Reason.BAD_VALUES, meta)
 
     def _check_results(self, request: Append, lifted: dict[str, list[Any]]) -> None:
         """A window with a plugin's ``lower`` lowers the results the batch would give it
@@ -356,10 +407,14 @@ class Stream:
         return {n: [r[n] for r in rows] for n in names}, rows, late, buffered, None
 
     def _lift(
-        self, columns_of: dict[str, list[Any]], rows: list[dict[str, Any]] | None
+        self,
+        columns_of: dict[str, list[Any]],
+        rows: list[dict[str, Any]] | None,
+        origin: list[int] | None = None,
     ) -> dict[str, list[Any]]:
         """The batch lifted for every window before any changes: a refused row changes
-        nothing. A window lifts whole columns, or else the rows one by one."""
+        nothing (named as the request's row: ``origin`` when late rows were dropped). A
+        window lifts whole columns, or else the rows one by one."""
         lifted: dict[str, list[Any]] = {}
         same: dict[Any, list[Any]] = {}  # windows of one record lift the batch once
         for name, win in self.windows.items():
@@ -382,7 +437,7 @@ class Stream:
             try:
                 lifted[name] = [lift(r) for r in rows]
             except (TypeError, ValueError) as ex:
-                raise _refused_row(name, win, rows, ex) from None
+                raise self._refused_row(name, win, rows, ex, origin) from None
             if key is not None:
                 same[key] = lifted[name]
         return lifted
@@ -616,37 +671,6 @@ def _take(values: Any, rows: list[int]) -> Any:
     return [values[i] for i in rows]
 
 
-def _refused_row(
-    name: str, win: HostedWindow, rows: list[dict[str, Any]], ex: Exception
-) -> ServiceError:
-    """BAD_VALUES for a row window ``name``'s lift refused (``ex``): the first such row and,
-    when one field's lift refuses it, that column, in the violation and the metadata."""
-    found = _first_refused(win.lift, rows)
-    if found is None:  # pragma: no cover - the batch's lift raised, so one row does
-        return invalid(
-            "columns", f"window {name!r} refused a row: {clip(str(ex))}", Reason.BAD_VALUES
-        )
-    i, row, ex = found
-    monoid = win.built.monoid
-    column = None
-    for m in getattr(monoid, "monoids", (monoid,)):
-        f = getattr(m, "field", None)
-        if isinstance(f, str) and f in row:
-            try:
-                m.lift(row)
-            except (TypeError, ValueError):
-                column = f
-                break
-    where = f"columns[{column}][{i}]" if column else "columns"
-    meta = {"row": str(i), "window": name} | ({"column": column} if column else {})
-    return invalid(
-        where,
-        f"window {name!r} refused a row: {clip(str(ex))} (row {i})",
-        Reason.BAD_VALUES,
-        meta,
-    )
-
-
 def _first_refused(
     lift: Callable[[Any], Any], rows: list[dict[str, Any]]
 ) -> tuple[int, dict[str, Any], Exception] | None:
@@ -657,3 +681,6 @@ def _first_refused(
         except (TypeError, ValueError) as ex:
             return i, row, ex
     return None
+
+
+_ROW_TEXT = re.compile(r"\(row (\d+)\)")  # how a columnar window's refusal names its row

@@ -26,7 +26,7 @@ from mtawindows.server.service.refusals import ServiceError
 from mtawindows.server.storage import EmbeddedRedis
 from mtawindows.server.storage.keys import WindowKeys
 from mtawindows.server.storage.protocol import CorruptDataError, StoreUnavailableError
-from mtawindows.v1.keys import key_group
+from mtawindows.v1.keys import key_group, possible_key
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import Aggregation, Field, Policy, Storage, StreamSpec, WindowSpec
 from tests.support.keyed_oracle import KeyOracle, OWin, close_values, drop_prefix, expected
@@ -561,6 +561,11 @@ def test_a_key_no_row_could_make_is_invalid_not_missing(redis_url: str) -> None:
         assert s.query("w", "-7").values == {"n": 1} == s.query("w", -7).values
         assert s.get_key("12").rows_appended == 1
         _refused(Reason.KEY_NOT_FOUND, s.get_key, "13")
+        # the one rule, shared with readers that filter by key (the Spark connector)
+        assert [possible_key(k, True) for k in ("7", "-12", "007", "+7", "x", "", "-0")] == [
+            True, True, False, False, False, False, False,
+        ]  # fmt: skip
+        assert [possible_key(k, False) for k in ("", "a", "007")] == [False, True, True]
     finally:
         reg.drop("s")
         reg.redis.close()

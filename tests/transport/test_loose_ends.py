@@ -224,6 +224,20 @@ def test_a_request_over_the_servers_limit_gets_a_rich_status(small_server: Local
         assert e.metadata["limit_bytes"] == str(2 * limit), e.metadata
         assert int(e.metadata["size_bytes"]) > 2 * limit
         assert e.metadata["size_bytes"] in e.message and "nothing was applied" in e.message
+        # a reply this side's gRPC refuses is no refusal of the request (it may have been
+        # applied): it stays a bare RESOURCE_EXHAUSTED
+        import grpc
+
+        from mtawindows.v1 import windows_pb2_grpc as pb_grpc
+
+        tiny = [("grpc.max_receive_message_length", 16)]
+        with (
+            grpc.insecure_channel(small_server.target, options=tiny) as ch,
+            pytest.raises(grpc.RpcError) as raw,
+        ):
+            pb_grpc.WindowServiceStub(ch).GetStream(pb.GetStreamRequest(name="big"), timeout=30)
+        e = from_rpc_error(raw.value)
+        assert (e.code, e.reason) == ("RESOURCE_EXHAUSTED", ""), e
         c.append("big", rows(1000, 1000))  # the server goes on
         assert c.query("big", "w").values == {"n": 2000, "s": 2000.0}
     assert small_server.health() == "SERVING"

@@ -217,6 +217,19 @@ def test_a_value_a_window_refuses_is_named_by_row_and_column(tmp_path: Any, colu
             assert fields_of(e) == ["columns[x][1]"], e.violations
             assert (e.metadata["column"], e.metadata["row"]) == ("x", "1"), e.metadata
         assert c.query("n", "w").values == {"n": 1, "m": 5.0}
+        # late rows dropped first: the row named is the request's (2), not the kept rows' (1)
+        c.create_stream(
+            StreamSpec(
+                "d", (Field("x", "DOUBLE", allow_nan=True),), wall_clock=False, late_policy="DROP"
+            )
+        )
+        c.create_window(WindowSpec("d", "w", aggs, Policy.count(9)))
+        c.append("d", {"ts": [10], "x": [5.0]})
+        late_first = {"ts": [5, 11, 12], "x": [1.0, 2.0, math.nan]}
+        e = refused(srv, c, lambda: c.append("d", late_first), "BAD_VALUES", streams=("d",))
+        assert "(row 2)" in e.message, e.message
+        if not columnar:
+            assert fields_of(e) == ["columns[x][2]"] and e.metadata["row"] == "2", e.violations
 
 
 # --------------------------------------------------------------------------- unknown enums

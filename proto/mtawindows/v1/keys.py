@@ -30,6 +30,7 @@ __all__ = [
     "key_group",
     "key_groups",
     "key_text",
+    "possible_key",
     "split_unit",
 ]
 
@@ -52,6 +53,20 @@ def split_unit(unit: str) -> tuple[str, int | None]:
     if not sep:
         return unit, None
     return stream, int(g)
+
+
+def possible_key(text: str, int_keys: bool) -> bool:
+    """Whether a row could have made the key ``text``: not empty, and on a stream of INT64
+    keys an integer's decimal text (``"7"``, ``"-12"``; not ``"007"``, ``"+7"``, ``"x"``).
+    The server refuses a call naming any other key; a reader filtering by key skips it."""
+    if not text:
+        return False
+    if not int_keys:
+        return True
+    try:
+        return str(int(text)) == text
+    except ValueError:
+        return False
 
 
 def key_text(key: object) -> str:

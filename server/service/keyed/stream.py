@@ -48,6 +48,7 @@ from mtawindows.v1.keys import (
     group_unit,
     key_group,
     key_text,
+    possible_key,
 )
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import (
@@ -1841,19 +1842,15 @@ class KeyedStream:
         """Refuse (INVALID_ARGUMENT, naming ``where``) a key a call names that no row could
         have made: empty, or not an integer's decimal text on a stream of INT64 keys (such a
         key would only ever be "not found")."""
+        if possible_key(text, self.int_keys):
+            return
         if not text:
             raise invalid(where, "a key is at least one character, got an empty one")
-        if self.int_keys:
-            try:
-                ok = str(int(text)) == text
-            except ValueError:
-                ok = False
-            if not ok:
-                raise invalid(
-                    where,
-                    f"stream {self.spec.name!r} has INT64 keys ({self.spec.key!r}): expected "
-                    f"an integer in decimal, got {show(text)}",
-                )
+        raise invalid(
+            where,
+            f"stream {self.spec.name!r} has INT64 keys ({self.spec.key!r}): expected an "
+            f"integer in decimal, got {show(text)}",
+        )
 
     def _text(self, key: Any) -> str:
         """The text of ``key``; on a cluster, once this server may serve its group."""

@@ -302,20 +302,22 @@ class Stream:
                 why = str(ex).strip("'")  # a KeyError's text comes quoted
                 # "(row i)" of the rows it was given: the request's row, when rows were
                 # dropped; none when a reorder buffer released them (they may be older)
-                why = _ROW_TEXT.sub(lambda m: self._row_text(int(m[1]), batch.origin), why)
+                why = _ROW_TEXT.sub(
+                    lambda m: _row_text(self._request_row(int(m[1]), batch.origin)), why
+                )
                 raise invalid(
                     "columns",
                     f"window {name!r} refused a row: {clip(why)}",
                     Reason.BAD_VALUES,
                 ) from None
 
-    def _row_text(self, i: int, origin: list[int] | None) -> str:
-        """``(row i)`` of the rows a window was given, as the request's row: through
-        ``origin`` (the request's row of each, when late rows were dropped); nothing when a
+    def _request_row(self, i: int, origin: list[int] | None) -> int | None:
+        """The request's row of row ``i`` of the rows a window was given: through
+        ``origin`` (the request's row of each, when late rows were dropped); None when a
         reorder buffer released them (they need not be this request's)."""
         if self.reorder.lateness:
-            return ""
-        return f"(row {origin[i] if origin is not None else i})"
+            return None
+        return origin[i] if origin is not None else i
 
     def _refused_row(
         self,
@@ -326,7 +328,7 @@ class Stream:
         origin: list[int] | None,
     ) -> ServiceError:
         """BAD_VALUES for a row window ``name``'s lift refused (``ex``): the first such row as
-        the request's row (:meth:`_row_text`) and, when one field's lift refuses it, that
+        the request's row (:meth:`_request_row`) and, when one field's lift refuses it, that
         column, in the violation and the metadata."""
         found = _first_refused(win.lift, rows)
         if found is None:  # pragma: no cover - the batch's lift raised, so one row does
@@ -343,15 +345,15 @@ class Stream:
                 except (TypeError, ValueError):
                     column = f
                     break
-        said = self._row_text(i, origin)
+        row_no = self._request_row(i, origin)
         meta = {"window": name} | ({"column": column} if column else {})
         where = "columns"
-        if said:
-            row_no = said[5:-1]  # "(row N)"
-            meta["row"] = row_no
+        if row_no is not None:
+            meta["row"] = str(row_no)
             where = f"columns[{column}][{row_no}]" if column else "columns"
         elif column:
             where = f"columns[{column}]"
+        said = _row_text(row_no)
         text = f"window {name!r} refused a row: {clip(str(ex))}" + (f" {said}" if said else "")
         return invalid(where, text, Reason.BAD_VALUES, meta)
 
@@ -684,3 +686,8 @@ def _first_refused(
 
 
 _ROW_TEXT = re.compile(r"\(row (\d+)\)")  # how a columnar window's refusal names its row
+
+
+def _row_text(row: int | None) -> str:
+    """``(row N)`` as refusals name a row; nothing for no row."""
+    return "" if row is None else f"(row {row})"

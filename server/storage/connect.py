@@ -63,7 +63,6 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import NoBackoff
-from redis.client import Pipeline
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import (
     AskError,
@@ -74,6 +73,8 @@ from redis.exceptions import (
     TryAgainError,
 )
 from redis.retry import Retry
+
+from .resp import PackedPipeline
 
 __all__ = [
     "CLUSTER_RETRIES",
@@ -354,7 +355,7 @@ def _refresh(client: RedisCluster) -> None:
         client.nodes_manager.initialize()
 
 
-class _KeyNodePipeline(Pipeline):
+class _KeyNodePipeline(PackedPipeline):
     """A pipeline on one node of a cluster that refreshes the cluster client's slot map when
     the node is gone or no longer serves the slot (then :class:`KeyNodeUnavailableError`)."""
 
@@ -390,13 +391,14 @@ class _KeyNodePipeline(Pipeline):
 def pipeline_on_key_node(client: Any, key: Any) -> Any:
     """A non-transactional pipeline on one connection of the node serving ``key``'s slot
     (``client.pipeline(transaction=False)`` for a standalone server), so that a ``WAIT`` at
-    its end counts the writes before it. A :class:`redis.client.Pipeline`, typed ``Any`` like
+    its end counts the writes before it; it takes :class:`~.resp.Packed` arguments. A
+    :class:`~.resp.PackedPipeline` (a :class:`redis.client.Pipeline`), typed ``Any`` like
     the clients: redis-py leaves its command methods untyped. Every key it touches must share ``key``'s slot (one
     hash tag). On a cluster, when that node fails or the slot moved, ``execute`` refreshes the
     slot map and raises :class:`KeyNodeUnavailableError`; raises it at once when the slot is
     not covered by the slot map."""
     if not isinstance(client, RedisCluster):
-        return client.pipeline(transaction=False)
+        return PackedPipeline(client.connection_pool, client.response_callbacks, False, None)
     try:
         node = client.get_node_from_key(key)  # type: ignore[no-untyped-call]
     except RedisClusterException as ex:

@@ -16,8 +16,10 @@ from typing import Any
 
 import redis
 
+from .connect import pipeline_on_key_node
 from .lua import registered
 from .protocol import StoreError
+from .resp import Packed, PackedPipeline, arg_count
 
 __all__ = ["Fence", "FencedError", "Op", "check_reply", "fenced", "is_fenced"]
 
@@ -75,11 +77,34 @@ Op = tuple[str, str, Sequence[Any]]  # (command, key, arguments)
 def fenced(client: Any, fence: Fence | None, ops: Sequence[Op], *, pipe: Any = None) -> Any:
     """Run ``ops`` (each ``(command, key, args)``, keys of one hash slot) as one atomic write:
     one script when ``fence`` is active, refused with :class:`FencedError` (nothing applied)
-    when a newer owner holds the stream; else plain commands (in ``MULTI`` when several). With ``pipe``, queue it there (the caller executes and
-    checks the reply with :func:`check_reply`). Returns the last command's reply."""
+    when a newer owner holds the stream; else plain commands (in ``MULTI`` when several). With
+    ``pipe``, queue it there (the caller executes and checks the reply with
+    :func:`check_reply`). ``args`` may hold :class:`~.resp.Packed` arguments (then ``pipe``, if
+    given, is a :class:`~.resp.PackedPipeline`). Returns the last command's reply (as Redis
+    gave it, without redis-py's conversion, when unfenced ops with Packed arguments ran in
+    a ``MULTI``)."""
     if not ops:
         return None
+    if pipe is None and any(isinstance(a, Packed) for _, _, args in ops for a in args):
+        p = pipeline_on_key_node(client, ops[0][1])
+        fenced(client, fence, ops, pipe=p)
+        replies = p.execute(raise_on_error=False)
+        last = replies[-1]
+        if (fence is None or not fence.active) and len(ops) > 1:  # MULTI ... EXEC
+            replies = replies[:-1] + (last if isinstance(last, list) else [last])
+            last = replies[-1]
+        for r in replies:
+            if isinstance(r, BaseException):
+                raise check_reply(r, fence)
+        return last
     if fence is None or not fence.active:  # unfenced: plain commands (MULTI for several)
+        if pipe is not None and len(ops) > 1 and isinstance(pipe, PackedPipeline):
+            q: Any = pipe  # (its own MULTI: Packed arguments need it)
+            q.execute_command("MULTI")
+            for cmd, key, args in ops:
+                q.execute_command(cmd, key, *args)
+            q.execute_command("EXEC")
+            return None
         p = pipe if pipe is not None else client.pipeline(transaction=len(ops) > 1)
         for cmd, key, args in ops:
             p.execute_command(cmd, key, *args)
@@ -92,7 +117,7 @@ def fenced(client: Any, fence: Fence | None, ops: Sequence[Op], *, pipe: Any = N
     for cmd, key, args in ops:
         keys.append(key)
         argv.append(cmd)
-        argv.append(len(args))
+        argv.append(arg_count(args))
         argv.extend(args)
     script = registered(client, _FENCED)
     try:

@@ -138,6 +138,14 @@ def test_the_slab_holds_what_each_window_reaches(case: Any) -> None:
         held_keys = sorted(slab.slot)
         # the packed values are msgpack of the records, byte for byte
         assert slab.blobs(held_keys) == packb_each(slab.records(held_keys))
+        # and as an HSET's field-value pairs on the wire: each key's name, then its value
+        slots = slab.slots_of(held_keys)
+        assert read_pairs(*slab.fields_at(slots)) == [
+            (k.encode(), b) for k, b in zip(held_keys, slab.blobs(held_keys), strict=True)
+        ]
+        # every key this batch applied is marked changed
+        assert all(slab.dirty[slab.slot[k]] for k in keys if k in slab)
+        slab.dirty[:] = False
         for k, rec in zip(held_keys, slab.records(held_keys), strict=True):
             got = unpackb(slab.blobs([k])[0])
             assert list(got[:5]) == rec[:5]
@@ -150,6 +158,61 @@ def test_the_slab_holds_what_each_window_reaches(case: Any) -> None:
                 r.name: naive_keep(r, ts) for r in reaches
             }
     assert len(slab) + len(objects) == len(model)
+
+
+def read_pairs(data: bytes, ends: np.ndarray) -> list[tuple[bytes, bytes]]:
+    """RESP bulk strings two by two (a name and a value), each pair ending at ``ends``."""
+    out: list[tuple[bytes, bytes]] = []
+    p = 0
+    for end in ends.tolist():
+        pair = []
+        for _ in range(2):
+            assert data[p : p + 1] == b"$"
+            eol = data.index(b"\r\n", p)
+            n = int(data[p + 1 : eol])
+            pair.append(data[eol + 2 : eol + 2 + n])
+            assert data[eol + 2 + n : eol + 4 + n] == b"\r\n"
+            p = eol + 4 + n
+        assert p == end
+        out.append((pair[0], pair[1]))
+    assert p == len(data)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.text(min_size=1, max_size=40), min_size=1, max_size=60, unique=True),
+    st.randoms(use_true_random=False),
+)
+def test_key_names_on_the_wire_survive_removals_and_the_pool_compacting(
+    names: list[str], rnd: Any
+) -> None:
+    """Keys added and removed at random, many times over (the names' pool fills with gone
+    keys' names and compacts): every key held is written under its own name, in UTF-8."""
+    slab = KeySlab([Reach("w", 3, None)], COLUMNS, 4)
+    slab._kpool = np.zeros(64, dtype=np.uint8)  # small: it grows and compacts often
+    held: set[str] = set()
+    t = 0
+    for _ in range(40):
+        add = [k for k in names if k not in held and rnd.random() < 0.5]
+        for k in [k for k in held if rnd.random() < 0.4]:
+            assert slab.remove(k)
+            held.discard(k)
+        if add:
+            t += 1
+            cols = {
+                "ts": np.full(len(add), t, dtype=np.int64),
+                "v": np.arange(len(add), dtype=np.float64),
+                "n": np.arange(len(add), dtype=np.int64),
+            }
+            slab.apply(add, [None] * len(add), [[i] for i in range(len(add))], cols, t)
+            held.update(add)
+        keys = sorted(held)
+        if keys:
+            assert read_pairs(*slab.fields_at(slab.slots_of(keys))) == [
+                (k.encode(), b) for k, b in zip(keys, slab.blobs(keys), strict=True)
+            ]
+    assert slab._kused - slab._kdead == sum(len(k.encode()) for k in held)
 
 
 def test_slots_are_reused_and_the_arrays_grow() -> None:
@@ -401,6 +464,51 @@ def test_a_periodic_flush_takes_whole_groups_in_turn_up_to_its_key_budget(monkey
         s = reg.adopt("s")
         for i in range(0, 400, 37):
             assert s.query("w", keys[i]).values["t"] == float(i)
+    finally:
+        reg.drop("s")
+        reg.redis.close()
+        drop_prefix(url, prefix)
+
+
+@pytest.mark.redis
+def test_keys_of_a_flush_not_written_are_written_by_the_next() -> None:
+    """A flush prepared and then not written (its writes abandoned, as when Redis fails them:
+    the keys marked changed again, their marks in the slab taken): the next flush writes
+    those keys too (found through the group's changed keys), with the rows appended
+    meanwhile, and a restart finds every key as it was."""
+    url = shared_redis_url()
+    prefix = f"ks{uuid.uuid4().hex[:12]}"
+    reg = _stream(url, prefix)
+    reg.create_stream(
+        StreamSpec("s", (Field("host", "STRING"), Field("v", "DOUBLE")), key="host", key_groups=8, wall_clock=False)
+    )  # fmt: skip
+    reg.create_window(WindowSpec("s", "w", (Aggregation("t", "sum", "v"), Aggregation("n", "count")), Policy.count(5)))  # fmt: skip
+    s = reg.stream("s")
+    keys = [f"h{i:04d}-ü" for i in range(300)]
+    sums = dict.fromkeys(keys, 0.0)
+    try:
+
+        def append(part: list[str], t: int) -> None:
+            vs = [float(i % 13 + t) for i in range(len(part))]
+            s.append({"ts": ("TIMESTAMP", [t] * len(part)), "host": ("STRING", part), "v": ("DOUBLE", vs)})  # fmt: skip
+            for k, v in zip(part, vs, strict=True):
+                sums[k] += v
+
+        append(keys, 1)
+        writes = s.flush_begin()
+        assert writes is not None
+        assert not s.slab.dirty.any()  # the marks were taken by the flush
+        writes.abandon()
+        append(keys[::3], 2)  # some of them change again meanwhile
+        while (writes := s.flush_begin()) is not None:
+            writes.run()
+        reg.drop("s")
+        reg.redis.close()
+        reg = _stream(url, prefix)
+        s = reg.adopt("s")
+        for k in keys:
+            got = s.query("w", k).values
+            assert got["t"] == sums[k] and got["n"] == (2 if k in keys[::3] else 1), k
     finally:
         reg.drop("s")
         reg.redis.close()

@@ -150,6 +150,16 @@ class KeySlab:
         self.touched: np.ndarray
         self.batches: np.ndarray
         self.group: np.ndarray
+        # changed since the stream's flush took it (a hint: the group's dirty set is the
+        # truth; a flush finds the slab's dirty keys of its groups without a lookup a key)
+        self.dirty: np.ndarray
+        # each key's name in UTF-8: bytes ``koff[s] .. koff[s] + klen[s]`` of ``_kpool``
+        # (written once, when the key takes its slot; a flush writes names from there)
+        self.koff: np.ndarray
+        self.klen: np.ndarray
+        self._kpool = np.zeros(1 << 16, dtype=np.uint8)
+        self._kused = 0  # bytes of the pool written
+        self._kdead = 0  # of those, the names of keys gone (reclaimed by _compact_names)
         self.vals: dict[str, np.ndarray]
         # per window: the rows the key's last batch evicted from it (its results' ``evicted``)
         self.evicted: dict[str, np.ndarray]
@@ -173,6 +183,9 @@ class KeySlab:
         self.touched = grow(z if fresh else self.touched, (size,))  # ms
         self.batches = grow(z if fresh else self.batches, (size,))
         self.group = grow(z if fresh else self.group, (size,))  # each slot's key group
+        self.dirty = grow(np.zeros(0, dtype=bool) if fresh else self.dirty, (size,))
+        self.koff = grow(z if fresh else self.koff, (size,))
+        self.klen = grow(z if fresh else self.klen, (size,))
         c = self.capacity
         self.vals = {
             n: grow(np.zeros((0, c), dtype=d) if fresh else self.vals[n], (size, c))
@@ -202,7 +215,38 @@ class KeySlab:
         return self._counters(self.slot[key])
 
     def add_late(self, key: str, n: int) -> None:
-        self.late[self.slot[key]] += n
+        s = self.slot[key]
+        self.late[s] += n
+        self.dirty[s] = True
+
+    def _name(self, slots: np.ndarray, keys: Sequence[str]) -> None:
+        """The UTF-8 names of ``keys`` into the pool, for slots ``slots``."""
+        encoded = [k.encode() for k in keys]
+        lens = np.fromiter(map(len, encoded), np.int64, len(encoded))
+        total = int(lens.sum())
+        if self._kused + total > len(self._kpool):
+            if self._kdead > self._kused // 2:
+                self._compact_names()
+            need = self._kused + total
+            if need > len(self._kpool):
+                pool = np.zeros(max(need, len(self._kpool) * 3 // 2), dtype=np.uint8)
+                pool[: self._kused] = self._kpool[: self._kused]
+                self._kpool = pool
+        at = self._kused
+        self._kpool[at : at + total] = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        self.koff[slots] = at + np.cumsum(lens) - lens
+        self.klen[slots] = lens
+        self._kused = at + total
+
+    def _compact_names(self) -> None:
+        """The pool holds the names of the keys held only (their slots' offsets moved)."""
+        live = np.flatnonzero(self.klen[: self.size] > 0)
+        pool, off = _gather_names(self._kpool, self.koff[live], self.klen[live])
+        self._kpool = np.zeros(max(len(pool) * 2, 1 << 16), dtype=np.uint8)
+        self._kpool[: len(pool)] = pool
+        self.koff[live] = off
+        self._kused = len(pool)
+        self._kdead = 0
 
     def _take_slots(self, n: int) -> list[int]:
         if len(self.free) < n:
@@ -223,6 +267,8 @@ class KeySlab:
             self.keys[s] = key
             self.tables[s] = table
         new = np.asarray(got, dtype=np.int64)
+        self._name(new, keys)
+        self.dirty[new] = False
         for a in (self.n, self.newest, self.rows, self.late, self.touched, self.batches):
             a[new] = 0
         for a in self.evicted.values():
@@ -323,6 +369,7 @@ class KeySlab:
             self.newest[sl] = newest
             self.touched[sl] = now_ms
             self.batches[sl] += 1
+            self.dirty[sl] = True
             for name, e in evicted.items():
                 self.evicted[name][sl] = e
         return out
@@ -343,6 +390,9 @@ class KeySlab:
         self.keys[s] = None
         self.tables[s] = None
         self.touched[s] = _INT64_MAX  # never a candidate of KeyedStream._evict_slab
+        self.dirty[s] = False
+        self._kdead += int(self.klen[s])
+        self.klen[s] = 0
         self.free.append(s)
 
     def load(
@@ -373,6 +423,8 @@ class KeySlab:
         self.keys[s] = key
         self.tables[s] = table
         self.group[s] = getattr(table, "group", -1)
+        self._name(np.array([s]), [key])
+        self.dirty[s] = False
         for name, a in self.vals.items():
             a[s, :n] = rows[name]
         self.n[s] = n
@@ -469,23 +521,47 @@ class KeySlab:
         """The stored values of the keys of slots ``sl``, written for all of them at once by
         one compiled loop (:func:`_pack_records`: about 0.1 us a key, where joining each
         key's parts in Python took 4 us) into one buffer, then sliced."""
-        k = len(sl)
-        if not k:
+        if not len(sl):
             return []
-        g = self._gather(sl, only)
+        raw, at = self._packed(sl, only, resp=False)
+        return list(map(raw.__getitem__, map(slice, at[:-1].tolist(), at[1:].tolist())))
+
+    def fields_at(self, sl: np.ndarray, only: Any = None) -> tuple[bytes, np.ndarray]:
+        """The keys of slots ``sl`` as the field-value pairs of an ``HSET`` of their names
+        and stored values (:meth:`blobs_at`'s) in Redis's wire form (RESP bulk strings), and
+        where each pair ends: the same compiled loop, no Python object a key
+        (``server/storage/resp.py``)."""
+        if not len(sl):
+            return b"", np.zeros(0, dtype=np.int64)
+        raw, at = self._packed(sl, only, resp=True)
+        return raw, at[1:]
+
+    def _packed(self, sl: np.ndarray, only: Any, *, resp: bool) -> tuple[bytes, np.ndarray]:
+        """The stored values of the keys of slots ``sl`` end to end (``resp``: each after its
+        key's name, both as RESP bulk strings), and where each starts (and the last ends).
+        The rows are read in place, from the slab's columns."""
+        sl = np.asarray(sl, dtype=np.int64)
+        n = self.n[sl]
+        keeps = self.keep_of(n, self.vals[self.ts_name][sl])
+        names = [r.name for r in self.reaches if only is None or r.name in only]
+        kept = np.array([keeps[w] for w in names], dtype=np.int64).reshape(len(names), len(sl))
+        counters = np.stack(
+            [a[sl] for a in (self.newest, self.rows, self.late, self.touched, self.batches)]
+        )
         ts_name = self.ts_name
         others = [name for name in self.vals if name != ts_name]
         cols = [ts_name, *others]
-        widths = np.array([g.blocks[name].dtype.itemsize for name in cols], dtype=np.int64)
-        c = self.capacity
-        if int(widths.max()) * c > 255:  # pragma: no cover - SLAB_ROWS x 8 bytes < 256
+        # each column's rows as bytes, little-endian (a view, on a little-endian machine)
+        data = tuple(
+            np.ascontiguousarray(self.vals[name], dtype=self.vals[name].dtype.newbyteorder("<"))
+            .view(np.uint8)
+            .reshape(self.size, -1)
+            for name in cols
+        )
+        widths = np.array([self.vals[name].dtype.itemsize for name in cols], dtype=np.int64)
+        if int(widths.max()) * self.capacity > 255:  # pragma: no cover - SLAB_ROWS x 8 < 256
             raise ValueError("a slab row's column spans more than a bin8")
-        data = np.concatenate(
-            [g.blocks[name].view(np.uint8).reshape(k, c * w) for name, w in zip(cols, widths.tolist(), strict=True)],
-            axis=1,
-        )  # fmt: skip
         pack = msgpack.Packer(use_bin_type=True).pack
-        names = g.names
         ws_head = np.frombuffer(_map_header(len(names)), np.uint8)
         # each window's entry but its reach: its name, then ["r", (the reach: a fixint)]
         win = [np.frombuffer(pack(w) + b"\x92\xa1r", np.uint8) for w in names]
@@ -494,9 +570,10 @@ class KeySlab:
         col_head += [np.frombuffer(pack(name), np.uint8) for name in others]
         col_at = np.cumsum([0] + [len(a) for a in col_head]).astype(np.int64)
         buf, at = _pack_records(
-            g.n,
-            g.counters,
-            g.kept,
+            sl,
+            n,
+            counters,
+            kept,
             ws_head,
             np.concatenate([np.zeros(0, np.uint8), *win]),
             win_at,
@@ -504,10 +581,30 @@ class KeySlab:
             col_at,
             data,
             widths,
-            c,
+            resp,
+            self._kpool,
+            self.koff,
+            self.klen,
         )
-        raw = buf.tobytes()
-        return list(map(raw.__getitem__, map(slice, at[:-1].tolist(), at[1:].tolist())))
+        return buf.tobytes(), at
+
+
+@numba.njit(cache=True, nogil=True)
+def _gather_names(
+    pool: np.ndarray, koff: np.ndarray, klen: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The names ``pool[koff[i]:koff[i]+klen[i]]`` end to end, and where each starts."""
+    k = klen.shape[0]
+    out = np.empty(klen.sum(), dtype=np.uint8)
+    off = np.empty(k, dtype=np.int64)
+    p = 0
+    for i in range(k):
+        off[i] = p
+        o = koff[i]
+        for q in range(klen[i]):
+            out[p + q] = pool[o + q]
+        p += klen[i]
+    return out, off
 
 
 @numba.njit(cache=True, nogil=True)
@@ -552,7 +649,35 @@ def _put_int(buf: np.ndarray, p: int, v: int) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
+def _put_len(out: np.ndarray, p: int, n: int) -> int:
+    """RESP's ``$<n>\\r\\n`` at ``out[p:]``; the next position."""
+    out[p] = 36  # $
+    p += 1
+    digits = 1
+    m = n
+    while m >= 10:
+        m //= 10
+        digits += 1
+    for j in range(digits):
+        out[p + digits - 1 - j] = 48 + n % 10
+        n //= 10
+    p += digits
+    out[p] = 13
+    out[p + 1] = 10
+    return p + 2
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _copy(dst: np.ndarray, p: int, src: np.ndarray, lo: int, n: int) -> int:
+    """``src[lo:lo+n]`` to ``dst[p:]``; the next position."""
+    for j in range(n):
+        dst[p + j] = src[lo + j]
+    return p + n
+
+
+@numba.njit(cache=True, nogil=True)
 def _pack_records(
+    sl: np.ndarray,
     n: np.ndarray,
     counters: np.ndarray,
     kept: np.ndarray,
@@ -561,59 +686,89 @@ def _pack_records(
     win_at: np.ndarray,
     col_head: np.ndarray,
     col_at: np.ndarray,
-    data: np.ndarray,
+    data: Any,
     widths: np.ndarray,
-    capacity: int,
+    resp: bool,
+    pool: np.ndarray,
+    koff: np.ndarray,
+    klen: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each key's record (KeySlab's module docstring) as ``packb`` writes it, one after the
-    other in one buffer; and where each starts (and the last ends). ``n``: rows per key;
-    ``counters``: (5, keys); ``kept``: (windows, keys), each < 128; ``ws_head``: the windows'
-    map header; ``win[win_at[j]:win_at[j+1]]``: window ``j``'s name and ``["r",`` packed;
-    ``col_head``: the other columns' map header, then each one's name packed (``col_at``);
-    ``data``: per key, each column's ``capacity`` values' bytes, the timestamps first."""
+    other in one buffer; and where each starts (and the last ends). ``sl``: the keys' slots;
+    ``n``: rows per key; ``counters``: (5, keys); ``kept``: (windows, keys), each < 128;
+    ``ws_head``: the windows' map header; ``win[win_at[j]:win_at[j+1]]``: window ``j``'s
+    name and ``["r",`` packed; ``col_head``: the other columns' map header, then each one's
+    name packed (``col_at``); ``data``: per column (the timestamps first) its values' bytes,
+    a row per slot. ``resp``: each record a RESP bulk string after its key's name as one
+    (``pool[koff[s]:koff[s]+klen[s]]``); where each pair starts."""
     k = n.shape[0]
     n_win = win_at.shape[0] - 1
     n_col = widths.shape[0]
     fixed = 1 + 5 * 9 + ws_head.shape[0] + win.shape[0] + n_win + 1 + col_head.shape[0]
-    size = fixed + 2 * n_col + capacity * widths.sum()
-    buf = np.empty(k * size, dtype=np.uint8)
+    size = fixed + 2 * n_col
+    for c in range(n_col):
+        size += data[c].shape[1]
+    names = 0
+    room = 3  # a value's RESP header: $, its length's digits, CRLF
+    m = size
+    while m > 0:
+        m //= 10
+        room += 1
+    if resp:
+        for i in range(k):
+            names += klen[sl[i]]
+        size += room + 25 + 4
+    buf = np.empty(k * size + names, dtype=np.uint8)
     at = np.empty(k + 1, dtype=np.int64)
     p = 0
+    head = 0
     for i in range(k):
         at[i] = p
+        s = sl[i]
+        if resp:  # the key's name, then room for its value's header
+            p = _put_len(buf, p, klen[s])
+            p = _copy(buf, p, pool, koff[s], klen[s])
+            buf[p] = 13
+            buf[p + 1] = 10
+            p += 2
+            head = p
+            p += room
+        start = p
         buf[p] = 0x97
         p += 1
         for j in range(5):
             p = _put_int(buf, p, counters[j, i])
-        for b in ws_head:
-            buf[p] = b
-            p += 1
+        p = _copy(buf, p, ws_head, 0, ws_head.shape[0])
         for j in range(n_win):
-            for q in range(win_at[j], win_at[j + 1]):
-                buf[p] = win[q]
-                p += 1
+            w = win_at[j + 1] - win_at[j]
+            p = _copy(buf, p, win, win_at[j], w)
             buf[p] = kept[j, i]
             p += 1
         buf[p] = 0x92
         p += 1
-        src = 0
         for c in range(n_col):
             if c > 0:  # a column after the timestamps: its name
-                for q in range(col_at[c], col_at[c + 1]):
-                    buf[p] = col_head[q]
-                    p += 1
+                w = col_at[c + 1] - col_at[c]
+                p = _copy(buf, p, col_head, col_at[c], w)
             size_c = n[i] * widths[c]
             buf[p] = 0xC4
             buf[p + 1] = size_c
             p += 2
-            for q in range(size_c):
-                buf[p + q] = data[i, src + q]
-            p += size_c
-            src += capacity * widths[c]
+            row = data[c][s]
+            p = _copy(buf, p, row, 0, size_c)
             if c == 0:  # the other columns' map header
-                for q in range(col_at[0], col_at[1]):
-                    buf[p] = col_head[q]
-                    p += 1
+                w = col_at[1] - col_at[0]
+                p = _copy(buf, p, col_head, col_at[0], w)
+        if resp:  # the value's header, the value moved up to it, its end
+            length = p - start
+            q = _put_len(buf, head, length)
+            if q < start:  # (forwards: q < start, the regions may overlap)
+                for j in range(length):
+                    buf[q + j] = buf[start + j]
+            p = q + length
+            buf[p] = 13
+            buf[p + 1] = 10
+            p += 2
     at[k] = p
     return buf[:p], at
 

@@ -70,6 +70,7 @@ from ...storage.fencing import Fence, FencedError, Op, check_reply, fenced
 from ...storage.journal import JournalEntry, StreamJournal
 from ...storage.keys import GroupKeys, group_lease_keys, key_window_base
 from ...storage.protocol import CorruptDataError, StoreError, StoreUnavailableError
+from ...storage.resp import packed_chunks
 from ..batch import FINAL, NONE, PER_ROW
 from ..columns import Columns, Schema
 from ..hosted_window import HostedWindow
@@ -85,7 +86,7 @@ from ..refusals import (
 )
 from ..stream import _gc_paused
 from .slab import Counters, KeySlab, rows_of_record, slab_plan
-from .table import INLINE, GroupState, GroupTable, KeyState
+from .table import FIELDS_PER_OP, INLINE, GroupState, GroupTable, KeyState
 from .window import KeyWindow, WindowOps
 
 __all__ = ["KeyCache", "KeyedStream"]
@@ -657,30 +658,47 @@ class KeyedStream:
         self.cache.add(slab.slot_bytes, objects=0)
         return True
 
-    def _slab_blobs(self, tables: Sequence[GroupTable]) -> dict[int, tuple[list[str], list[bytes]]]:
-        """The stored values of the dirty keys of ``tables`` in the slab, packed in one pass
-        for all of them: by group, its keys and their values."""
+    def _slab_fields(
+        self, tables: Sequence[GroupTable]
+    ) -> dict[int, tuple[Sequence[str], list[Any]]]:
+        """The slab's keys of ``tables`` changed since a flush took them (its dirty marks,
+        cleared here), by group: their names and their ``HSET`` field-value pairs packed in
+        Redis's wire form for all of them in one pass (:meth:`KeySlab.fields_at`)."""
         slab = self.slab
-        if slab is None or not len(slab):
+        if slab is None or not len(slab) or not tables:
             return {}
-        get = slab.slot.get
-        parts: list[np.ndarray] = []
-        spans: list[tuple[int, int, int]] = []
-        n = 0
-        for t in tables:
-            if t.dirty:  # its keys' slots (one lookup a key: -1 for a key not in the slab)
-                sl = np.fromiter(map(get, t.dirty, itertools.repeat(-1)), np.int64, len(t.dirty))
-                sl = sl[sl >= 0]
-                if len(sl):
-                    parts.append(sl)
-                    spans.append((t.group, n, n + len(sl)))
-                    n += len(sl)
-        if not parts:
+        want = np.zeros(self.n_groups, dtype=bool)
+        want[[t.group for t in tables]] = True
+        size = slab.size
+        group = slab.group[:size]
+        dirty = slab.dirty[:size]
+        slots = np.flatnonzero(dirty & want[np.clip(group, 0, self.n_groups - 1)])
+        if not len(slots):
             return {}
-        slots = np.concatenate(parts)
+        slots = slots[np.argsort(group[slots], kind="stable")]
+        dirty[slots] = False
         keys: Sequence[str] = _pick(slab.keys, slots.tolist())  # type: ignore[arg-type]
-        blobs = slab.blobs_at(slots)
-        return {g: (list(keys[lo:hi]), blobs[lo:hi]) for g, lo, hi in spans}
+        data, ends = slab.fields_at(slots)
+        out: dict[int, tuple[Sequence[str], list[Any]]] = {}
+        g_sorted = group[slots]
+        bounds = np.append(_run_starts(g_sorted), len(slots)).tolist()
+        for lo, hi in itertools.pairwise(bounds):
+            start = int(ends[lo - 1]) if lo else 0
+            chunk = np.asarray(ends[lo:hi]) - start
+            out[int(g_sorted[lo])] = (
+                keys[lo:hi],
+                packed_chunks(data[start : int(ends[hi - 1])], chunk, FIELDS_PER_OP),
+            )
+        return out
+
+    def _slab_strays(self, keys: list[str]) -> list[tuple[str, bytes]]:
+        """Keys of the slab a group's dirty set holds that its dirty marks missed (marked back
+        after a failed write, a late row counted): their names and stored values."""
+        slab = self.slab
+        if slab is None:
+            return []
+        held = [k for k in keys if k in slab]
+        return list(zip(held, slab.blobs(held), strict=True))
 
     def _slab_forget(self, tables: Sequence[GroupTable]) -> None:
         """The slab's keys of ``tables`` leave memory (groups let go or reloaded)."""
@@ -2101,14 +2119,16 @@ class KeyedStream:
         trees = self._tree_keys(doomed) if doomed else {}
         jobs: list[_GroupWrite] = []
         queued: list[Any] = []  # the full-form windows' checkpoints, all at once
-        columnar = self._slab_blobs(tables)
+        columnar = self._slab_fields(tables)
         try:
             for table in tables:
                 if not table.changed and not (final and table.journaled):
                     continue
                 # each dirty key's full windows checkpointed (queued) as its value is made
                 full = functools.partial(self._checkpoint_full, table, queued=queued)
-                ops = table.flush_ops(self.packers, ttl, full, columnar.get(table.group))
+                ops = table.flush_ops(
+                    self.packers, ttl, full, columnar.get(table.group), self._slab_strays
+                )
                 for wid in table.doomed:
                     ops += [("UNLINK", k, ()) for k in trees.get(wid, ())]
                 blob = table.state.to_json(clean=final)

@@ -29,7 +29,7 @@ on first touch.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -39,16 +39,17 @@ from ...storage.fencing import Fence, Op
 from ...storage.journal import StreamJournal
 from ...storage.keys import GroupKeys
 from ...storage.protocol import CorruptDataError
+from ...storage.resp import Packed
 from .window import KeyWindow
 
-__all__ = ["INLINE", "GroupState", "GroupTable", "KeyState"]
+__all__ = ["FIELDS_PER_OP", "INLINE", "GroupState", "GroupTable", "KeyState"]
 
 # a window whose items msgpack packs as they are (the engine's own types): written inline in
 # the key's value (``["i", items]``), not packed apart by a codec (``["c", bytes]``)
 INLINE: Any = object()
 
 # Lua's unpack() takes at most ~8000 values: a flush's HSET goes in chunks of this many fields
-_FIELDS_PER_OP = 2000
+FIELDS_PER_OP = 2000
 
 
 class KeyState:
@@ -242,25 +243,27 @@ class GroupTable:
         packers: dict[str, Any],
         ttl: bool,
         full: Any = None,
-        columnar: tuple[list[str], list[bytes]] | None = None,
+        columnar: tuple[Sequence[str], list[Packed]] | None = None,
+        strays: Callable[[list[str]], list[tuple[str, bytes]]] | None = None,
     ) -> list[Op]:
         """The writes of a flush: the dirty keys' values (and touch times), the deleted keys
         dropped (``full``: as :meth:`KeyState.record`'s, for each key with a full-form
-        window; ``columnar``: the dirty keys of the stream's slab in this group and their
-        values, packed together). The caller clears the dirty marks (and restores them when
-        the write fails)."""
+        window; ``columnar``: keys of the stream's slab in this group and their field-value
+        pairs, packed together; ``strays``: the names and values of dirty keys in neither
+        form here nor in ``columnar``, from the slab). The caller clears the dirty marks (and
+        restores them when the write fails)."""
         fields: list[Any] = []
         dirty: AbstractSet[str] = self.dirty
+        ops: list[Op] = []
         if columnar is not None and columnar[0]:
-            keys, values = columnar
-            fields = [None] * (2 * len(keys))  # key, value, key, value...
-            fields[::2] = keys
-            fields[1::2] = values
-            dirty = self.dirty.difference(keys) if len(keys) < len(dirty) else frozenset()
+            keys, chunks = columnar
+            ops += [("HSET", self.keys.keys, (chunk,)) for chunk in chunks]
+            dirty = self.dirty.difference(keys)
         hot = self.hot
         packed = self.packed
         names: list[str] = []  # the keys held as objects, packed together below
         records: list[Any] = []
+        elsewhere: list[str] = []
         for key in dirty:
             st = hot.get(key)
             if st is not None:
@@ -268,17 +271,20 @@ class GroupTable:
                 records.append(st.record(packers, full))
             else:
                 blob = packed.get(key)
-                if blob is None:  # pragma: no cover - a dirty key is in memory
+                if blob is None:  # in the slab (its dirty mark missed)
+                    elsewhere.append(key)
                     continue
                 fields += (key, blob)
         for key, blob in zip(names, packb_each(records), strict=True):
             fields += (key, blob)
+        if elsewhere and strays is not None:
+            for key, blob in strays(elsewhere):
+                fields += (key, blob)
         touches: list[Any] = []
         if ttl:
             index = self.index
             for key in self.dirty:
                 touches += (key, index.get(key, 0))
-        ops: list[Op] = []
         ops += _chunked("HSET", self.keys.keys, fields)
         ops += _chunked("HSET", self.keys.touch, touches)
         if self.deleted:
@@ -299,6 +305,6 @@ class GroupTable:
 
 
 def _chunked(cmd: str, key: str, args: list[Any], per: int = 2) -> Iterable[Op]:
-    step = _FIELDS_PER_OP * per
+    step = FIELDS_PER_OP * per
     for i in range(0, len(args), step):
         yield (cmd, key, args[i : i + step])

@@ -1,0 +1,135 @@
+"""Commands whose arguments are already in Redis's wire form (RESP), for bulk writes.
+
+redis-py packs every argument of a command in Python and hiredis (about 1 us a field-value
+pair of an ``HSET``: a third of a keyed stream's flush at a million keys). A writer that
+holds its arguments as one buffer (the key slab packs its dirty keys' names and values in one
+compiled loop, ``server/service/keyed/slab.py``) hands them over as :class:`Packed`: ``n``
+arguments, their RESP bulk strings end to end. A :class:`PackedPipeline` (every pipeline of
+:func:`~mtawindows.server.storage.connect.pipeline_on_key_node`) sends a command holding
+Packed arguments as written, its other arguments encoded as redis-py encodes them; a command
+without any goes through redis-py unchanged. Packed arguments go in non-transactional
+pipelines only (a ``MULTI`` is written out as commands, as the key groups' flush does)::
+
+    p = pipeline_on_key_node(client, key)
+    p.execute_command("HSET", key, Packed(4, b"$1\\r\\na\\r\\n$1\\r\\n1\\r\\n$1\\r\\nb\\r\\n$1\\r\\n2\\r\\n"))
+    p.execute()                                          # [2]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from redis.client import Pipeline
+from redis.exceptions import ResponseError
+
+__all__ = ["Packed", "PackedPipeline", "arg_count", "bulk", "encode_command", "packed_chunks"]
+
+
+class Packed:
+    """``n`` arguments of a command as RESP bulk strings (``$<len>\\r\\n<bytes>\\r\\n`` each),
+    end to end in ``data``."""
+
+    __slots__ = ("data", "n")
+
+    def __init__(self, n: int, data: bytes) -> None:
+        self.n = n
+        self.data = data
+
+    def __repr__(self) -> str:
+        return f"Packed({self.n} arguments, {len(self.data)} bytes)"
+
+
+def arg_count(args: Sequence[Any]) -> int:
+    """How many arguments ``args`` are on the wire (a :class:`Packed` counts its own)."""
+    return sum(a.n if isinstance(a, Packed) else 1 for a in args)
+
+
+def bulk(value: Any) -> bytes:
+    """One argument as a RESP bulk string, encoded as redis-py's default encoder does (text
+    as UTF-8, an int as its digits, a float as its ``repr``)."""
+    if isinstance(value, bytes):
+        b = value
+    elif isinstance(value, str):
+        b = value.encode()
+    elif isinstance(value, bool):
+        msg = "a bool is not a Redis argument: give an int or text"
+        raise TypeError(msg)
+    elif isinstance(value, int):
+        b = str(value).encode()
+    elif isinstance(value, float):
+        b = repr(value).encode()
+    elif isinstance(value, (bytearray, memoryview)):
+        b = bytes(value)
+    else:
+        msg = f"a Redis argument is text, bytes or a number, got {type(value).__name__}"
+        raise TypeError(msg)
+    return b"$%d\r\n%s\r\n" % (len(b), b)
+
+
+def encode_command(args: Sequence[Any]) -> bytes:
+    """A whole command in RESP: its arguments as :func:`bulk`, :class:`Packed` ones as they
+    are (a command name with spaces, ``"SCRIPT LOAD"``, split as redis-py splits it)."""
+    head = args[0]
+    name = head.split() if isinstance(head, (str, bytes)) else [head]
+    parts: list[bytes] = []
+    count = 0
+    for a in (*name, *args[1:]):
+        if isinstance(a, Packed):
+            parts.append(a.data)
+            count += a.n
+        else:
+            parts.append(bulk(a))
+            count += 1
+    return b"*%d\r\n" % count + b"".join(parts)
+
+
+def packed_chunks(data: bytes, ends: np.ndarray, per: int) -> list[Packed]:
+    """``data``: field-value pairs in RESP (pair ``i`` ends at ``ends[i]``) as Packed arguments
+    of at most ``per`` pairs each."""
+    out: list[Packed] = []
+    k = len(ends)
+    lo = 0
+    for i in range(0, k, per):
+        j = min(i + per, k)
+        hi = int(ends[j - 1])
+        out.append(Packed(2 * (j - i), data[lo:hi]))
+        lo = hi
+    return out
+
+
+class PackedPipeline(Pipeline):
+    """A non-transactional redis-py pipeline that sends :class:`Packed` arguments as written
+    (see the module docstring); commands without them are packed by redis-py. The replies are
+    read as :class:`redis.client.Pipeline` reads them."""
+
+    def _execute_pipeline(self, connection: Any, commands: Any, raise_on_error: bool) -> Any:
+        if not any(isinstance(a, Packed) for args, _ in commands for a in args):
+            return super()._execute_pipeline(  # type: ignore[no-untyped-call]
+                connection, commands, raise_on_error
+            )
+        chunks: list[Any] = []
+        for args, _ in commands:
+            if any(isinstance(a, Packed) for a in args):
+                chunks.append(encode_command(args))
+            else:
+                chunks.extend(connection.pack_commands([args]))
+        connection.send_packed_command(chunks)
+        responses: list[Any] = []
+        for args, options in commands:
+            try:
+                responses.append(
+                    self.parse_response(connection, args[0], **options)  # type: ignore[no-untyped-call]
+                )
+            except ResponseError as ex:
+                responses.append(ex)
+        if raise_on_error:
+            self.raise_first_error(commands, responses)  # type: ignore[no-untyped-call]
+        return responses
+
+    def _execute_transaction(self, connection: Any, commands: Any, raise_on_error: bool) -> Any:
+        if any(isinstance(a, Packed) for args, _ in commands for a in args):
+            msg = "Packed arguments go in a non-transactional pipeline (MULTI/EXEC as commands)"
+            raise TypeError(msg)
+        return super()._execute_transaction(connection, commands, raise_on_error)

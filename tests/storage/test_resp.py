@@ -1,0 +1,168 @@
+"""Pre-packed command arguments (server/storage/resp.py) against redis-py and a real Redis:
+our encoding of a command is byte for byte redis-py's (hiredis's) for random arguments; a
+pipeline holding :class:`Packed` arguments among plain commands gets every reply as redis-py
+reads it (errors as ``ResponseError`` objects, in place); the values written read back;
+a fenced write (``fenced``) with Packed arguments is refused whole by a newer token, and
+applied whole otherwise, through a pipeline and on its own; a Redis Cluster node's pipeline
+takes them too; a transaction pipeline refuses them (nothing sent)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from redis.connection import HiredisRespSerializer, PythonRespSerializer
+
+from mtawindows.server.storage.connect import connect, pipeline_on_key_node
+from mtawindows.server.storage.fencing import Fence, FencedError, fenced
+from mtawindows.server.storage.resp import (
+    Packed,
+    PackedPipeline,
+    arg_count,
+    bulk,
+    encode_command,
+    packed_chunks,
+)
+from mtawindows.testing import shared_redis_url
+
+pytestmark = [pytest.mark.redis]
+
+ARG = st.one_of(
+    st.binary(max_size=300),
+    st.text(max_size=60),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+
+
+def _redis_py(args: list[Any]) -> bytes:
+    """A command as redis-py packs it (its hiredis serializer, and its Python one)."""
+    hi = b"".join(HiredisRespSerializer().pack(*args))
+    enc = redis.Redis().get_encoder()
+    py = b"".join(PythonRespSerializer(6000, enc.encode).pack(*args))
+    assert hi == py
+    return hi
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["HSET", "SET", "EVALSHA"]), st.lists(ARG, max_size=12))
+def test_a_command_is_encoded_as_redis_py_encodes_it(name: str, args: list[Any]) -> None:
+    assert encode_command([name, *args]) == _redis_py([name, *args])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(ARG, max_size=10), st.lists(ARG, max_size=10), st.lists(ARG, max_size=10))
+def test_packed_arguments_are_the_plain_ones_on_the_wire(
+    a: list[Any], b: list[Any], c: list[Any]
+) -> None:
+    mid = Packed(len(b), b"".join(bulk(x) for x in b))
+    assert arg_count([*a, mid, *c]) == len(a) + len(b) + len(c)
+    assert encode_command(["HSET", *a, mid, *c]) == _redis_py(["HSET", *a, *b, *c])
+
+
+def test_packed_chunks_cut_at_pair_ends() -> None:
+    pairs = [bulk(f"k{i}") + bulk(b"v" * i) for i in range(7)]
+    data = b"".join(pairs)
+    ends = []
+    at = 0
+    for p in pairs:
+        at += len(p)
+        ends.append(at)
+    import numpy as np
+
+    chunks = packed_chunks(data, np.array(ends), 3)
+    assert [c.n for c in chunks] == [6, 6, 2]
+    assert b"".join(c.data for c in chunks) == data
+    assert chunks[1].data == b"".join(pairs[3:6])
+
+
+def _client() -> Any:
+    return connect(shared_redis_url())
+
+
+def _fields(n: int) -> tuple[dict[bytes, bytes], Packed]:
+    fields = {f"k{i}-é".encode(): bytes([i % 256]) * (i % 17) for i in range(n)}
+    return fields, Packed(2 * n, b"".join(bulk(k) + bulk(v) for k, v in fields.items()))
+
+
+def test_a_pipeline_sends_packed_arguments_among_plain_commands() -> None:
+    r = _client()
+    h = f"resp:{uuid.uuid4().hex}"
+    fields, packed = _fields(500)
+    p = pipeline_on_key_node(r, h)
+    assert isinstance(p, PackedPipeline)
+    p.execute_command("SET", h + ":a", "x")
+    p.execute_command("HSET", h, packed)
+    p.execute_command("LPUSH", h, "wrong type")  # an error, in its place
+    p.execute_command("HLEN", h)
+    replies = p.execute(raise_on_error=False)
+    assert replies[0] is True and replies[1] == 500 and replies[3] == 500
+    assert isinstance(replies[2], redis.ResponseError) and "WRONGTYPE" in str(replies[2])
+    assert r.hgetall(h) == fields
+    p = pipeline_on_key_node(r, h)
+    p.execute_command("HSET", h, packed)
+    p.execute_command("LPUSH", h, "wrong type")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        p.execute()  # raise_on_error: the first error raised, as redis-py does
+    # a pipeline without Packed arguments goes through redis-py unchanged
+    p = pipeline_on_key_node(r, h)
+    p.execute_command("HGET", h, b"k3-\xc3\xa9")
+    assert p.execute() == [fields[b"k3-\xc3\xa9"]]
+
+
+def test_a_transaction_pipeline_refuses_packed_arguments() -> None:
+    r = _client()
+    h = f"resp:{uuid.uuid4().hex}"
+    _, packed = _fields(3)
+    p = PackedPipeline(r.connection_pool, r.response_callbacks, True, None)
+    p.execute_command("HSET", h, packed)
+    with pytest.raises(TypeError, match="non-transactional"):
+        p.execute()
+    assert not r.exists(h)
+
+
+@pytest.mark.parametrize("through", ["pipeline", "alone"])
+def test_a_fenced_write_with_packed_arguments_is_all_or_nothing(through: str) -> None:
+    r = _client()
+    tag = uuid.uuid4().hex
+    h, s, f = f"{{{tag}}}:h", f"{{{tag}}}:s", f"{{{tag}}}:fence"
+    fields, packed = _fields(300)
+    r.set(f, 7)
+    ops = [("HSET", h, (packed,)), ("HSET", h, ("plain", "1")), ("SET", s, ("state",))]
+
+    def write(fence: Fence) -> Any:
+        if through == "alone":
+            return fenced(r, fence, ops)
+        p = pipeline_on_key_node(r, h)
+        fenced(r, fence, ops, pipe=p)
+        (reply,) = p.execute(raise_on_error=False)
+        if isinstance(reply, Exception):
+            raise FencedError(str(reply))
+        return reply
+
+    with pytest.raises(FencedError):
+        write(Fence(f, 6))  # an older token: nothing written
+    assert not r.exists(h) and not r.exists(s)
+    write(Fence(f, 7))
+    assert r.hgetall(h) == {**fields, b"plain": b"1"} and r.get(s) == b"state"
+    # unfenced: the same writes in MULTI/EXEC, applied
+    r.delete(h, s)
+    assert fenced(r, None, ops) == b"OK"  # the last command's reply, as Redis gave it
+    assert r.hgetall(h) == {**fields, b"plain": b"1"} and r.get(s) == b"state"
+
+
+def test_a_cluster_node_pipeline_takes_packed_arguments(redis_cluster: Any) -> None:
+    r = connect(redis_cluster.cluster_url)
+    tag = uuid.uuid4().hex
+    h, f = f"{{{tag}}}:h", f"{{{tag}}}:fence"
+    fields, packed = _fields(1000)
+    r.set(f, 3)
+    p = pipeline_on_key_node(r, h)
+    assert isinstance(p, PackedPipeline)
+    fenced(r, Fence(f, 3), [("HSET", h, (packed,))], pipe=p)
+    assert p.execute() == [1000]
+    assert r.hgetall(h) == fields

@@ -150,9 +150,11 @@ class KeySlab:
         self.touched: np.ndarray
         self.batches: np.ndarray
         self.group: np.ndarray
-        # changed since the stream's flush took it (a hint: the group's dirty set is the
-        # truth; a flush finds the slab's dirty keys of its groups without a lookup a key)
+        # changed since a flush took it: the slab's keys are marked here, not in their
+        # groups' dirty sets (a key those sets hold is changed too: written from here)
         self.dirty: np.ndarray
+        # being written by a flush (set and cleared by it): it stays in memory until then
+        self.inflight: np.ndarray
         # each key's name in UTF-8: bytes ``koff[s] .. koff[s] + klen[s]`` of ``_kpool``
         # (written once, when the key takes its slot; a flush writes names from there)
         self.koff: np.ndarray
@@ -184,6 +186,7 @@ class KeySlab:
         self.batches = grow(z if fresh else self.batches, (size,))
         self.group = grow(z if fresh else self.group, (size,))  # each slot's key group
         self.dirty = grow(np.zeros(0, dtype=bool) if fresh else self.dirty, (size,))
+        self.inflight = grow(np.zeros(0, dtype=bool) if fresh else self.inflight, (size,))
         self.koff = grow(z if fresh else self.koff, (size,))
         self.klen = grow(z if fresh else self.klen, (size,))
         c = self.capacity
@@ -283,7 +286,7 @@ class KeySlab:
         idx: Sequence[Sequence[int]],
         columns: Mapping[str, np.ndarray],
         now_ms: int,
-    ) -> list[tuple[int, Counters | None, dict[str, np.ndarray], dict[str, int]]]:
+    ) -> list[tuple[int, Counters | None, dict[str, np.ndarray], dict[str, int], Any]]:
         """Rows ``idx[i]`` of the batch ``columns`` (name -> array, every column of
         :attr:`columns`) into key ``keys[i]`` (of group table ``tables[i]``; made when new), in
         order: :meth:`apply_slots` of their slots."""
@@ -306,15 +309,16 @@ class KeySlab:
         columns: Mapping[str, np.ndarray],
         now_ms: int,
         fresh: np.ndarray,
-    ) -> list[tuple[int, Counters | None, dict[str, np.ndarray], dict[str, int]]]:
+    ) -> list[tuple[int, Counters | None, dict[str, np.ndarray], dict[str, int], Any]]:
         """Rows of the batch ``columns`` (name -> array, every column of :attr:`columns`) into
         the keys of slots ``sl`` (distinct): slot ``sl[i]`` takes ``counts[i]`` rows, the next
         ones of ``flat`` (input rows, grouped by key in the order of ``sl``, each key's in
         order); ``fresh[i]``: the key is new (its slot from :meth:`add`). A key whose windows
         would then hold more than :attr:`capacity` rows takes nothing and leaves the slab:
         returned as (its position in ``sl``, its counters before the batch (None: it is new),
-        the rows its windows hold after the batch, each window's rows the batch evicted), for
-        the caller to make it an object."""
+        the rows its windows hold after the batch, each window's rows the batch evicted, the
+        key), for the caller to make it an object (and mark it changed: the slab's marks are
+        of the keys it holds). The keys it keeps are marked changed (:attr:`dirty`)."""
         k = len(sl)
         total = len(flat)
         held = self.n[sl]
@@ -341,7 +345,7 @@ class KeySlab:
             evicted[reach.name] = d - reach.dropped(ts, held, was)
         keep = m - drop
         over = keep > c
-        out: list[tuple[int, Counters | None, dict[str, np.ndarray], dict[str, int]]] = []
+        out: list[tuple[int, Counters | None, dict[str, np.ndarray], dict[str, int], Any]] = []
         if over.any():
             for i in np.flatnonzero(over).tolist():
                 s = int(sl[i])
@@ -353,6 +357,7 @@ class KeySlab:
                         before,
                         {n: r[i, lo:hi].copy() for n, r in rows.items()},
                         {n: int(e[i]) for n, e in evicted.items()},
+                        self.keys[s],
                     )
                 )
                 self._free(s)

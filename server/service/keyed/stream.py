@@ -631,6 +631,9 @@ class KeyedStream:
         """``key`` out of the slab, into ``table``'s cache as an object."""
         slab = self.slab
         assert slab is not None
+        s = slab.slot[key]
+        if slab.dirty[s] or slab.inflight[s]:  # changed, or being written: dirty as an object
+            table.dirty.add(key)
         counters, cols, evicted = slab.take(key)
         self.cache.add(-slab.slot_bytes, objects=0)
         return self._object_of(table, key, counters, cols, 0, evicted, cache=True)
@@ -658,12 +661,10 @@ class KeyedStream:
         self.cache.add(slab.slot_bytes, objects=0)
         return True
 
-    def _slab_fields(
-        self, tables: Sequence[GroupTable]
-    ) -> dict[int, tuple[Sequence[str], list[Any]]]:
-        """The slab's keys of ``tables`` changed since a flush took them (its dirty marks,
-        cleared here), by group: their names and their ``HSET`` field-value pairs packed in
-        Redis's wire form for all of them in one pass (:meth:`KeySlab.fields_at`)."""
+    def _slab_fields(self, tables: Sequence[GroupTable]) -> dict[int, tuple[np.ndarray, list[Any]]]:
+        """The slab's keys of ``tables`` changed since a flush took them (its marks, cleared
+        here), by group: their slots, and their ``HSET`` field-value pairs packed in Redis's
+        wire form for all of them in one pass (:meth:`KeySlab.fields_at`)."""
         slab = self.slab
         if slab is None or not len(slab) or not tables:
             return {}
@@ -677,19 +678,37 @@ class KeyedStream:
             return {}
         slots = slots[np.argsort(group[slots], kind="stable")]
         dirty[slots] = False
-        keys: Sequence[str] = _pick(slab.keys, slots.tolist())  # type: ignore[arg-type]
         data, ends = slab.fields_at(slots)
-        out: dict[int, tuple[Sequence[str], list[Any]]] = {}
+        out: dict[int, tuple[np.ndarray, list[Any]]] = {}
         g_sorted = group[slots]
         bounds = np.append(_run_starts(g_sorted), len(slots)).tolist()
         for lo, hi in itertools.pairwise(bounds):
             start = int(ends[lo - 1]) if lo else 0
             chunk = np.asarray(ends[lo:hi]) - start
             out[int(g_sorted[lo])] = (
-                keys[lo:hi],
+                slots[lo:hi],
                 packed_chunks(data[start : int(ends[hi - 1])], chunk, FIELDS_PER_OP),
             )
         return out
+
+    def changed_keys(self, g: int) -> set[str]:
+        """The keys of group ``g`` changed since a flush took them: its dirty set and the
+        slab's marks."""
+        out = set(self.groups[g].dirty)
+        slab = self.slab
+        if slab is not None:
+            at = np.flatnonzero(slab.dirty[: slab.size] & (slab.group[: slab.size] == g))
+            out.update(slab.keys[s] for s in at.tolist())  # type: ignore[misc]
+        return out
+
+    def _slab_dirty(self) -> np.ndarray | None:
+        """How many of the slab's keys are marked changed, per group (None: no slab)."""
+        slab = self.slab
+        if slab is None or not len(slab):
+            return None
+        size = slab.size
+        at = np.flatnonzero(slab.dirty[:size])
+        return np.bincount(slab.group[at], minlength=self.n_groups)
 
     def _slab_strays(self, keys: list[str]) -> list[tuple[str, bytes]]:
         """Keys of the slab a group's dirty set holds that its dirty marks missed (marked back
@@ -958,16 +977,20 @@ class KeyedStream:
                     self._index_new(table, key)
                 heads = heads.copy()
                 heads[~known] = got[heads[~known] - base]
-            names: Sequence[str] = _pick(slab.keys, heads.tolist())  # type: ignore[arg-type]
+            ttl = self.ttl_ms > 0
+            names: Sequence[str] = ()
+            if ttl:
+                names = _pick(slab.keys, heads.tolist())  # type: ignore[arg-type]
             lasts = ts_sorted[np.append(starts[1:], n) - 1]
             now_ms = int(time.time() * 1000)
             out = slab.apply_slots(heads, counts, order, arrays, now_ms, ~known)
             self.cache.add((len(slab) - before) * slab.slot_bytes, keys=len(new_keys), objects=0)
-            for i, counters, held, evicted in out:  # keys that outgrew the slab: objects now
+            for i, counters, held, evicted, key in out:  # keys that outgrew the slab: objects
                 table = groups[int(gids[i])]
+                table.dirty.add(key)  # (those in the slab are marked there: apply_slots)
                 # (a window past the compact threshold grows its tree in Redis)
                 st = self._object_of(
-                    table, names[i], counters, held, table.state.lsn + 1, evicted, cache=True
+                    table, key, counters, held, table.state.lsn + 1, evicted, cache=True
                 )
                 st.rows += int(counts[i])
                 last = int(lasts[i])
@@ -983,14 +1006,11 @@ class KeyedStream:
             bounds = np.append(_run_starts(g_sorted), len(g_sorted))
             rows_of = np.add.reduceat(counts[by_group], bounds[:-1])
             high_of = np.maximum.reduceat(lasts[by_group], bounds[:-1])
-            ttl = self.ttl_ms > 0
             for j, (lo, hi) in enumerate(itertools.pairwise(bounds.tolist())):
                 g = int(g_sorted[lo])
                 table = groups[g]
-                keys = _pick(names, by_group[lo:hi].tolist())
-                table.dirty.update(keys)
                 if ttl:
-                    for key in keys:
+                    for key in _pick(names, by_group[lo:hi].tolist()):
                         table.touch(key, now_ms)
                 gst = table.state
                 gst.lsn += 1
@@ -1352,8 +1372,7 @@ class KeyedStream:
                             high = last
                         if ttl:
                             table.touch(key, now_ms)
-                        dirty_add(key)
-                        continue
+                        continue  # (marked changed in the slab)
                     st = hot.pop(key, None)  # back in at the end: the group's LRU order
                     if st is None:
                         st = self._new_key(table, key)
@@ -1449,8 +1468,7 @@ class KeyedStream:
                         st.late += n_late
                         dirty_add(key)
                     elif self.slab is not None and key in self.slab:
-                        self.slab.add_late(key, n_late)
-                        dirty_add(key)
+                        self.slab.add_late(key, n_late)  # (marked changed there)
                 gst.newest = high
                 gst.lsn = lsn
                 gst.rows += sum(len(i) for i in keys.values())
@@ -1548,7 +1566,7 @@ class KeyedStream:
         out = slab.apply(keys, tables, idx, arrays, now_ms)
         self.cache.add((len(slab) - before) * slab.slot_bytes, keys=new, objects=0)
         took = set(keys)
-        for i, counters, held, evicted in out:
+        for i, counters, held, evicted, _key in out:
             table = tables[i]
             lsn = table.state.lsn + 1
             self._object_of(table, keys[i], counters, held, lsn, evicted, cache=True)
@@ -1778,7 +1796,7 @@ class KeyedStream:
             if key is None:
                 continue
             table = slab.tables[s]
-            if key in table.dirty or key in table.inflight:
+            if slab.dirty[s] or slab.inflight[s] or key in table.dirty or key in table.inflight:
                 continue
             slab.remove(key)
             n += 1
@@ -2078,6 +2096,9 @@ class KeyedStream:
         (read without the lock: an estimate; 1 when the groups change meanwhile)."""
         try:
             dirty = sum(len(t.dirty) for t in list(self.groups.values()))
+            slab = self.slab
+            if slab is not None:
+                dirty += int(np.count_nonzero(slab.dirty))
         except RuntimeError:  # pragma: no cover - a group opened or closed meanwhile
             return 1
         return max(1, -(-dirty // FLUSH_KEYS))
@@ -2090,15 +2111,17 @@ class KeyedStream:
         start = self._flush_next % len(tables)
         out: list[GroupTable] = []
         keys = 0
+        in_slab = self._slab_dirty()
         for i in range(len(tables)):
             table = tables[(start + i) % len(tables)]
-            if not table.changed:  # (as _prepare skips it)
+            n = len(table.dirty) + (int(in_slab[table.group]) if in_slab is not None else 0)
+            if not table.changed and not n:  # (as _prepare skips it)
                 continue
-            if out and keys + len(table.dirty) > FLUSH_KEYS:
+            if out and keys + n > FLUSH_KEYS:
                 self._flush_next = (start + i) % len(tables)
                 return out
             out.append(table)
-            keys += len(table.dirty)
+            keys += n
         self._flush_next = start
         return out
 
@@ -2119,20 +2142,32 @@ class KeyedStream:
         trees = self._tree_keys(doomed) if doomed else {}
         jobs: list[_GroupWrite] = []
         queued: list[Any] = []  # the full-form windows' checkpoints, all at once
+        slab = self.slab
         columnar = self._slab_fields(tables)
         try:
             for table in tables:
-                if not table.changed and not (final and table.journaled):
+                if (
+                    not table.changed
+                    and table.group not in columnar
+                    and not (final and table.journaled)
+                ):
                     continue
                 # each dirty key's full windows checkpointed (queued) as its value is made
                 full = functools.partial(self._checkpoint_full, table, queued=queued)
-                ops = table.flush_ops(
-                    self.packers, ttl, full, columnar.get(table.group), self._slab_strays
-                )
+                fields = columnar.get(table.group)
+                slots = None
+                packed: tuple[Sequence[str], list[Any]] | None = None
+                if fields is not None:
+                    slots, chunks = fields
+                    names: Sequence[str] = ()
+                    if table.dirty or ttl:  # (other keys changed; touch times to write)
+                        names = _pick(slab.keys, slots.tolist())  # type: ignore[union-attr,arg-type]
+                    packed = (names, chunks)
+                ops = table.flush_ops(self.packers, ttl, full, packed, self._slab_strays)
                 for wid in table.doomed:
                     ops += [("UNLINK", k, ()) for k in trees.get(wid, ())]
                 blob = table.state.to_json(clean=final)
-                jobs.append(_GroupWrite(table, ops, blob, self.journal))
+                jobs.append(_GroupWrite(table, ops, blob, self.journal, slab, slots))
                 table.clean()
                 table.journaled = False
             # every checkpoint in Redis before any group's keys name it (written after this)
@@ -2142,6 +2177,11 @@ class KeyedStream:
                 self._await_checkpoints(queued)
             for job in jobs:
                 job.undo()
+            if slab is not None:  # the slab's keys of the groups not reached: marked back
+                reached = {job.table.group for job in jobs}
+                for g, (slots, _) in columnar.items():
+                    if g not in reached:
+                        slab.dirty[[s for s in slots.tolist() if slab.keys[s] is not None]] = True
             raise
         return jobs
 
@@ -2448,6 +2488,8 @@ class KeyedStream:
     def stats(self) -> dict[str, int]:
         hot = sum(len(t.hot) for t in self.groups.values())
         dirty = sum(len(t.dirty) for t in self.groups.values())
+        if self.slab is not None:
+            dirty += int(np.count_nonzero(self.slab.dirty))
         return {
             "keys": self.key_count,
             "slab_keys": len(self.slab) if self.slab is not None else 0,
@@ -2543,11 +2585,31 @@ def _drop_engine(engine: Any) -> None:
 
 class _GroupWrite:
     """One group's prepared flush (see :meth:`KeyedStream.flush_begin`): its writes, its
-    state's blob at its lsn, and what it cleared, to mark back when the write fails."""
+    state's blob at its lsn, and what it cleared, to mark back when the write fails (the
+    slab's keys by their slots: ``slots`` of ``slab``)."""
 
-    __slots__ = ("blob", "deleted", "dirty", "doomed", "journal", "lsn", "ops", "table")
+    __slots__ = (
+        "blob",
+        "deleted",
+        "dirty",
+        "doomed",
+        "journal",
+        "lsn",
+        "ops",
+        "slab",
+        "slots",
+        "table",
+    )
 
-    def __init__(self, table: GroupTable, ops: list[Op], blob: str, journal: bool) -> None:
+    def __init__(
+        self,
+        table: GroupTable,
+        ops: list[Op],
+        blob: str,
+        journal: bool,
+        slab: KeySlab | None = None,
+        slots: np.ndarray | None = None,
+    ) -> None:
         self.table = table
         self.ops = ops
         self.blob = blob
@@ -2556,7 +2618,11 @@ class _GroupWrite:
         self.dirty = set(table.dirty)
         self.deleted = set(table.deleted)
         self.doomed = set(table.doomed)
+        self.slab = slab
+        self.slots = slots
         table.inflight = self.dirty  # in memory until written: eviction leaves them
+        if slab is not None and slots is not None:
+            slab.inflight[slots] = True
 
     def undo(self) -> None:
         """Not written: the group changed again, as it was (a key dropped or made since
@@ -2569,11 +2635,18 @@ class _GroupWrite:
         t.state_changed = True
         if self.journal:
             t.journaled = True
+        slab = self.slab
+        if slab is not None and self.slots is not None:  # the slots still holding a key
+            keys = slab.keys
+            held = [s for s in self.slots.tolist() if keys[s] is not None]
+            slab.dirty[held] = True
         self.done()
 
     def done(self) -> None:
         if self.table.inflight is self.dirty:
             self.table.inflight = _NOTHING
+        if self.slab is not None and self.slots is not None:
+            self.slab.inflight[self.slots] = False
 
 
 _NOTHING: frozenset[str] = frozenset()

@@ -249,16 +249,19 @@ class GroupTable:
         """The writes of a flush: the dirty keys' values (and touch times), the deleted keys
         dropped (``full``: as :meth:`KeyState.record`'s, for each key with a full-form
         window; ``columnar``: keys of the stream's slab in this group and their field-value
-        pairs, packed together; ``strays``: the names and values of dirty keys in neither
-        form here nor in ``columnar``, from the slab). The caller clears the dirty marks (and
+        pairs, packed together (the names may be left out when no key is dirty here and
+        ``ttl`` is off);
+        ``strays``: the names and values of dirty keys in neither form here nor in
+        ``columnar``, from the slab). The caller clears the dirty marks (and
         restores them when the write fails)."""
         fields: list[Any] = []
         dirty: AbstractSet[str] = self.dirty
         ops: list[Op] = []
-        if columnar is not None and columnar[0]:
+        if columnar is not None:
             keys, chunks = columnar
             ops += [("HSET", self.keys.keys, (chunk,)) for chunk in chunks]
-            dirty = self.dirty.difference(keys)
+            if keys and dirty:
+                dirty = self.dirty.difference(keys)
         hot = self.hot
         packed = self.packed
         names: list[str] = []  # the keys held as objects, packed together below
@@ -281,9 +284,10 @@ class GroupTable:
             for key, blob in strays(elsewhere):
                 fields += (key, blob)
         touches: list[Any] = []
-        if ttl:
+        if ttl:  # (the slab's keys by name: the caller names them all when the TTL is on)
             index = self.index
-            for key in self.dirty:
+            changed = self.dirty if columnar is None else self.dirty.union(columnar[0])
+            for key in changed:
                 touches += (key, index.get(key, 0))
         ops += _chunked("HSET", self.keys.keys, fields)
         ops += _chunked("HSET", self.keys.touch, touches)

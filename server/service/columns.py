@@ -29,6 +29,47 @@ _NUMERIC_WIDEN = {
 }
 
 
+class KeyBytes:
+    """A keyed stream's STRING key column as Arrow gave it (``--wire arrow``): its UTF-8
+    bytes (key ``i``: ``data[offsets[i]:offsets[i+1]]``) for the key slab to find its keys
+    in one compiled pass (``KeySlab.find``), no Python string a row; :meth:`tolist` makes
+    the texts for every other use (once, when a batch needs them)."""
+
+    __slots__ = ("_array", "data", "offsets")
+
+    def __init__(self, array: Any) -> None:
+        import pyarrow as pa
+
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks()
+        self._array = array
+        _, offsets, data = array.buffers()
+        wide = pa.types.is_large_string(array.type)
+        self.offsets = np.frombuffer(offsets, dtype=np.int64 if wide else np.int32)[
+            array.offset : array.offset + len(array) + 1
+        ]
+        self.data = (
+            np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+        )
+
+    def __len__(self) -> int:
+        return len(self._array)
+
+    def tolist(self) -> list[str]:
+        return self._array.to_pylist()  # type: ignore[no-any-return]
+
+    def take(self, rows: np.ndarray) -> list[str]:
+        """The texts of rows ``rows``."""
+        return self._array.take(rows).to_pylist()  # type: ignore[no-any-return]
+
+
+def plain_lists(columns: Columns) -> Columns:
+    """``columns`` with any :class:`KeyBytes` column as its list of texts."""
+    if not any(isinstance(v, KeyBytes) for _, v in columns.values()):
+        return columns
+    return {n: (t, v.tolist() if isinstance(v, KeyBytes) else v) for n, (t, v) in columns.items()}
+
+
 class Schema:
     """The columns of a stream's batches: their names in order (the timestamp first), their
     types, and the DOUBLE fields that may hold non-finite values."""

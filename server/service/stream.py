@@ -125,6 +125,7 @@ class Stream:
         self.pending_state: tuple[int, str, list[Any]] | None = None
 
     keyed = False
+    key_bytes: str | None = None  # (a keyed stream's: KeyedStream.key_bytes)
 
     @property
     def takes_arrays(self) -> bool:

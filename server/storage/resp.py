@@ -24,16 +24,24 @@ import numpy as np
 from redis.client import Pipeline
 from redis.exceptions import ResponseError
 
-__all__ = ["Packed", "PackedPipeline", "arg_count", "bulk", "encode_command", "packed_chunks"]
+__all__ = [
+    "Packed",
+    "PackedPipeline",
+    "arg_count",
+    "bulk",
+    "encode_command",
+    "encode_parts",
+    "packed_chunks",
+]
 
 
 class Packed:
     """``n`` arguments of a command as RESP bulk strings (``$<len>\\r\\n<bytes>\\r\\n`` each),
-    end to end in ``data``."""
+    end to end in ``data`` (bytes, or a view of a buffer: sent without a copy)."""
 
     __slots__ = ("data", "n")
 
-    def __init__(self, n: int, data: bytes) -> None:
+    def __init__(self, n: int, data: bytes | memoryview) -> None:
         self.n = n
         self.data = data
 
@@ -71,21 +79,39 @@ def bulk(value: Any) -> bytes:
 def encode_command(args: Sequence[Any]) -> bytes:
     """A whole command in RESP: its arguments as :func:`bulk`, :class:`Packed` ones as they
     are (a command name with spaces, ``"SCRIPT LOAD"``, split as redis-py splits it)."""
+    return b"".join(encode_parts(args))
+
+
+def encode_parts(args: Sequence[Any]) -> list[bytes | memoryview]:
+    """:func:`encode_command` as pieces to send one after the other: the small ones joined,
+    a large :class:`Packed` argument's data as it is (not copied)."""
     head = args[0]
     name = head.split() if isinstance(head, (str, bytes)) else [head]
-    parts: list[bytes] = []
+    out: list[bytes | memoryview] = []
+    small: list[bytes] = []
     count = 0
     for a in (*name, *args[1:]):
         if isinstance(a, Packed):
-            parts.append(a.data)
             count += a.n
+            if len(a.data) < _BIG:
+                small.append(bytes(a.data))
+                continue
+            if small:
+                out.append(b"".join(small))
+                small = []
+            out.append(a.data)
         else:
-            parts.append(bulk(a))
+            small.append(bulk(a))
             count += 1
-    return b"*%d\r\n" % count + b"".join(parts)
+    if small:
+        out.append(b"".join(small))
+    return [b"*%d\r\n" % count, *out]
 
 
-def packed_chunks(data: bytes, ends: np.ndarray, per: int) -> list[Packed]:
+_BIG = 16_384  # a Packed argument sent apart from the pieces around it from this size
+
+
+def packed_chunks(data: bytes | memoryview, ends: np.ndarray, per: int) -> list[Packed]:
     """``data``: field-value pairs in RESP (pair ``i`` ends at ``ends[i]``) as Packed arguments
     of at most ``per`` pairs each."""
     out: list[Packed] = []
@@ -112,7 +138,7 @@ class PackedPipeline(Pipeline):
         chunks: list[Any] = []
         for args, _ in commands:
             if any(isinstance(a, Packed) for a in args):
-                chunks.append(encode_command(args))
+                chunks.extend(encode_parts(args))
             else:
                 chunks.extend(connection.pack_commands([args]))
         connection.send_packed_command(chunks)

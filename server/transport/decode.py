@@ -21,6 +21,7 @@ from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import SpecError, StreamSpec, WindowSpec, clip, show
 
 from ..service.batch import FINAL, NONE, PER_ROW
+from ..service.columns import KeyBytes
 from ..service.inputs import MAX_COLUMNS, MAX_NAME, too_long
 from ..service.refusals import ServiceError, batch_too_large, invalid
 
@@ -162,7 +163,9 @@ def rows_hint(request: pb.AppendRequest) -> int:
     return len(getattr(col, kind).values) if kind else 0
 
 
-def columns_of(request: pb.AppendRequest, max_rows: int, *, arrays: bool = False) -> Columns:
+def columns_of(
+    request: pb.AppendRequest, max_rows: int, *, arrays: bool = False, key_bytes: str | None = None
+) -> Columns:
     """The request's columns as (type name, values), from protobuf columns or Arrow IPC;
     with ``arrays`` an Arrow request's numbers come as numpy arrays (no Python object per
     value: for a stream that takes them, :attr:`Stream.takes_arrays`), else as lists."""
@@ -174,7 +177,7 @@ def columns_of(request: pb.AppendRequest, max_rows: int, *, arrays: bool = False
             [("arrow_ipc", "set together with columns")],
         )
     if request.arrow_ipc:
-        return arrow_columns(request.arrow_ipc, max_rows, arrays=arrays)
+        return arrow_columns(request.arrow_ipc, max_rows, arrays=arrays, key_bytes=key_bytes)
     out: Columns = {}
     for i, col in enumerate(request.columns):
         if col.name in out:
@@ -197,12 +200,15 @@ def columns_of(request: pb.AppendRequest, max_rows: int, *, arrays: bool = False
     return out
 
 
-def arrow_columns(payload: bytes, max_rows: int, *, arrays: bool = False) -> Columns:
+def arrow_columns(
+    payload: bytes, max_rows: int, *, arrays: bool = False, key_bytes: str | None = None
+) -> Columns:
     """The columns of an Arrow IPC stream: names checked before the rows are read; with
-    ``arrays`` the numbers as numpy arrays (text and bools as lists either way)."""
+    ``arrays`` the numbers as numpy arrays (text and bools as lists either way); the string
+    column ``key_bytes`` (a keyed stream's key) as :class:`KeyBytes`."""
     table = arrow_table(payload, max_rows)
     return {
-        name: _arrow_column(name, col, arrays)
+        name: _arrow_column(name, col, arrays, name == key_bytes)
         for name, col in zip(table.column_names, table.columns, strict=True)
     }
 
@@ -244,9 +250,12 @@ def _check_arrow_names(names: list[str]) -> None:
         seen.add(name)
 
 
-def _arrow_column(name: str, col: Any, arrays: bool = False) -> tuple[str, Any]:
+def _arrow_column(
+    name: str, col: Any, arrays: bool = False, key_bytes: bool = False
+) -> tuple[str, Any]:
     """One Arrow column as (type name, values): no nulls, a supported type, 64-bit values;
-    numbers as a numpy array with ``arrays``, else as a list."""
+    numbers as a numpy array with ``arrays``, else as a list; strings as :class:`KeyBytes`
+    with ``key_bytes``."""
     import pyarrow as pa
 
     if col.null_count:
@@ -267,7 +276,7 @@ def _arrow_column(name: str, col: Any, arrays: bool = False) -> tuple[str, Any]:
             kind, values = number
             return kind, values.to_numpy() if arrays else values.to_pylist()
         if pa.types.is_string(t) or pa.types.is_large_string(t):
-            return "STRING", col.to_pylist()
+            return "STRING", KeyBytes(col) if key_bytes else col.to_pylist()
         if pa.types.is_boolean(t):
             return "BOOL", col.to_pylist()
     except pa.ArrowInvalid as ex:  # a uint64 or a timestamp past int64 nanoseconds

@@ -429,7 +429,9 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         limit = self.registry.limits.max_batch_rows
         # an Arrow batch's numbers as arrays for a stream that takes them (no Python object
         # per value), as lists for any other
-        columns = decode.columns_of(request, limit, arrays=stream.takes_arrays)
+        columns = decode.columns_of(
+            request, limit, arrays=stream.takes_arrays, key_bytes=stream.key_bytes
+        )
         # a keyed batch's part other than its first (the SDK's split) does not count it again
         extra = {"counted": False} if request.continuation and stream.keyed else {}
         return self._respond(

@@ -160,8 +160,9 @@ def test_the_slab_holds_what_each_window_reaches(case: Any) -> None:
     assert len(slab) + len(objects) == len(model)
 
 
-def read_pairs(data: bytes, ends: np.ndarray) -> list[tuple[bytes, bytes]]:
+def read_pairs(view: Any, ends: np.ndarray) -> list[tuple[bytes, bytes]]:
     """RESP bulk strings two by two (a name and a value), each pair ending at ``ends``."""
+    data = bytes(view)
     out: list[tuple[bytes, bytes]] = []
     p = 0
     for end in ends.tolist():
@@ -213,6 +214,52 @@ def test_key_names_on_the_wire_survive_removals_and_the_pool_compacting(
                 (k.encode(), b) for k, b in zip(keys, slab.blobs(keys), strict=True)
             ]
     assert slab._kused - slab._kdead == sum(len(k.encode()) for k in held)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.text(min_size=1, max_size=24), min_size=1, max_size=80, unique=True),
+    st.randoms(use_true_random=False),
+    st.booleans(),
+)
+def test_keys_are_found_by_their_bytes_as_by_their_names(
+    names: list[str], rnd: Any, large: bool
+) -> None:
+    """``KeySlab.find`` over a string column's Arrow buffers (string or large_string, a slice
+    of a longer array: an offset into its buffers) gives each key's slot as the name -> slot
+    dict does, -1 for keys not held, while keys come and go (the table fills with gone keys,
+    grows and is rebuilt)."""
+    import pyarrow as pa
+
+    from mtawindows.server.service.columns import KeyBytes
+
+    class Small(KeySlab):
+        ht_min = 8  # the table fills, is rebuilt, and holds gone keys' entries at once
+
+    slab = Small([Reach("w", 3, None)], COLUMNS, 4)
+    held: set[str] = set()
+    t = 0
+    for _ in range(30):
+        for k in [k for k in held if rnd.random() < 0.3]:
+            assert slab.remove(k)
+            held.discard(k)
+        add = [k for k in names if k not in held and rnd.random() < 0.4]
+        if add:
+            t += 1
+            cols = {
+                "ts": np.full(len(add), t, dtype=np.int64),
+                "v": np.zeros(len(add), dtype=np.float64),
+                "n": np.zeros(len(add), dtype=np.int64),
+            }
+            slab.apply(add, [None] * len(add), [[i] for i in range(len(add))], cols, t)
+            held.update(add)
+        probe = [rnd.choice(names) for _ in range(rnd.randint(1, 40))] + ["never-a-key"]
+        arr = pa.array(["pad", *probe], pa.large_string() if large else pa.string())[1:]
+        kb = KeyBytes(arr)
+        assert kb.tolist() == probe and len(kb) == len(probe)
+        assert slab.find(kb.offsets, kb.data).tolist() == [slab.slot.get(k, -1) for k in probe]
+        # the table never more than 60% full of keys and gone keys' entries: rebuilt before
+        assert 5 * slab._ht_used <= 3 * len(slab._ht)
 
 
 def test_slots_are_reused_and_the_arrays_grow() -> None:

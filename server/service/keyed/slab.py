@@ -130,6 +130,8 @@ class KeySlab:
     """The keys of one stream held in columns (see the module docstring). ``columns``:
     name -> dtype, the timestamps first. Not thread-safe: the stream's lock guards it."""
 
+    ht_min = 1 << 12  # the key table's least size (a power of 2)
+
     def __init__(self, reaches: list[Reach], columns: dict[str, np.dtype], capacity: int) -> None:
         self.reaches = reaches
         self.columns = columns
@@ -159,6 +161,12 @@ class KeySlab:
         # (written once, when the key takes its slot; a flush writes names from there)
         self.koff: np.ndarray
         self.klen: np.ndarray
+        # each slot's key by its UTF-8 bytes: an open-addressing table of slots (-1 empty,
+        # -2 a key gone), probed by the names' FNV-1a hashes (``khash``, per slot): a batch's
+        # key column found in one compiled pass over Arrow's string buffers (:meth:`find`)
+        self.khash: np.ndarray
+        self._ht = np.full(self.ht_min, -1, dtype=np.int32)
+        self._ht_used = 0  # entries not empty (keys and gone keys)
         self._kpool = np.zeros(1 << 16, dtype=np.uint8)
         self._kused = 0  # bytes of the pool written
         self._kdead = 0  # of those, the names of keys gone (reclaimed by _compact_names)
@@ -189,6 +197,7 @@ class KeySlab:
         self.inflight = grow(np.zeros(0, dtype=bool) if fresh else self.inflight, (size,))
         self.koff = grow(z if fresh else self.koff, (size,))
         self.klen = grow(z if fresh else self.klen, (size,))
+        self.khash = grow(np.zeros(0, dtype=np.uint64) if fresh else self.khash, (size,))
         c = self.capacity
         self.vals = {
             n: grow(np.zeros((0, c), dtype=d) if fresh else self.vals[n], (size, c))
@@ -223,7 +232,8 @@ class KeySlab:
         self.dirty[s] = True
 
     def _name(self, slots: np.ndarray, keys: Sequence[str]) -> None:
-        """The UTF-8 names of ``keys`` into the pool, for slots ``slots``."""
+        """The UTF-8 names of ``keys`` (in :attr:`slot` already) into the pool and the
+        table, for slots ``slots``."""
         encoded = [k.encode() for k in keys]
         lens = np.fromiter(map(len, encoded), np.int64, len(encoded))
         total = int(lens.sum())
@@ -240,6 +250,26 @@ class KeySlab:
         self.koff[slots] = at + np.cumsum(lens) - lens
         self.klen[slots] = lens
         self._kused = at + total
+        self.khash[slots] = _hash_names(self._kpool, self.koff[slots], lens)
+        if 5 * (self._ht_used + len(slots)) > 3 * len(self._ht):  # 60% full
+            self._rehash()  # (the new keys with the others: they are in ``slot`` already)
+        else:
+            self._ht_used += _ht_put(self._ht, self.khash, np.asarray(slots, dtype=np.int64))
+
+    def _rehash(self) -> None:
+        """A new table of the keys held (:attr:`slot`), at most half full (the entries of
+        keys gone dropped)."""
+        size = self.ht_min
+        while size < 2 * len(self.slot):
+            size *= 2
+        self._ht = np.full(size, -1, dtype=np.int32)
+        held = np.fromiter(self.slot.values(), np.int64, len(self.slot))
+        self._ht_used = _ht_put(self._ht, self.khash, held)
+
+    def find(self, offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
+        """The slot of each key of a string column given as Arrow's buffers (key ``i``:
+        ``data[offsets[i]:offsets[i+1]]``, UTF-8), -1 for a key not here."""
+        return _ht_find(self._ht, self.khash, self._kpool, self.koff, self.klen, offsets, data)
 
     def _compact_names(self) -> None:
         """The pool holds the names of the keys held only (their slots' offsets moved)."""
@@ -396,6 +426,7 @@ class KeySlab:
         self.tables[s] = None
         self.touched[s] = _INT64_MAX  # never a candidate of KeyedStream._evict_slab
         self.dirty[s] = False
+        _ht_drop(self._ht, self.khash, s)
         self._kdead += int(self.klen[s])
         self.klen[s] = 0
         self.free.append(s)
@@ -528,20 +559,21 @@ class KeySlab:
         key's parts in Python took 4 us) into one buffer, then sliced."""
         if not len(sl):
             return []
-        raw, at = self._packed(sl, only, resp=False)
+        buf, at = self._packed(sl, only, resp=False)
+        raw = buf.tobytes()
         return list(map(raw.__getitem__, map(slice, at[:-1].tolist(), at[1:].tolist())))
 
-    def fields_at(self, sl: np.ndarray, only: Any = None) -> tuple[bytes, np.ndarray]:
+    def fields_at(self, sl: np.ndarray, only: Any = None) -> tuple[memoryview, np.ndarray]:
         """The keys of slots ``sl`` as the field-value pairs of an ``HSET`` of their names
         and stored values (:meth:`blobs_at`'s) in Redis's wire form (RESP bulk strings), and
         where each pair ends: the same compiled loop, no Python object a key
         (``server/storage/resp.py``)."""
         if not len(sl):
-            return b"", np.zeros(0, dtype=np.int64)
-        raw, at = self._packed(sl, only, resp=True)
-        return raw, at[1:]
+            return memoryview(b""), np.zeros(0, dtype=np.int64)
+        buf, at = self._packed(sl, only, resp=True)
+        return buf.data, at[1:]  # (no copy: the Packed arguments slice it)
 
-    def _packed(self, sl: np.ndarray, only: Any, *, resp: bool) -> tuple[bytes, np.ndarray]:
+    def _packed(self, sl: np.ndarray, only: Any, *, resp: bool) -> tuple[np.ndarray, np.ndarray]:
         """The stored values of the keys of slots ``sl`` end to end (``resp``: each after its
         key's name, both as RESP bulk strings), and where each starts (and the last ends).
         The rows are read in place, from the slab's columns."""
@@ -591,7 +623,89 @@ class KeySlab:
             self.koff,
             self.klen,
         )
-        return buf.tobytes(), at
+        return buf, at
+
+
+@numba.njit(cache=True, nogil=True)
+def _fnv(data: np.ndarray, lo: int, hi: int) -> np.uint64:
+    """FNV-1a (64 bits) of ``data[lo:hi]``."""
+    h = np.uint64(14695981039346656037)
+    for i in range(lo, hi):
+        h = (h ^ np.uint64(data[i])) * np.uint64(1099511628211)
+    return h
+
+
+@numba.njit(cache=True, nogil=True)
+def _hash_names(pool: np.ndarray, koff: np.ndarray, klen: np.ndarray) -> np.ndarray:
+    out = np.empty(klen.shape[0], dtype=np.uint64)
+    for i in range(klen.shape[0]):
+        out[i] = _fnv(pool, koff[i], koff[i] + klen[i])
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _ht_put(ht: np.ndarray, khash: np.ndarray, slots: np.ndarray) -> int:
+    """Slots ``slots`` into the table (by their keys' hashes); how many empty entries they
+    took."""
+    mask = np.uint64(ht.shape[0] - 1)
+    took = 0
+    for s in slots:
+        j = khash[s] & mask
+        while ht[j] >= 0:
+            j = (j + np.uint64(1)) & mask
+        if ht[j] == -1:
+            took += 1
+        ht[j] = s
+    return took
+
+
+@numba.njit(cache=True, nogil=True)
+def _ht_drop(ht: np.ndarray, khash: np.ndarray, s: int) -> None:
+    """Slot ``s`` out of the table (its entry marks a key gone: probes go on past it)."""
+    mask = np.uint64(ht.shape[0] - 1)
+    j = khash[s] & mask
+    while ht[j] != -1:
+        if ht[j] == s:
+            ht[j] = -2
+            return
+        j = (j + np.uint64(1)) & mask
+
+
+@numba.njit(cache=True, nogil=True)
+def _ht_find(
+    ht: np.ndarray,
+    khash: np.ndarray,
+    pool: np.ndarray,
+    koff: np.ndarray,
+    klen: np.ndarray,
+    offsets: np.ndarray,
+    data: np.ndarray,
+) -> np.ndarray:
+    """Each key ``data[offsets[i]:offsets[i+1]]``'s slot, -1 when none holds it."""
+    n = offsets.shape[0] - 1
+    out = np.empty(n, dtype=np.int64)
+    mask = np.uint64(ht.shape[0] - 1)
+    for i in range(n):
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        h = _fnv(data, lo, hi)
+        j = h & mask
+        found = -1
+        while ht[j] != -1:
+            s = ht[j]
+            if s >= 0 and khash[s] == h and klen[s] == hi - lo:
+                o = koff[s]
+                same = True
+                for q in range(hi - lo):
+                    if pool[o + q] != data[lo + q]:
+                        same = False
+                        break
+                if same:
+                    found = s
+                    break
+            j = (j + np.uint64(1)) & mask
+        out[i] = found
+    return out
 
 
 @numba.njit(cache=True, nogil=True)

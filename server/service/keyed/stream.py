@@ -72,7 +72,7 @@ from ...storage.keys import GroupKeys, group_lease_keys, key_window_base
 from ...storage.protocol import CorruptDataError, StoreError, StoreUnavailableError
 from ...storage.resp import packed_chunks
 from ..batch import FINAL, NONE, PER_ROW
-from ..columns import Columns, Schema
+from ..columns import Columns, KeyBytes, Schema, plain_lists
 from ..hosted_window import HostedWindow
 from ..ranges import RangeQuery, check_range, suffix_of
 from ..refusals import (
@@ -227,6 +227,12 @@ class KeyedStream:
 
     keyed = True
     takes_arrays = False  # its slab path reads lists (Stream.takes_arrays)
+
+    @property
+    def key_bytes(self) -> str | None:
+        """The key column, when an Arrow batch may give it as its bytes (``KeyBytes``: a
+        STRING key, the keys in a slab that finds them by their bytes), else None."""
+        return self.spec.key if self.slab is not None and not self.int_keys else None
 
     def __init__(
         self,
@@ -842,6 +848,7 @@ class KeyedStream:
         n_rows, cols = self.decode(columns)
         if n_rows > max_rows:
             raise batch_too_large(n_rows, max_rows)
+        raw_keys: Any = cols[self.key_index]
         if (producer_id or sequence) and (not producer_id or sequence <= 0):
             raise invalid(
                 "producer_id" if not producer_id else "sequence",
@@ -859,6 +866,9 @@ class KeyedStream:
                 done = self._append_slab(cols, producer_id, sequence, counted, columns, which)
                 if done is not None:
                     return done
+            if isinstance(raw_keys, KeyBytes):  # the key-by-key path reads texts
+                cols[self.key_index] = raw_keys.tolist()
+                columns = plain_lists(columns)
             plan = self._plan(cols, producer_id, sequence, fast=fast)
             if not counted:
                 plan.counter = None
@@ -886,16 +896,21 @@ class KeyedStream:
         assert slab is not None
         ts_in = cols[0]
         n = len(ts_in)
-        raw = cols[self.key_index]
-        texts = self._key_texts(raw)
-        sl = np.fromiter(map(slab.slot.get, texts, itertools.repeat(-1)), np.int64, n)
+        raw: Any = cols[self.key_index]
+        if isinstance(raw, KeyBytes):  # found by their bytes, in one compiled pass
+            sl = slab.find(raw.offsets, raw.data)
+        else:
+            texts = self._key_texts(raw)
+            sl = np.fromiter(map(slab.slot.get, texts, itertools.repeat(-1)), np.int64, n)
         miss = np.flatnonzero(sl < 0)
         new_keys: list[str] = []
         new_groups: list[int] = []
         base = slab.size  # a new key's id: base + its index in new_keys, until it has a slot
         ids = sl
         if len(miss):
-            missing = [texts[i] for i in miss.tolist()]
+            missing = (
+                raw.take(miss) if isinstance(raw, KeyBytes) else [texts[i] for i in miss.tolist()]
+            )
             first_of = dict.fromkeys(missing)
             new_keys = list(first_of)
             g_of = self.n_groups
@@ -959,6 +974,7 @@ class KeyedStream:
             gids[~known] = np.asarray(new_groups, dtype=np.int64)[heads[~known] - base]
         counts = np.diff(np.append(starts, n))
         if self.journal:  # durable: each group's rows journaled before anything changes
+            columns = plain_lists(columns)
             row_group = np.empty(n, dtype=np.int64)
             row_group[order] = np.repeat(gids, counts)
             by_row = np.argsort(row_group, kind="stable")  # by group, rows ascending
@@ -1056,7 +1072,7 @@ class KeyedStream:
         slab = self.slab if fast else None
         in_slab: dict[str, int] = slab.slot if slab is not None else {}
         ts = cols[0]
-        raw_keys = cols[self.key_index]
+        raw_keys: Any = cols[self.key_index]
         texts = self._key_texts(raw_keys)
         rows_of: dict[str, list[int]] = {}
         for i, k in enumerate(texts):

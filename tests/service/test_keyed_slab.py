@@ -291,6 +291,20 @@ def _stream(url: str, prefix: str, limits: Any = None) -> Any:
     return Registry(url, limits=limits or Limits(key_compact_items=8), prefix=prefix)
 
 
+def _keyed(groups: int, aggs: tuple[Aggregation, ...]) -> tuple[str, str, Any, Any]:
+    """A registry on the shared Redis under a prefix of its own, with a keyed stream ``s``
+    (``host`` key, ``v``) of ``groups`` key groups and one window ``w`` (``aggs`` over the
+    last 5 rows): (url, prefix, registry, stream)."""
+    url = shared_redis_url()
+    prefix = f"ks{uuid.uuid4().hex[:12]}"
+    reg = _stream(url, prefix)
+    reg.create_stream(
+        StreamSpec("s", (Field("host", "STRING"), Field("v", "DOUBLE")), key="host", key_groups=groups, wall_clock=False)
+    )  # fmt: skip
+    reg.create_window(WindowSpec("s", "w", aggs, Policy.count(5)))
+    return url, prefix, reg, reg.stream("s")
+
+
 @pytest.mark.redis
 def test_keys_come_back_into_the_slab_after_a_restart_and_an_eviction() -> None:
     """A restart (flush, new registry) and a key cache too small for every key: the keys
@@ -480,14 +494,7 @@ def test_a_periodic_flush_takes_whole_groups_in_turn_up_to_its_key_budget(monkey
     every group, and a restart finds every key as it was."""
 
     monkeypatch.setattr(keyed_stream, "FLUSH_KEYS", 60)
-    url = shared_redis_url()
-    prefix = f"ks{uuid.uuid4().hex[:12]}"
-    reg = _stream(url, prefix)
-    reg.create_stream(
-        StreamSpec("s", (Field("host", "STRING"), Field("v", "DOUBLE")), key="host", key_groups=16, wall_clock=False)
-    )  # fmt: skip
-    reg.create_window(WindowSpec("s", "w", (Aggregation("t", "sum", "v"),), Policy.count(5)))
-    s = reg.stream("s")
+    url, prefix, reg, s = _keyed(16, (Aggregation("t", "sum", "v"),))
     keys = [f"h{i:04d}" for i in range(400)]
     try:
         s.append({"ts": ("TIMESTAMP", [1] * 400), "host": ("STRING", keys), "v": ("DOUBLE", [float(i) for i in range(400)])})  # fmt: skip
@@ -526,14 +533,7 @@ def test_keys_of_a_flush_not_written_are_written_by_the_next() -> None:
     the keys marked changed again, their marks in the slab taken): the next flush writes
     those keys too (found through the group's changed keys), with the rows appended
     meanwhile, and a restart finds every key as it was."""
-    url = shared_redis_url()
-    prefix = f"ks{uuid.uuid4().hex[:12]}"
-    reg = _stream(url, prefix)
-    reg.create_stream(
-        StreamSpec("s", (Field("host", "STRING"), Field("v", "DOUBLE")), key="host", key_groups=8, wall_clock=False)
-    )  # fmt: skip
-    reg.create_window(WindowSpec("s", "w", (Aggregation("t", "sum", "v"), Aggregation("n", "count")), Policy.count(5)))  # fmt: skip
-    s = reg.stream("s")
+    url, prefix, reg, s = _keyed(8, (Aggregation("t", "sum", "v"), Aggregation("n", "count")))
     keys = [f"h{i:04d}-ü" for i in range(300)]
     sums = dict.fromkeys(keys, 0.0)
     try:
@@ -571,14 +571,7 @@ def test_a_key_leaving_the_slab_keeps_its_change_and_its_write() -> None:
     its object form while changed, or while a flush writes it, is changed as an object (a
     write that then fails leaves it to the next flush); a key being written is not evicted
     from memory; a restart finds every key as appended."""
-    url = shared_redis_url()
-    prefix = f"ks{uuid.uuid4().hex[:12]}"
-    reg = _stream(url, prefix)
-    reg.create_stream(
-        StreamSpec("s", (Field("host", "STRING"), Field("v", "DOUBLE")), key="host", key_groups=2, wall_clock=False)
-    )  # fmt: skip
-    reg.create_window(WindowSpec("s", "w", (Aggregation("t", "sum", "v"),), Policy.count(5)))
-    s = reg.stream("s")
+    url, prefix, reg, s = _keyed(2, (Aggregation("t", "sum", "v"),))
     keys = [f"h{i}" for i in range(20)]
     try:
         s.append({"ts": ("TIMESTAMP", [1] * 20), "host": ("STRING", keys), "v": ("DOUBLE", [1.0] * 20)})  # fmt: skip

@@ -98,7 +98,8 @@ def fenced(client: Any, fence: Fence | None, ops: Sequence[Op], *, pipe: Any = N
                 raise check_reply(r, fence)
         return last
     if fence is None or not fence.active:  # unfenced: plain commands (MULTI for several)
-        if pipe is not None and len(ops) > 1 and isinstance(pipe, PackedPipeline):
+        packed = any(isinstance(a, Packed) for _, _, args in ops for a in args)
+        if pipe is not None and len(ops) > 1 and packed and isinstance(pipe, PackedPipeline):
             q: Any = pipe  # (its own MULTI: Packed arguments need it)
             q.execute_command("MULTI")
             for cmd, key, args in ops:

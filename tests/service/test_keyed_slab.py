@@ -587,7 +587,12 @@ def test_a_key_leaving_the_slab_keeps_its_change_and_its_write() -> None:
             assert s._evict_slab(s.slab) == 0  # every key being written stays
             s._unslab(s.where["h1"], "h1")  # being written: an object, changed
             assert "h1" in s.where["h1"].dirty
-        writes.abandon()  # the write failed: all of them changed again
+        writes.abandon()  # the write failed: all of them changed again, once settled
+        # (the end of a flush runs on the flush thread: it leaves the slab's arrays, which
+        # appends may grow meanwhile, to the next holder of the lock)
+        assert s.slab.inflight.any()
+        with s.lock:
+            s._settle()
         assert not s.slab.inflight.any()
         assert all(k in s.changed_keys(s.where[k].group) for k in keys)
         s.flush()
@@ -598,6 +603,46 @@ def test_a_key_leaving_the_slab_keeps_its_change_and_its_write() -> None:
         s = reg.adopt("s")
         for k in keys:
             assert s.query("w", k).values["t"] == 1.0, k
+    finally:
+        reg.drop("s")
+        reg.redis.close()
+        drop_prefix(url, prefix)
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("change", ["create", "delete"])
+def test_keys_changed_when_the_windows_change_are_written(change: str) -> None:
+    """A window made or deleted while slab keys are changed (unwritten) or being written:
+    the slab is made again for the new windows and its keys leave it packed, still changed;
+    the next flushes write them, and a restart finds every key as appended."""
+    url, prefix, reg, s = _keyed(4, (Aggregation("t", "sum", "v"),))
+    keys = [f"h{i}" for i in range(30)]
+    try:
+
+        def append(t: int) -> None:
+            s.append({"ts": ("TIMESTAMP", [t] * 30), "host": ("STRING", keys), "v": ("DOUBLE", [1.0] * 30)})  # fmt: skip
+
+        if change == "delete":
+            reg.create_window(WindowSpec("s", "w2", (Aggregation("n", "count"),), Policy.count(3)))
+        append(1)
+        reg.flush(s)
+        append(2)  # changed, not written
+        with s.lock:
+            writes = s.flush_begin()  # half of them being written ...
+        assert writes is not None
+        append(3)
+        if change == "create":  # ... when the windows change
+            reg.create_window(WindowSpec("s", "w2", (Aggregation("n", "count"),), Policy.count(3)))
+        else:
+            reg.delete_window("s", "w2")
+        writes.abandon()  # and that write fails
+        reg.flush(s)
+        reg.drop("s")
+        reg.redis.close()
+        reg = _stream(url, prefix)
+        s = reg.adopt("s")
+        for k in keys:
+            assert s.query("w", k).values["t"] == 3.0, k
     finally:
         reg.drop("s")
         reg.redis.close()

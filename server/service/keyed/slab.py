@@ -426,6 +426,7 @@ class KeySlab:
         self.tables[s] = None
         self.touched[s] = _INT64_MAX  # never a candidate of KeyedStream._evict_slab
         self.dirty[s] = False
+        self.inflight[s] = False  # (a flush writing it ends without it)
         _ht_drop(self._ht, self.khash, s)
         self._kdead += int(self.klen[s])
         self.klen[s] = 0

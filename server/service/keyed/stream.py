@@ -26,6 +26,7 @@ A flush writes the groups that changed, nothing else: an idle stream costs no Re
 from __future__ import annotations
 
 import bisect
+import collections
 import contextlib
 import functools
 import heapq
@@ -260,6 +261,10 @@ class KeyedStream:
         # set while no flush is being written outside the lock (flush_begin / GroupWrites)
         self._writing = threading.Event()
         self._writing.set()
+        # a written or failed flush's slab marks to change (slab, slots, failed): queued by
+        # the flush thread, applied under the lock (:meth:`_settle`): the slab's arrays are
+        # the appends' (an append may grow them, or free a slot, meanwhile)
+        self._slab_after: collections.deque[tuple[KeySlab, np.ndarray, bool]] = collections.deque()
         self.unpackers: dict[str, Any] = {}
         self.client = client
         self.prefix = prefix
@@ -554,6 +559,8 @@ class KeyedStream:
             for key, s in old.slot.items():
                 t = old.tables[s]
                 by_table.setdefault(id(t), (t, []))[1].append(key)
+                if old.dirty[s] or old.inflight[s]:  # changed or being written: as packed
+                    t.dirty.add(key)
             for table, keys in by_table.values():
                 for key, blob in zip(keys, old.blobs(keys, set(self.windows)), strict=True):
                     table.packed[key] = blob
@@ -836,6 +843,8 @@ class KeyedStream:
         SDK split by key-group holder other than the part with its first row (it counts the
         batch in batches_appended / batches_duplicate, once)."""
         self.ensure_current()
+        if self._slab_after:  # a flush written meanwhile: its keys no longer in flight
+            self._slab_ended()
         if self.resync is not None:
             try:
                 self.resync()
@@ -2142,13 +2151,29 @@ class KeyedStream:
         return out
 
     def _settle(self) -> None:
-        """Wait for the flush being written outside the lock (:meth:`flush_begin`)."""
+        """Wait for the flush being written outside the lock (:meth:`flush_begin`); then
+        (under the lock) its slab keys are no longer in flight, and those it did not write
+        are marked changed again (the slots that still hold a key)."""
         if not self._writing.is_set():
             self._writing.wait()
+        self._slab_ended()
+
+    def _slab_ended(self) -> None:
+        """Under the lock: the slab marks of the flushes that ended (``_slab_after``)."""
+        q = self._slab_after
+        while q:
+            slab, slots, failed = q.popleft()
+            if failed:
+                keys = slab.keys
+                slab.dirty[[s for s in slots.tolist() if keys[s] is not None]] = True
+            slab.inflight[slots] = False
 
     def _flush_tables(self, tables: list[GroupTable], *, final: bool) -> None:
         self._settle()
-        self._write(self._prepare(tables, final=final))
+        try:
+            self._write(self._prepare(tables, final=final))
+        finally:
+            self._slab_ended()
 
     def _prepare(self, tables: list[GroupTable], *, final: bool) -> list[_GroupWrite]:
         """Each changed group's flush as writes to make (the group clean again, its keys
@@ -2183,7 +2208,9 @@ class KeyedStream:
                 for wid in table.doomed:
                     ops += [("UNLINK", k, ()) for k in trees.get(wid, ())]
                 blob = table.state.to_json(clean=final)
-                jobs.append(_GroupWrite(table, ops, blob, self.journal, slab, slots))
+                jobs.append(
+                    _GroupWrite(table, ops, blob, self.journal, slab, slots, self._slab_after)
+                )
                 table.clean()
                 table.journaled = False
             # every checkpoint in Redis before any group's keys name it (written after this)
@@ -2602,9 +2629,11 @@ def _drop_engine(engine: Any) -> None:
 class _GroupWrite:
     """One group's prepared flush (see :meth:`KeyedStream.flush_begin`): its writes, its
     state's blob at its lsn, and what it cleared, to mark back when the write fails (the
-    slab's keys by their slots: ``slots`` of ``slab``)."""
+    slab's keys by their slots: ``slots`` of ``slab``, their marks changed under the stream's
+    lock, by :meth:`KeyedStream._settle`: its end may run on the flush thread)."""
 
     __slots__ = (
+        "after",
         "blob",
         "deleted",
         "dirty",
@@ -2625,6 +2654,7 @@ class _GroupWrite:
         journal: bool,
         slab: KeySlab | None = None,
         slots: np.ndarray | None = None,
+        after: collections.deque[Any] | None = None,
     ) -> None:
         self.table = table
         self.ops = ops
@@ -2636,6 +2666,7 @@ class _GroupWrite:
         self.doomed = set(table.doomed)
         self.slab = slab
         self.slots = slots
+        self.after = after  # where its end's slab marks go (KeyedStream._slab_after)
         table.inflight = self.dirty  # in memory until written: eviction leaves them
         if slab is not None and slots is not None:
             slab.inflight[slots] = True
@@ -2651,18 +2682,17 @@ class _GroupWrite:
         t.state_changed = True
         if self.journal:
             t.journaled = True
-        slab = self.slab
-        if slab is not None and self.slots is not None:  # the slots still holding a key
-            keys = slab.keys
-            held = [s for s in self.slots.tolist() if keys[s] is not None]
-            slab.dirty[held] = True
-        self.done()
+        self._end(failed=True)
 
     def done(self) -> None:
+        self._end(failed=False)
+
+    def _end(self, *, failed: bool) -> None:
         if self.table.inflight is self.dirty:
             self.table.inflight = _NOTHING
-        if self.slab is not None and self.slots is not None:
-            self.slab.inflight[self.slots] = False
+        if self.slab is not None and self.slots is not None and self.after is not None:
+            self.after.append((self.slab, self.slots, failed))  # (KeyedStream._settle)
+            self.after = None
 
 
 _NOTHING: frozenset[str] = frozenset()

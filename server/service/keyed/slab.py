@@ -226,6 +226,16 @@ class KeySlab:
         """(newest, rows, late, touched, batches) of ``key``."""
         return self._counters(self.slot[key])
 
+    def unwritten(self, s: int) -> bool:
+        """Whether slot ``s``'s key changed since a flush took it, or is being written."""
+        return bool(self.dirty[s] or self.inflight[s])
+
+    def mark_held(self, slots: np.ndarray) -> None:
+        """Mark changed those of ``slots`` that still hold a key (a write of theirs failed or
+        never went: a slot freed since stays free)."""
+        keys = self.keys
+        self.dirty[[s for s in slots.tolist() if keys[s] is not None]] = True
+
     def add_late(self, key: str, n: int) -> None:
         s = self.slot[key]
         self.late[s] += n

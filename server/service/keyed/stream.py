@@ -559,7 +559,7 @@ class KeyedStream:
             for key, s in old.slot.items():
                 t = old.tables[s]
                 by_table.setdefault(id(t), (t, []))[1].append(key)
-                if old.dirty[s] or old.inflight[s]:  # changed or being written: as packed
+                if old.unwritten(s):  # changed or being written: dirty as packed
                     t.dirty.add(key)
             for table, keys in by_table.values():
                 for key, blob in zip(keys, old.blobs(keys, set(self.windows)), strict=True):
@@ -645,7 +645,7 @@ class KeyedStream:
         slab = self.slab
         assert slab is not None
         s = slab.slot[key]
-        if slab.dirty[s] or slab.inflight[s]:  # changed, or being written: dirty as an object
+        if slab.unwritten(s):  # changed, or being written: dirty as an object
             table.dirty.add(key)
         counters, cols, evicted = slab.take(key)
         self.cache.add(-slab.slot_bytes, objects=0)
@@ -1821,7 +1821,7 @@ class KeyedStream:
             if key is None:
                 continue
             table = slab.tables[s]
-            if slab.dirty[s] or slab.inflight[s] or key in table.dirty or key in table.inflight:
+            if slab.unwritten(s) or key in table.dirty or key in table.inflight:
                 continue
             slab.remove(key)
             n += 1
@@ -2164,8 +2164,7 @@ class KeyedStream:
         while q:
             slab, slots, failed = q.popleft()
             if failed:
-                keys = slab.keys
-                slab.dirty[[s for s in slots.tolist() if keys[s] is not None]] = True
+                slab.mark_held(slots)
             slab.inflight[slots] = False
 
     def _flush_tables(self, tables: list[GroupTable], *, final: bool) -> None:
@@ -2224,7 +2223,7 @@ class KeyedStream:
                 reached = {job.table.group for job in jobs}
                 for g, (slots, _) in columnar.items():
                     if g not in reached:
-                        slab.dirty[[s for s in slots.tolist() if slab.keys[s] is not None]] = True
+                        slab.mark_held(slots)
             raise
         return jobs
 

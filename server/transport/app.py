@@ -455,7 +455,12 @@ class Server:
         answer for ``redis_ping_timeout`` seconds since the last one: the store is down
         (:meth:`_hold_down`, event ``store_unresponsive``), however long the PING in flight
         still waits; the first answer after: back (event ``store_answers``). Paused while the
-        supervisor restarts a dead embedded Redis (that is its own state)."""
+        supervisor restarts a dead embedded Redis (that is its own state).
+
+        The server's own stall is not Redis's: when the watchdog wakes more than half the
+        bound later than it asked to (the process was paused, SIGSTOP or a VM freeze, or
+        starved of CPU), it cannot tell how long Redis was silent, so the clock starts again
+        from that wake-up and the PING in flight gets a whole bound to answer."""
         cfg = self.config
         bound = cfg.redis_ping_timeout
         every = min(cfg.redis_ping_interval, bound / 4)
@@ -463,6 +468,10 @@ class Server:
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtaw-ping")
         clients: list[Any] = []  # made on the ping thread (a cluster client asks its seeds)
         last_ok = time.monotonic()
+
+        def woke_late(due: float) -> bool:
+            return time.monotonic() - due > bound / 2
+
         try:
             while True:
                 started = time.monotonic()
@@ -476,7 +485,11 @@ class Server:
                     if left <= 0 and self._store_watched():
                         await self._unresponsive(bound, "no answer yet")
                         left = every
-                    await asyncio.wait({ping}, timeout=max(left, 0.001))
+                    wait = max(left, 0.001)
+                    due = time.monotonic() + wait
+                    await asyncio.wait({ping}, timeout=wait)
+                    if woke_late(due):  # we stalled (a PING's read may have timed out
+                        last_ok = time.monotonic()  # meanwhile): Redis gets a whole bound
                 failed = ping.result()
                 now = time.monotonic()
                 if failed is None:
@@ -485,7 +498,11 @@ class Server:
                         await self._answers(now - started)
                 elif now - last_ok >= bound and self._store_watched():
                     await self._unresponsive(bound, failed)
-                await asyncio.sleep(max(0.0, every - (now - started)))
+                pause = max(0.0, every - (now - started))
+                due = time.monotonic() + pause
+                await asyncio.sleep(pause)
+                if woke_late(due):
+                    last_ok = time.monotonic()  # we stalled: the next PING gets a whole bound
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
             for client in clients:

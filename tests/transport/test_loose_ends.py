@@ -3,6 +3,7 @@ gRPC) unless it is a check of one function:
 
 1. a frozen Redis (SIGSTOP) is seen by the PING watchdog: NOT_SERVING and stream calls refused
    at once (UNAVAILABLE, ``STORE_UNAVAILABLE``), SERVING again when it answers, nothing lost;
+   a frozen server is not taken for a frozen Redis;
 2. a request over the server's ``--max-message-bytes`` gets RESOURCE_EXHAUSTED with an
    ErrorInfo (``MESSAGE_TOO_LARGE``, the limit and the size), and one over the client's own
    limit a typed error before it is sent;
@@ -124,6 +125,44 @@ def test_a_frozen_redis_is_seen_and_refused_fast_then_served_again() -> None:
     finally:
         if pid:
             os.kill(pid, signal.SIGCONT)
+        srv.close()
+
+
+@pytest.mark.server
+@pytest.mark.redis
+@pytest.mark.slow
+def test_a_paused_server_does_not_blame_its_redis() -> None:
+    """SIGSTOP of the server itself (its Redis answering all along) for three times the
+    watchdog's bound: resumed, its watchdog wakes late and knows the silence was its own: no
+    ``store_unresponsive``, no refusal saying Redis has not answered (before the fix: a few
+    milliseconds of them while the first PING after the pause came back). The only refusal
+    allowed is the one of its first heartbeat after the pause, under way (it may have lost
+    its leases meanwhile: a paused server serves nothing until it knows)."""
+    srv = LocalServer(None, "--redis-ping-timeout-ms", "1000").start()
+    assert srv.proc is not None
+    try:
+        with WindowClient(srv.target, timeout=20, retries=1) as c:
+            c.create_stream(StreamSpec("m", (Field("x"),), wall_clock=False))
+            c.create_window(WindowSpec("m", "w", AGGS, Policy.count(10**9)))
+            c.append("m", batch(1))
+            for pause in (3.0, 1.2):
+                os.kill(srv.proc.pid, signal.SIGSTOP)
+                try:
+                    time.sleep(pause)
+                finally:
+                    os.kill(srv.proc.pid, signal.SIGCONT)
+                end = time.monotonic() + 1.5  # past the watchdog's bound after the pause
+                while time.monotonic() < end:
+                    try:
+                        assert c.query("m", "w").values == {"n": ROWS, "s": 1.0 * ROWS}
+                    except MtaWindowsError as ex:  # its heartbeat after the pause, under way
+                        assert ex.reason == "STORE_UNAVAILABLE", ex
+                        assert "has not reached the cluster's Redis" in str(ex), ex
+                        time.sleep(0.01)
+                assert c.query("m", "w").values == {"n": ROWS, "s": 1.0 * ROWS}
+        assert '"store_unresponsive"' not in srv.log.read_text()
+    finally:
+        os.kill(srv.proc.pid, signal.SIGCONT)
         srv.close()
 
 

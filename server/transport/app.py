@@ -338,12 +338,16 @@ class Server:
 
     async def _watch_isolation(self, cluster: Ownership) -> None:
         """NOT_SERVING while this server is cut off from the cluster (no heartbeat answered for
-        half a lease, :meth:`Ownership.isolated`), SERVING again once one is; looked at every
-        twentieth of a lease (100 ms by default). Its stream calls are refused meanwhile by the
-        servicer itself (MEMBER_ISOLATED), whatever this loop last saw."""
+        half a lease, :meth:`Ownership.isolated`), SERVING again once one is. Connected, it
+        sleeps until the view would be that old (a heartbeat answered meanwhile moves that
+        on: it looks again then); cut off, it looks every twentieth of a lease (100 ms by
+        default). Its stream calls are refused meanwhile by the servicer itself
+        (MEMBER_ISOLATED), whatever this loop last saw."""
         held = False
+        step = cluster.lease_ms / 20_000
         while not self._stopping:
-            await asyncio.sleep(cluster.lease_ms / 20_000)
+            left = (cluster.isolation_ms - cluster.view_age_ms()) / 1000
+            await asyncio.sleep(step if held else max(step, left + 0.001))
             cut = cluster.isolated()
             if cut and not held:
                 held = True

@@ -374,6 +374,14 @@ class _KeyNodePipeline(PackedPipeline):
         )
         return KeyNodeUnavailableError(msg)
 
+    def watched(self, keys: Any, commands: Any) -> list[Any] | None:
+        try:
+            return super().watched(keys, commands)
+        except Exception as ex:
+            if is_unavailable(ex):
+                raise self._gone(ex) from ex
+            raise
+
     def execute(self, raise_on_error: bool = True) -> list[Any]:
         try:
             replies: list[Any] = super().execute(raise_on_error)

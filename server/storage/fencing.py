@@ -21,7 +21,7 @@ from .lua import registered
 from .protocol import StoreError
 from .resp import Packed, PackedPipeline, arg_count
 
-__all__ = ["Fence", "FencedError", "Op", "check_reply", "fenced", "is_fenced"]
+__all__ = ["Fence", "FencedError", "Op", "check_reply", "fenced", "fenced_together", "is_fenced"]
 
 
 class FencedError(StoreError):
@@ -125,6 +125,45 @@ def fenced(client: Any, fence: Fence | None, ops: Sequence[Op], *, pipe: Any = N
         return script(keys=keys, args=argv, client=pipe if pipe is not None else client)
     except redis.ResponseError as ex:
         raise check_reply(ex, fence) from ex
+
+
+def fenced_together(pipe: PackedPipeline, writes: Sequence[tuple[Fence, Sequence[Op]]]) -> Any:
+    """Several fenced writes (each ``(fence, ops)``, every key of one hash slot) as one
+    optimistic transaction, without the script: ``WATCH`` the fences and read them; when
+    each holds its writer's token, every write's commands in one ``MULTI``/``EXEC``, which
+    Redis aborts if a fence changed after the ``WATCH`` (a newer holder's ``INCR``). The
+    fence checked and the writes applied as one step, as :func:`fenced` checks and writes,
+    at about half of Redis's CPU for large writes (a script copies every argument into Lua
+    and back: ~3.6 us an ``HSET`` field of 260 bytes, against ~1.9 in a ``MULTI``).
+
+    Per write, its last command's reply, or the first error among its commands' replies
+    (the others applied, as in a script that failed midway); None when nothing was
+    written: a fence did not hold its writer's token (moved on, or never set), or changed
+    before the ``EXEC``. The caller then writes them one script each (:func:`fenced`),
+    which tells which were refused."""
+    want: dict[str, str] = {}
+    for fence, _ in writes:
+        if want.setdefault(fence.key, str(fence.token)) != str(fence.token) or not fence.active:
+            return None  # (two tokens for one fence, or none: the script path says what)
+    keys = list(want)
+
+    def commands(values: list[Any]) -> list[tuple[Any, ...]] | None:
+        for key, got in zip(keys, values, strict=True):
+            if (got.decode() if isinstance(got, bytes) else got) != want[key]:
+                return None
+        return [(cmd, key, *args) for _, ops in writes for cmd, key, args in ops]
+
+    replies = pipe.watched(keys, commands)
+    if replies is None:
+        return None
+    out: list[Any] = []
+    i = 0
+    for _, ops in writes:
+        part = replies[i : i + len(ops)]
+        i += len(ops)
+        err = next((r for r in part if isinstance(r, BaseException)), None)
+        out.append(err if err is not None else part[-1])
+    return out
 
 
 def check_reply(ex: BaseException, fence: Fence | None) -> BaseException:

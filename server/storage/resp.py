@@ -17,7 +17,7 @@ pipelines only (a ``MULTI`` is written out as commands, as the key groups' flush
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -153,6 +153,54 @@ class PackedPipeline(Pipeline):
         if raise_on_error:
             self.raise_first_error(commands, responses)  # type: ignore[no-untyped-call]
         return responses
+
+    def watched(
+        self,
+        keys: Sequence[str],
+        commands: Callable[[list[Any]], Sequence[Sequence[Any]] | None],
+    ) -> list[Any] | None:
+        """An optimistic transaction on one connection: ``WATCH keys`` and ``MGET keys`` (one
+        round trip); ``commands(values)`` then gives the commands to run (arguments may be
+        :class:`Packed`), sent as ``MULTI`` ... ``EXEC`` (a second round trip). The replies
+        of the commands (an error among them as a :class:`ResponseError`), or None when
+        nothing was written: ``commands`` gave None (after ``UNWATCH``) or a key of ``keys``
+        changed after the ``WATCH`` (``EXEC`` aborted). An error queuing a command aborts
+        the ``EXEC`` (raised). Any failure is raised with the connection disconnected (its
+        ``WATCH`` and any reply unread gone with it)."""
+        conn: Any = self.connection_pool.get_connection()
+        try:
+            conn.send_packed_command(conn.pack_commands([("WATCH", *keys), ("MGET", *keys)]))
+            conn.read_response()
+            values = conn.read_response()
+            todo = commands(values)
+            if todo is None:
+                conn.send_command("UNWATCH")
+                conn.read_response()
+                return None
+            chunks: list[Any] = conn.pack_commands([("MULTI",)])
+            for args in todo:
+                if any(isinstance(a, Packed) for a in args):
+                    chunks.extend(encode_parts(args))
+                else:
+                    chunks.extend(conn.pack_commands([args]))
+            chunks.extend(conn.pack_commands([("EXEC",)]))
+            conn.send_packed_command(chunks)
+            conn.read_response()  # +OK
+            queued: ResponseError | None = None
+            for _ in todo:
+                try:
+                    conn.read_response()  # +QUEUED
+                except ResponseError as ex:
+                    queued = queued or ex
+            replies = conn.read_response()  # raises EXECABORT after a queuing error
+            if queued is not None:  # pragma: no cover - EXEC raised it already
+                raise queued
+            return None if replies is None else list(replies)
+        except BaseException:
+            conn.disconnect()  # its WATCH, replies unread, whatever was half sent go with it
+            raise
+        finally:
+            self.connection_pool.release(conn)
 
     def _execute_transaction(self, connection: Any, commands: Any, raise_on_error: bool) -> Any:
         if any(isinstance(a, Packed) for args, _ in commands for a in args):

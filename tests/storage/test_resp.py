@@ -4,7 +4,11 @@ pipeline holding :class:`Packed` arguments among plain commands gets every reply
 reads it (errors as ``ResponseError`` objects, in place); the values written read back;
 a fenced write (``fenced``) with Packed arguments is refused whole by a newer token, and
 applied whole otherwise, through a pipeline and on its own; a Redis Cluster node's pipeline
-takes them too; a transaction pipeline refuses them (nothing sent)."""
+takes them too; a transaction pipeline refuses them (nothing sent). Fenced writes together
+(``fenced_together``: WATCH the fences, MULTI/EXEC, no script) are applied when every fence
+holds its token, and nothing is written when one does not, or when one changes between the
+WATCH and the EXEC; an error of one write's command leaves the others applied; a connection
+killed midway leaves the pool sound (no WATCH left behind)."""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from hypothesis import strategies as st
 from redis.connection import HiredisRespSerializer, PythonRespSerializer
 
 from mtawindows.server.storage.connect import connect, pipeline_on_key_node
-from mtawindows.server.storage.fencing import Fence, FencedError, fenced
+from mtawindows.server.storage.fencing import Fence, FencedError, fenced, fenced_together
 from mtawindows.server.storage.resp import (
     Packed,
     PackedPipeline,
@@ -166,3 +170,137 @@ def test_a_cluster_node_pipeline_takes_packed_arguments(redis_cluster: Any) -> N
     fenced(r, Fence(f, 3), [("HSET", h, (packed,))], pipe=p)
     assert p.execute() == [1000]
     assert r.hgetall(h) == fields
+
+
+def _groups(tag: str, n: int) -> tuple[list[tuple[Fence, list[Any]]], list[dict[bytes, bytes]]]:
+    """``n`` groups' fenced writes (a Packed HSET and a SET each, fence ``g`` holding 10 + g)
+    under one hash tag, and each group's fields."""
+    r = _client()
+    writes: list[tuple[Fence, list[Any]]] = []
+    fields_of = []
+    for g in range(n):
+        fence = Fence(f"{{{tag}}}:g{g}:fence", 10 + g)
+        r.set(fence.key, fence.token)
+        fields, packed = _fields(50 + g)
+        h = f"{{{tag}}}:g{g}:h"
+        writes.append((fence, [("HSET", h, (packed,)), ("SET", f"{{{tag}}}:g{g}:s", (f"s{g}",))]))
+        fields_of.append(fields)
+    return writes, fields_of
+
+
+def _written(tag: str, n: int) -> list[bool]:
+    r = _client()
+    return [
+        bool(r.exists(f"{{{tag}}}:g{g}:h")) or bool(r.exists(f"{{{tag}}}:g{g}:s")) for g in range(n)
+    ]
+
+
+def test_fenced_writes_together_apply_when_every_fence_holds() -> None:
+    r = _client()
+    tag = uuid.uuid4().hex
+    writes, fields_of = _groups(tag, 5)
+    replies = fenced_together(pipeline_on_key_node(r, f"{{{tag}}}"), writes)
+    assert replies == [b"OK"] * 5  # each write's last reply, as Redis gave it
+    for g, fields in enumerate(fields_of):
+        assert r.hgetall(f"{{{tag}}}:g{g}:h") == fields
+        assert r.get(f"{{{tag}}}:g{g}:s") == f"s{g}".encode()
+    assert not r.execute_command("EXISTS", "x")  # the pool's connections usable after
+
+
+@pytest.mark.parametrize("how", ["older", "newer", "missing"])
+def test_fenced_writes_together_write_nothing_when_a_fence_moved(how: str) -> None:
+    r = _client()
+    tag = uuid.uuid4().hex
+    writes, _ = _groups(tag, 4)
+    moved = writes[2][0].key
+    if how == "missing":
+        r.delete(moved)
+    else:
+        r.set(moved, 12 + (1 if how == "newer" else -1))
+    assert fenced_together(pipeline_on_key_node(r, f"{{{tag}}}"), writes) is None
+    assert _written(tag, 4) == [False] * 4
+    # and the script path then says which: the others written, that one refused
+    p = pipeline_on_key_node(r, f"{{{tag}}}")
+    for fence, ops in writes:
+        fenced(r, fence, ops, pipe=p)
+    replies = p.execute(raise_on_error=False)
+    assert [isinstance(x, Exception) for x in replies] == [False, False, True, False]
+    assert _written(tag, 4) == [True, True, False, True]
+
+
+def test_a_fence_taken_between_the_watch_and_the_exec_aborts_every_write() -> None:
+    """The newer holder's INCR lands after the fences were read and found holding: EXEC
+    aborts, nothing of any group is written."""
+    r = _client()
+    tag = uuid.uuid4().hex
+    writes, _ = _groups(tag, 3)
+    other = redis.Redis.from_url(shared_redis_url())
+    pipe = pipeline_on_key_node(r, f"{{{tag}}}")
+    watched = pipe.watched
+
+    def racing(keys: Any, commands: Any) -> Any:
+        def then(values: list[Any]) -> Any:
+            todo = commands(values)
+            assert todo is not None  # every fence held when read
+            other.incr(writes[1][0].key)  # taken now, by another client
+            return todo
+
+        return watched(keys, then)
+
+    pipe.watched = racing  # type: ignore[method-assign]
+    assert fenced_together(pipe, writes) is None
+    assert _written(tag, 3) == [False] * 3
+    other.close()
+
+
+def test_an_error_in_one_write_leaves_the_others_applied() -> None:
+    r = _client()
+    tag = uuid.uuid4().hex
+    writes, fields_of = _groups(tag, 3)
+    r.rpush(f"{{{tag}}}:g1:h", "a list")  # group 1's HSET then fails: WRONGTYPE
+    replies = fenced_together(pipeline_on_key_node(r, f"{{{tag}}}"), writes)
+    assert replies is not None
+    assert replies[0] == b"OK" and replies[2] == b"OK"
+    assert isinstance(replies[1], redis.ResponseError) and "WRONGTYPE" in str(replies[1])
+    assert r.hgetall(f"{{{tag}}}:g0:h") == fields_of[0]
+    assert r.get(f"{{{tag}}}:g1:s") == b"s1"  # (its commands after the failed one: applied)
+
+
+def test_a_connection_killed_midway_leaves_no_watch_behind() -> None:
+    """The connection dies after the WATCH (killed by another client while the fences are
+    checked): the call raises, and the pool's next transactions run (a WATCH left on a
+    pooled connection would abort a later EXEC)."""
+    r = _client()
+    tag = uuid.uuid4().hex
+    writes, fields_of = _groups(tag, 2)
+    admin = redis.Redis.from_url(shared_redis_url())
+    pipe = pipeline_on_key_node(r, f"{{{tag}}}")
+    watched = pipe.watched
+
+    def killed(keys: Any, commands: Any) -> Any:
+        def then(values: list[Any]) -> Any:
+            admin.client_kill_filter(_type="normal", skipme=True)  # every other client
+            return commands(values)
+
+        return watched(keys, then)
+
+    pipe.watched = killed  # type: ignore[method-assign]
+    with pytest.raises(redis.ConnectionError):
+        fenced_together(pipe, writes)
+    admin.close()
+    for _ in range(3):  # the pool's connections: none of them aborts a transaction
+        assert fenced_together(pipeline_on_key_node(r, f"{{{tag}}}"), writes) == [b"OK", b"OK"]
+    assert r.hgetall(f"{{{tag}}}:g1:h") == fields_of[1]
+
+
+def test_a_cluster_node_takes_fenced_writes_together(redis_cluster: Any) -> None:
+    r = connect(redis_cluster.cluster_url)
+    tag = uuid.uuid4().hex
+    fields, packed = _fields(800)
+    writes = []
+    for g in range(3):
+        fence = Fence(f"{{{tag}}}:g{g}:fence", 5)
+        r.set(fence.key, 5)
+        writes.append((fence, [("HSET", f"{{{tag}}}:g{g}:h", (packed,))]))
+    assert fenced_together(pipeline_on_key_node(r, f"{{{tag}}}"), writes) == [800] * 3
+    assert all(r.hgetall(f"{{{tag}}}:g{g}:h") == fields for g in range(3))

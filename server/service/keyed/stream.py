@@ -67,11 +67,11 @@ from ...engine.hopping import HopGroup
 from ...engine.policies import bind_policy
 from ...sentinels import UNSET
 from ...storage.codecs import StructCodec, codec_for, packb, unpackb
-from ...storage.fencing import Fence, FencedError, Op, check_reply, fenced
+from ...storage.fencing import Fence, FencedError, Op, check_reply, fenced, fenced_together
 from ...storage.journal import JournalEntry, StreamJournal
 from ...storage.keys import GroupKeys, group_lease_keys, key_window_base
 from ...storage.protocol import CorruptDataError, StoreError, StoreUnavailableError
-from ...storage.resp import packed_chunks
+from ...storage.resp import arg_count, packed_chunks
 from ..batch import FINAL, NONE, PER_ROW
 from ..columns import Columns, KeyBytes, Schema, plain_lists
 from ..hosted_window import HostedWindow
@@ -125,6 +125,10 @@ def _locked(method: Callable[..., T]) -> Callable[..., T]:
     return run
 
 
+# a periodic flush's fenced groups go in transactions of about this many arguments (two per
+# key written): Redis runs an EXEC whole (~1.3 us a field: ~20 ms), the other calls wait
+_ARGS_PER_TRANSACTION = 16_384
+_UNSENT = object()  # a group's write not sent: an earlier run of the flush failed
 _OPS_PER_SCRIPT = 640  # a stream deletion's writes per fenced script (KEYS and ARGV stay small)
 
 
@@ -2316,24 +2320,57 @@ class KeyedStream:
             raise failed
 
     def _write_pipelined(self, jobs: list[_GroupWrite]) -> None:
-        """:meth:`_write` of fenced groups: each group's writes one script (atomic, refused
-        whole by a newer holder's token), all scripts in one round trip."""
-        pipe = self._script_pipeline()
-        for job in jobs:
+        """:meth:`_write` of fenced groups, in runs of groups of about
+        :data:`_ARGS_PER_TRANSACTION` arguments: each run's writes one optimistic
+        transaction checking its groups' fences (:func:`fenced_together`: two round trips,
+        no script; Redis runs an ``EXEC`` whole, so a run is kept short for the other calls
+        waiting on it), or, when a fence does not hold its token (a group moved on), each
+        group's writes one script (atomic, refused whole by a newer holder's token), the
+        run's scripts in one round trip: the groups still held are written, the others
+        lost. A run whose round trip failed, and every run after it, is marked back (none,
+        some or all applied: written again next time)."""
+        writes = []
+        runs: list[list[int]] = [[]]
+        size = 0
+        for i, job in enumerate(jobs):
             j = job.table.journal
             if job.journal:
                 ops = j.commit_ops(job.blob, job.lsn, job.ops)
             else:
                 ops = j.state_ops(job.blob, job.ops)
-            fenced(self.client, job.table.fence, ops, pipe=pipe)
-        replies = _execute(pipe, jobs)
+            assert job.table.fence is not None
+            writes.append((job.table.fence, ops))
+            n = sum(arg_count(args) + 2 for _, _, args in ops)
+            if runs[-1] and size + n > _ARGS_PER_TRANSACTION:
+                runs.append([])
+                size = 0
+            runs[-1].append(i)
+            size += n
+        replies: list[Any] = []
+        error: BaseException | None = None
+        for run in runs:
+            got: list[Any] = [_UNSENT] * len(run)
+            if error is None:
+                try:
+                    pipe = self._script_pipeline()
+                    both = fenced_together(pipe, [writes[i] for i in run])
+                    if both is None:
+                        for i in run:
+                            fenced(self.client, *writes[i], pipe=pipe)
+                        both = pipe.execute(raise_on_error=False)
+                    got = both
+                except (redis.RedisError, StoreError) as ex:
+                    error = ex
+            replies.extend(got)
         lost: GroupTable | None = None
         failed: BaseException | None = None
         for job, reply in zip(jobs, replies, strict=True):
             table = job.table
-            if isinstance(reply, Exception):
+            if reply is _UNSENT or isinstance(reply, Exception):
                 job.undo()
                 table.journal.unsure()
+                if not isinstance(reply, Exception):
+                    continue
                 err = check_reply(reply, table.fence)
                 if isinstance(err, FencedError):  # the group moved on: the others still flush
                     lost = lost or table
@@ -2343,6 +2380,8 @@ class KeyedStream:
             if job.journal:
                 table.journal.committed(job.lsn)
             job.done()
+        if error is not None:
+            raise jobs[0].table.journal.failed(error, "save key groups' states") from error
         if failed is not None:
             raise failed
         if lost is not None:

@@ -64,10 +64,14 @@ class KeyBytes:
 
 
 def plain_lists(columns: Columns) -> Columns:
-    """``columns`` with any :class:`KeyBytes` column as its list of texts."""
-    if not any(isinstance(v, KeyBytes) for _, v in columns.values()):
+    """``columns`` with any :class:`KeyBytes` column as its list of texts, any numpy array
+    as its list of values."""
+    if not any(isinstance(v, KeyBytes | np.ndarray) for _, v in columns.values()):
         return columns
-    return {n: (t, v.tolist() if isinstance(v, KeyBytes) else v) for n, (t, v) in columns.items()}
+    return {
+        n: (t, v.tolist() if isinstance(v, KeyBytes | np.ndarray) else v)
+        for n, (t, v) in columns.items()
+    }
 
 
 class Schema:

@@ -89,7 +89,9 @@ def _feed(
 ) -> int:
     for r in range(rounds):
         b = _batch(rng, t, keys)
-        seq = {"producer_id": "p", "sequence": t} if r % 3 == 0 else {}
+        seq: dict[str, Any] = {"producer_id": "p", "sequence": t} if r % 3 == 0 else {}
+        if r % 4 == 1:  # per-row results: the key-by-key path, given the Arrow batch's arrays
+            seq["results"] = "per_row"
         a = c.append("arrow", _table(b, kt), **seq)
         lists = c.append("lists", b, **seq)
         assert (a.rows_applied, a.rows_late, a.duplicate) == (
@@ -97,6 +99,10 @@ def _feed(
             lists.rows_late,
             lists.duplicate,
         )
+        assert a.row_results == lists.row_results
+        if r % 4 == 1 and not a.duplicate:
+            assert len(a.row_results["c4"]["s"]) == len(b["ts"])
+        seq.pop("results", None)
         if seq:  # the same batch again: a duplicate in both
             assert c.append("arrow", _table(b, kt), **seq).duplicate
             assert c.append("lists", b, **seq).duplicate

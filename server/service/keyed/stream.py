@@ -231,7 +231,12 @@ class KeyedStream:
     """A keyed stream held by this server: every key group of it (see the module docstring)."""
 
     keyed = True
-    takes_arrays = False  # its slab path reads lists (Stream.takes_arrays)
+
+    @property
+    def takes_arrays(self) -> bool:
+        """Whether an Arrow batch's numbers may come as numpy arrays (Stream.takes_arrays):
+        with a key slab, whose path reads arrays; the key-by-key path makes lists of them."""
+        return self.slab is not None
 
     @property
     def key_bytes(self) -> str | None:
@@ -858,10 +863,10 @@ class KeyedStream:
             if w not in self.windows:
                 msg = f"stream {self.spec.name!r} has no window {w!r}"
                 raise not_found(Reason.WINDOW_NOT_FOUND, msg, stream=self.spec.name, window=w)
-        n_rows, cols = self.decode(columns)
+        n_rows, decoded = self.decode(columns)
+        cols: list[Any] = decoded  # (lists, or arrays for a stream that takes them)
         if n_rows > max_rows:
             raise batch_too_large(n_rows, max_rows)
-        raw_keys: Any = cols[self.key_index]
         if (producer_id or sequence) and (not producer_id or sequence <= 0):
             raise invalid(
                 "producer_id" if not producer_id else "sequence",
@@ -879,8 +884,9 @@ class KeyedStream:
                 done = self._append_slab(cols, producer_id, sequence, counted, columns, which)
                 if done is not None:
                     return done
-            if isinstance(raw_keys, KeyBytes):  # the key-by-key path reads texts
-                cols[self.key_index] = raw_keys.tolist()
+            if any(isinstance(c, KeyBytes | np.ndarray) for c in cols):
+                # the key-by-key path reads lists (the keys as texts)
+                cols = [c.tolist() if isinstance(c, KeyBytes | np.ndarray) else c for c in cols]
                 columns = plain_lists(columns)
             plan = self._plan(cols, producer_id, sequence, fast=fast)
             if not counted:
@@ -1209,8 +1215,10 @@ class KeyedStream:
         )
         return plan
 
-    def _key_texts(self, raw: list[Any]) -> list[str]:
+    def _key_texts(self, raw: Any) -> list[str]:
         """A batch's key column as the keys' texts (an INT64 key's decimal text)."""
+        if isinstance(raw, np.ndarray):
+            raw = raw.tolist()
         return [str(k) for k in raw] if self.int_keys else raw
 
     def _new_key_refusal(self, key: str) -> ServiceError | None:

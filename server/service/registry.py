@@ -75,6 +75,9 @@ class Registry:
         # (stream, groups) -> None, or raises where they are: set by the cluster (a keyed
         # stream asks it before it serves any key group)
         self.serve_groups: Callable[[str, Any], None] | None = None
+        # a cluster: whether this server holds the stream's own lease, fresh (its windows
+        # then change here only: an append need not ask Redis for their version)
+        self.owns_fresh: Callable[[str], bool] | None = None
 
     # -- lookup
     def stream(self, name: str) -> Any:
@@ -167,12 +170,19 @@ class Registry:
                 self.serve_groups(spec.name, groups)
 
         def resync() -> None:  # a cluster: the windows as the stream's owner last defined them
-            version = self.definitions.version(spec.name)
-            if version > ks.defs_version:
-                stored = self.definitions.load(spec.name)
-                if stored is not None:
-                    self._define_keyed(ks, stored)
-                ks.defs_version = version
+            if not ks.resync_due and self.owns_fresh is not None and self.owns_fresh(spec.name):
+                return  # the owner, since it last asked: its windows change here only
+            ks.resync_due = False  # (before asking: an adoption meanwhile sets it again)
+            try:
+                version = self.definitions.version(spec.name)
+                if version > ks.defs_version:
+                    stored = self.definitions.load(spec.name)
+                    if stored is not None:
+                        self._define_keyed(ks, stored)
+                    ks.defs_version = version
+            except BaseException:
+                ks.resync_due = True
+                raise
 
         ks = KeyedStream(
             spec,
@@ -475,6 +485,7 @@ class Registry:
                     s.open_group(group, fence)
                 elif s.fence is not fence and fence is not None:
                     s.fence = fence  # the stream's own calls come here now
+                    s.resync_due = True  # (its windows as they are now: asked once)
                 return s
             if s is not None:
                 return s if group is None else None

@@ -123,6 +123,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         cluster.serialize = self._serialized
         cluster.on_moved = self._moved
         self.registry.serve_groups = cluster.serve_groups
+        self.registry.owns_fresh = cluster.fresh
 
     def _serialized(self, stream: str, fn: Callable[[], T]) -> T:
         """``fn()`` under the stream's call lock (from a thread that is not the loop's); a key

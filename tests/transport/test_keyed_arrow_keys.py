@@ -9,12 +9,16 @@ it) replayed after kill -9; an INT64 key (no bytes path) alike."""
 
 from __future__ import annotations
 
+import contextlib
 import random
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+import redis
 
 from mtawindows.client import (
     Aggregation,
@@ -143,3 +147,51 @@ def test_arrow_keys_answer_as_lists_across_kill_9(tmp_path: Path, key_type: str)
             assert sum(1 for v in after.values() if isinstance(v, tuple)) > len(keys) // 2
             _feed(c, rng, t + 10, 10, keys, key_type)
             assert _state(c, "arrow", keys) == _state(c, "lists", keys)
+
+
+def test_the_owner_does_not_ask_redis_for_the_windows_version_at_every_append(
+    tmp_path: Path,
+) -> None:
+    """A server holding its keyed stream's own lease is where the stream's windows change:
+    its appends do not read the definitions' version from Redis (a GET that waited behind
+    every flush's writes, under the stream's lock; the lease renewal still reads it, twice a
+    second); a window made after them still takes the next batch at once."""
+    srv = LocalServer(tmp_path / "srv").start()
+    sock = str(tmp_path / "srv" / "data" / "redis" / "redis.sock")
+    reads: list[float] = []  # when the version was read (MONITOR)
+
+    def watch() -> None:
+        with (
+            contextlib.suppress(redis.RedisError),
+            redis.Redis(unix_socket_path=sock).monitor() as m,
+        ):
+            for cmd in m.listen():  # (as they come: not one extend at the end)
+                if cmd["command"].startswith("GET ") and cmd["command"].endswith(":defv"):
+                    reads.append(time.monotonic())  # noqa: PERF401
+
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        with WindowClient(srv.target) as c:
+            c.create_stream(
+                StreamSpec(
+                    "s",
+                    (Field("host", "STRING"), Field("v", "DOUBLE")),
+                    key="host",
+                    wall_clock=False,
+                )
+            )
+            c.create_window(WindowSpec("s", "c4", AGGS, Policy.count(4)))
+            rng = random.Random(5)
+            c.append("s", _batch(rng, 1, KEYS))  # (the first append asks once)
+            time.sleep(0.2)
+            t0 = time.monotonic()
+            for t in range(100, 10_000, 100):
+                c.append("s", _table(_batch(rng, t, KEYS), "STRING"))
+            t1 = time.monotonic()
+            during = sum(t0 <= at <= t1 for at in reads)
+            assert during <= 5 + 3 * (t1 - t0), (during, t1 - t0)  # 99 appends
+            c.create_window(WindowSpec("s", "late", AGGS, Policy.count(3)))
+            c.append("s", {"ts": [20_000], "host": ["h1"], "v": [7.0]})
+            assert c.query("s", "late", key="h1").values == {"n": 1, "s": 7.0, "hi": 7.0}
+    finally:
+        srv.close()

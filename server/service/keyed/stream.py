@@ -302,6 +302,9 @@ class KeyedStream:
         # where they are (NOT_OWNER, STREAM_MOVING); asked before any group is touched
         self.serve = None if all_groups else serve
         self.defs_version = 0  # of the definitions this stream's windows follow (cluster)
+        # a cluster: whether an append must ask Redis for the definitions' version even when
+        # this server holds the stream's own lease (it took it since it last asked)
+        self.resync_due = True
         self.empty_seen = False  # holding no group at the last rebalance (cluster)
         # a cluster: follow the stream's definitions before an append (one GET): a window
         # created on the stream's owner before the append started is in it everywhere

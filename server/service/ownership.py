@@ -167,6 +167,7 @@ class Ownership:
         self.usurped = False
         self.on_usurped: Callable[[], None] = lambda: None  # the server stops
         self.interval = self.lease_ms / 4000
+        self._unit_names: dict[str, dict[int, str]] = {}  # stream -> group -> its unit's name
         self.moves = 0  # streams released or dropped (metrics, tests)
         self.adopted = 0
         self._stop = threading.Event()
@@ -774,7 +775,20 @@ class Ownership:
         else NOT_OWNER naming the group's holder, or STREAM_MOVING (nothing was done)."""
         if self.isolated() and not self.beat_now():
             raise self.isolation()
-        stale = [g for g in groups if not self.fresh(group_unit(stream, g))]
+        names = self._unit_names.get(stream)
+        if names is None:
+            if len(self._unit_names) >= 1024:  # (streams deleted meanwhile: kept bounded)
+                self._unit_names.clear()
+            names = self._unit_names[stream] = {}
+        now = time.monotonic()
+        deadlines, fences = self.deadlines, self.fences
+        stale = []
+        for g in groups:  # (fresh(), inlined: a batch names up to every group of its stream)
+            unit = names.get(g)
+            if unit is None:
+                unit = names[g] = group_unit(stream, g)
+            if not (now < deadlines.get(unit, 0.0) and unit in fences):
+                stale.append(g)
         if not stale:
             return
         if len(stale) > 1:

@@ -5,7 +5,10 @@ checkpoints and deletions) is one Lua script that first compares the fence with 
 token and refuses the whole write (``FENCED``) when they differ; the keys all share the stream's
 hash tag, so the script runs in one slot on Redis Cluster too. A paused or partitioned old owner
 can therefore never write after a newer owner took the stream: it learns so from the refusal
-(:class:`FencedError`) or from its lease, and drops the stream.
+(:class:`FencedError`) or from its lease, and drops the stream. Large writes of several fences
+(a keyed stream's flush of its key groups) check them the optimistic way instead
+(:func:`fenced_together`: ``WATCH``, the tokens read, ``MULTI``/``EXEC``): the same check,
+without copying every argument into Lua and back.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ killed midway leaves the pool sound (no WATCH left behind)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -228,6 +229,25 @@ def test_fenced_writes_together_write_nothing_when_a_fence_moved(how: str) -> No
     assert _written(tag, 4) == [True, True, False, True]
 
 
+def _between(r: Any, tag: str, act: Callable[[], Any]) -> Any:
+    """A pipeline whose optimistic transactions run ``act`` once the fences are read and
+    found holding, before the ``MULTI``."""
+    pipe = pipeline_on_key_node(r, f"{{{tag}}}")
+    watched = pipe.watched
+
+    def then_act(keys: Any, commands: Any) -> Any:
+        def then(values: list[Any]) -> Any:
+            todo = commands(values)
+            assert todo is not None  # every fence held when read
+            act()
+            return todo
+
+        return watched(keys, then)
+
+    pipe.watched = then_act
+    return pipe
+
+
 def test_a_fence_taken_between_the_watch_and_the_exec_aborts_every_write() -> None:
     """The newer holder's INCR lands after the fences were read and found holding: EXEC
     aborts, nothing of any group is written."""
@@ -235,19 +255,7 @@ def test_a_fence_taken_between_the_watch_and_the_exec_aborts_every_write() -> No
     tag = uuid.uuid4().hex
     writes, _ = _groups(tag, 3)
     other = redis.Redis.from_url(shared_redis_url())
-    pipe = pipeline_on_key_node(r, f"{{{tag}}}")
-    watched = pipe.watched
-
-    def racing(keys: Any, commands: Any) -> Any:
-        def then(values: list[Any]) -> Any:
-            todo = commands(values)
-            assert todo is not None  # every fence held when read
-            other.incr(writes[1][0].key)  # taken now, by another client
-            return todo
-
-        return watched(keys, then)
-
-    pipe.watched = racing  # type: ignore[method-assign]
+    pipe = _between(r, tag, lambda: other.incr(writes[1][0].key))  # taken, by another client
     assert fenced_together(pipe, writes) is None
     assert _written(tag, 3) == [False] * 3
     other.close()
@@ -274,17 +282,7 @@ def test_a_connection_killed_midway_leaves_no_watch_behind() -> None:
     tag = uuid.uuid4().hex
     writes, fields_of = _groups(tag, 2)
     admin = redis.Redis.from_url(shared_redis_url())
-    pipe = pipeline_on_key_node(r, f"{{{tag}}}")
-    watched = pipe.watched
-
-    def killed(keys: Any, commands: Any) -> Any:
-        def then(values: list[Any]) -> Any:
-            admin.client_kill_filter(_type="normal", skipme=True)  # every other client
-            return commands(values)
-
-        return watched(keys, then)
-
-    pipe.watched = killed  # type: ignore[method-assign]
+    pipe = _between(r, tag, lambda: admin.client_kill_filter(_type="normal", skipme=True))
     with pytest.raises(redis.ConnectionError):
         fenced_together(pipe, writes)
     admin.close()

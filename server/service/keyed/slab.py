@@ -134,6 +134,8 @@ class KeySlab:
 
     def __init__(self, reaches: list[Reach], columns: dict[str, np.dtype], capacity: int) -> None:
         self.reaches = reaches
+        # window name -> its label in a stored record (KeyState.record), set by the stream
+        self.labels: Mapping[str, str] = {}
         self.columns = columns
         self.ts_name = next(iter(columns))
         self.capacity = int(capacity)
@@ -550,7 +552,8 @@ class KeySlab:
                 w = sizes[name]
                 lo = i * c * w
                 spans[name] = data[name][lo : lo + cnt * w]
-            ws = {name: ["r", kept[j][i]] for j, name in enumerate(g.names)}
+            labels = self.labels
+            ws = {labels.get(name, name): ["r", kept[j][i]] for j, name in enumerate(g.names)}
             out.append(
                 [
                     *(column[i] for column in counters),
@@ -612,7 +615,8 @@ class KeySlab:
         pack = msgpack.Packer(use_bin_type=True).pack
         ws_head = np.frombuffer(_map_header(len(names)), np.uint8)
         # each window's entry but its reach: its name, then ["r", (the reach: a fixint)]
-        win = [np.frombuffer(pack(w) + b"\x92\xa1r", np.uint8) for w in names]
+        labels = self.labels  # (each window's label in a stored record: KeyState.record)
+        win = [np.frombuffer(pack(labels.get(w, w)) + b"\x92\xa1r", np.uint8) for w in names]
         win_at = np.cumsum([0] + [len(a) for a in win]).astype(np.int64)
         col_head = [np.frombuffer(_map_header(len(others)), np.uint8)]
         col_head += [np.frombuffer(pack(name), np.uint8) for name in others]

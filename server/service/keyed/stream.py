@@ -275,6 +275,10 @@ class KeyedStream:
         # the appends' (an append may grow them, or free a slot, meanwhile)
         self._slab_after: collections.deque[tuple[KeySlab, np.ndarray, bool]] = collections.deque()
         self.unpackers: dict[str, Any] = {}
+        # each window's label in a key's stored value (its definition's id, else its name:
+        # KeyState.record) and back
+        self.labels: dict[str, str] = {}
+        self.names: dict[str, str] = {}
         self.client = client
         self.prefix = prefix
         self.fence = fence
@@ -535,6 +539,9 @@ class KeyedStream:
             self.packers[name] = INLINE
             self.unpackers[name] = INLINE
         self.windows[name] = w
+        label = str(getattr(w, "def_id", "") or name)
+        self.labels[name] = label
+        self.names[label] = name
         self.journal = any(x.spec.storage.durable for x in self.windows.values())
         self._replan_slab()
 
@@ -550,6 +557,7 @@ class KeyedStream:
         self.ops.pop(name, None)
         self.packers.pop(name, None)
         self.unpackers.pop(name, None)
+        self.names.pop(self.labels.pop(name, name), None)
         self.journal = any(x.spec.storage.durable for x in self.windows.values())
         for table in self.groups.values():
             for st in table.hot.values():
@@ -584,6 +592,7 @@ class KeyedStream:
             self.slab_why = plan if isinstance(plan, str) else "compact windows hold no row"
             return
         self.slab = KeySlab(*plan, capacity)
+        self.slab.labels = self.labels
         self.slab_why = ""
 
     def _slab_rows(self, name: str, k: int, rows: Any) -> list[Any]:
@@ -674,7 +683,7 @@ class KeyedStream:
             if len(record) != 7:
                 return False
             newest, rows, late, touched, batches, ws, stored = record
-            ws = dict(ws)
+            ws = {self.names.get(label, label): w for label, w in dict(ws).items()}
             if set(ws) != set(self.windows) or any(w[0] != "r" for w in ws.values()):
                 return False
             cols = rows_of_record(stored, self.spec.timestamp_field, self.schema.types)
@@ -1740,7 +1749,7 @@ class KeyedStream:
                     self._open(table, k, blob)
 
     def _open(self, table: GroupTable, key: str, blob: bytes) -> KeyState:
-        st = KeyState.unpack(key, blob, self.unpackers, self._slab_rows)
+        st = KeyState.unpack(key, blob, self.unpackers, self._slab_rows, self.names)
         for name, kw in st.windows.items():
             if kw.wid and kw.engine is None:  # full form: open its tree
                 kw.engine = self.make_engine(self.windows[name], kw.wid, table.fence)
@@ -1790,7 +1799,7 @@ class KeyedStream:
                 st = table.hot[key]
                 if st.full:
                     self._checkpoint_full(table, st)  # may raise: the key stays
-                blob = st.pack(self.packers)
+                blob = st.pack(self.packers, self.labels)
                 del table.hot[key]
                 _close_full([st])
                 table.packed[key] = blob
@@ -2218,7 +2227,9 @@ class KeyedStream:
                     if table.dirty or ttl:  # (other keys changed; touch times to write)
                         names = _pick(slab.keys, slots.tolist())  # type: ignore[union-attr,arg-type]
                     packed = (names, chunks)
-                ops = table.flush_ops(self.packers, ttl, full, packed, self._slab_strays)
+                ops = table.flush_ops(
+                    self.packers, ttl, full, packed, self._slab_strays, self.labels
+                )
                 for wid in table.doomed:
                     ops += [("UNLINK", k, ()) for k in trees.get(wid, ())]
                 blob = table.state.to_json(clean=final)

@@ -29,7 +29,7 @@ on first touch.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -73,15 +73,20 @@ class KeyState:
         """Whether a window of it is a full MTA (a tree with its own Redis keys)."""
         return any(kw.engine is not None for kw in self.windows.values())
 
-    def pack(self, packers: dict[str, Any]) -> bytes:
+    def pack(self, packers: dict[str, Any], labels: Mapping[str, str] | None = None) -> bytes:
         """Its one Redis value (``packers``: each window's item codec, or :data:`INLINE` for
-        items msgpack takes as they are: written inside the value, one pack for the key)."""
-        return packb(self.record(packers))
+        items msgpack takes as they are: written inside the value, one pack for the key;
+        ``labels``: each window's label in it, see :meth:`record`)."""
+        return packb(self.record(packers, labels=labels))
 
-    def record(self, packers: dict[str, Any], full: Any = None) -> list[Any]:
+    def record(
+        self, packers: dict[str, Any], full: Any = None, labels: Mapping[str, str] | None = None
+    ) -> list[Any]:
         """What :meth:`pack` packs. ``full(state)``: called once before the first full-form
         window is read, when the key has one (the flush checkpoints its trees there: the
-        value names the lsn each checkpoint took)."""
+        value names the lsn each checkpoint took). Each window is stored under its label
+        (``labels``: its definition's id, so that a window deleted and made again under its
+        name never reads the old one's entry), else its name."""
         ws: dict[str, Any] = {}
         for name, kw in self.windows.items():
             hop = kw.hop
@@ -97,15 +102,22 @@ class KeyState:
                 continue
             if hop is not None or kw.hop_state is not None:  # a hopping window's hopper
                 w += [None] * (3 - len(w)) + [hop.state() if hop is not None else kw.hop_state]
-            ws[name] = w
+            ws[labels.get(name, name) if labels else name] = w
         return [self.newest, self.rows, self.late, self.touched, self.batches, ws]
 
     @classmethod
     def unpack(
-        cls, key: str, blob: bytes, unpackers: dict[str, Any], from_rows: Any = None
+        cls,
+        key: str,
+        blob: bytes,
+        unpackers: dict[str, Any],
+        from_rows: Any = None,
+        names: Mapping[str, str] | None = None,
     ) -> KeyState:
         """A state from its Redis value; a window unknown to ``unpackers`` (deleted) is
-        skipped. A full-form window comes back as a :class:`KeyWindow` with ``engine`` None and
+        skipped, as is an entry whose label (``names``: label -> the window's name) is none
+        of the windows' now (a window of that name deleted since: its entry is not the new
+        one's); an entry under a bare name (written before labels) is that window's. A full-form window comes back as a :class:`KeyWindow` with ``engine`` None and
         ``lsn`` and ``wid`` set and no engine yet: the stream opens its tree. A key written
         from a slab (slab.py: ``["r", k]`` windows and its rows last) gets each window's
         items from ``from_rows(window, k, rows)``."""
@@ -116,7 +128,8 @@ class KeyState:
             raise CorruptDataError(msg) from ex
         st = cls(key)
         st.newest, st.rows, st.late, st.touched, st.batches = newest, rows, late, touched, batches
-        for name, (form, data, *rest) in dict(ws).items():
+        for label, (form, data, *rest) in dict(ws).items():
+            name = names.get(label, label) if names is not None else label
             unpack = unpackers.get(name)
             if unpack is None:
                 continue
@@ -245,6 +258,7 @@ class GroupTable:
         full: Any = None,
         columnar: tuple[Sequence[str], list[Packed]] | None = None,
         strays: Callable[[list[str]], list[tuple[str, bytes]]] | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> list[Op]:
         """The writes of a flush: the dirty keys' values (and touch times), the deleted keys
         dropped (``full``: as :meth:`KeyState.record`'s, for each key with a full-form
@@ -271,7 +285,7 @@ class GroupTable:
             st = hot.get(key)
             if st is not None:
                 names.append(key)
-                records.append(st.record(packers, full))
+                records.append(st.record(packers, full, labels))
             else:
                 blob = packed.get(key)
                 if blob is None:  # in the slab (its dirty mark missed)

@@ -17,12 +17,15 @@ from typing import Any
 
 import redis
 
+from mtawindows.v1.types import Field, StreamSpec
+
 __all__ = [
     "KeyOracle",
     "OWin",
     "close_values",
     "drop_prefix",
     "expected",
+    "host_stream",
     "kept_rows",
 ]
 
@@ -145,3 +148,11 @@ def drop_prefix(url: str, prefix: str) -> int:
         return n
     finally:
         client.close()
+
+
+def host_stream(name: str, key_type: str = "STRING") -> StreamSpec:
+    """A keyed stream of hosts (``host``, of ``key_type``) and a DOUBLE ``v``, no wall clock:
+    the shape the keyed service tests feed."""
+    return StreamSpec(
+        name, (Field("host", key_type), Field("v", "DOUBLE")), key="host", wall_clock=False
+    )

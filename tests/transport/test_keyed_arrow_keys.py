@@ -25,12 +25,11 @@ from mtawindows.client import (
     MtaWindowsError,
     Policy,
     Storage,
-    StreamSpec,
     WindowClient,
     WindowSpec,
 )
 from mtawindows.testing import LocalServer
-from mtawindows.v1.types import Field
+from tests.support.keyed_oracle import host_stream
 
 pytestmark = [pytest.mark.server, pytest.mark.redis]
 
@@ -40,11 +39,7 @@ AGGS = (Aggregation("n", "count"), Aggregation("s", "sum", "v"), Aggregation("hi
 
 def _streams(c: WindowClient, key_type: str) -> None:
     for name in ("arrow", "lists"):
-        c.create_stream(
-            StreamSpec(
-                name, (Field("host", key_type), Field("v", "DOUBLE")), key="host", wall_clock=False
-            )
-        )
+        c.create_stream(host_stream(name, key_type))
         c.create_window(WindowSpec(name, "c4", AGGS, Policy.count(4)))
         c.create_window(
             WindowSpec(name, "d", AGGS, Policy.count(6), "AMTA", Storage("redis", durable=True))
@@ -172,14 +167,7 @@ def test_the_owner_does_not_ask_redis_for_the_windows_version_at_every_append(
     threading.Thread(target=watch, daemon=True).start()
     try:
         with WindowClient(srv.target) as c:
-            c.create_stream(
-                StreamSpec(
-                    "s",
-                    (Field("host", "STRING"), Field("v", "DOUBLE")),
-                    key="host",
-                    wall_clock=False,
-                )
-            )
+            c.create_stream(host_stream("s"))
             c.create_window(WindowSpec("s", "c4", AGGS, Policy.count(4)))
             rng = random.Random(5)
             c.append("s", _batch(rng, 1, KEYS))  # (the first append asks once)

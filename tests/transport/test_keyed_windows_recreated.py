@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from mtawindows.client import Aggregation, Policy, StreamSpec, WindowClient, WindowSpec
+from mtawindows.client import Aggregation, Policy, WindowClient, WindowSpec
 from mtawindows.testing import LocalServer
-from mtawindows.v1.types import Field
+from tests.support.keyed_oracle import host_stream
 
 pytestmark = [pytest.mark.server, pytest.mark.redis]
 
@@ -26,14 +26,7 @@ def test_a_window_made_again_under_its_name_reads_nothing_of_the_old_one(
     srv = LocalServer(tmp_path / "srv").start()
     try:
         with WindowClient(srv.target) as c:
-            c.create_stream(
-                StreamSpec(
-                    "s",
-                    (Field("host", "STRING"), Field("v", "DOUBLE")),
-                    key="host",
-                    wall_clock=False,
-                )
-            )
+            c.create_stream(host_stream("s"))
             old = (Aggregation("n", "count"), Aggregation("mx", "max", "v"))
             c.create_window(WindowSpec("s", "w", old, Policy.count(100)))
             c.create_window(WindowSpec("s", "keep", old, Policy.count(100)))

@@ -780,14 +780,12 @@ class Ownership:
             if len(self._unit_names) >= 1024:  # (streams deleted meanwhile: kept bounded)
                 self._unit_names.clear()
             names = self._unit_names[stream] = {}
-        now = time.monotonic()
-        deadlines, fences = self.deadlines, self.fences
         stale = []
-        for g in groups:  # (fresh(), inlined: a batch names up to every group of its stream)
+        for g in groups:  # (a batch names up to every group of its stream: names kept)
             unit = names.get(g)
             if unit is None:
                 unit = names[g] = group_unit(stream, g)
-            if not (now < deadlines.get(unit, 0.0) and unit in fences):
+            if not self.fresh(unit):
                 stale.append(g)
         if not stale:
             return

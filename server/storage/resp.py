@@ -125,6 +125,18 @@ def packed_chunks(data: bytes | memoryview, ends: np.ndarray, per: int) -> list[
     return out
 
 
+def _wire(connection: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """``commands`` as the pieces to send on ``connection``: one holding :class:`Packed`
+    arguments as written (:func:`encode_parts`), any other as redis-py packs it."""
+    chunks: list[Any] = []
+    for args in commands:
+        if any(isinstance(a, Packed) for a in args):
+            chunks.extend(encode_parts(args))
+        else:
+            chunks.extend(connection.pack_commands([args]))
+    return chunks
+
+
 class PackedPipeline(Pipeline):
     """A non-transactional redis-py pipeline that sends :class:`Packed` arguments as written
     (see the module docstring); commands without them are packed by redis-py. The replies are
@@ -135,13 +147,7 @@ class PackedPipeline(Pipeline):
             return super()._execute_pipeline(  # type: ignore[no-untyped-call]
                 connection, commands, raise_on_error
             )
-        chunks: list[Any] = []
-        for args, _ in commands:
-            if any(isinstance(a, Packed) for a in args):
-                chunks.extend(encode_parts(args))
-            else:
-                chunks.extend(connection.pack_commands([args]))
-        connection.send_packed_command(chunks)
+        connection.send_packed_command(_wire(connection, [args for args, _ in commands]))
         responses: list[Any] = []
         for args, options in commands:
             try:
@@ -177,14 +183,7 @@ class PackedPipeline(Pipeline):
                 conn.send_command("UNWATCH")
                 conn.read_response()
                 return None
-            chunks: list[Any] = conn.pack_commands([("MULTI",)])
-            for args in todo:
-                if any(isinstance(a, Packed) for a in args):
-                    chunks.extend(encode_parts(args))
-                else:
-                    chunks.extend(conn.pack_commands([args]))
-            chunks.extend(conn.pack_commands([("EXEC",)]))
-            conn.send_packed_command(chunks)
+            conn.send_packed_command(_wire(conn, [("MULTI",), *todo, ("EXEC",)]))
             conn.read_response()  # +OK
             queued: ResponseError | None = None
             for _ in todo:

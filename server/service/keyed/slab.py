@@ -546,14 +546,14 @@ class KeySlab:
         out: list[list[Any]] = []
         counters = g.counters.tolist()
         kept = g.kept.tolist()
+        labels = [self.labels.get(name, name) for name in g.names]
         for i, cnt in enumerate(g.n.tolist()):
             spans = {}
             for name in data:
                 w = sizes[name]
                 lo = i * c * w
                 spans[name] = data[name][lo : lo + cnt * w]
-            labels = self.labels
-            ws = {labels.get(name, name): ["r", kept[j][i]] for j, name in enumerate(g.names)}
+            ws = {label: ["r", kept[j][i]] for j, label in enumerate(labels)}
             out.append(
                 [
                     *(column[i] for column in counters),

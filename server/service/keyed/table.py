@@ -117,7 +117,8 @@ class KeyState:
         """A state from its Redis value; a window unknown to ``unpackers`` (deleted) is
         skipped, as is an entry whose label (``names``: label -> the window's name) is none
         of the windows' now (a window of that name deleted since: its entry is not the new
-        one's); an entry under a bare name (written before labels) is that window's. A full-form window comes back as a :class:`KeyWindow` with ``engine`` None and
+        one's); an entry under a bare name (written before labels) is that window's. A
+        full-form window comes back as a :class:`KeyWindow` with ``engine`` None and
         ``lsn`` and ``wid`` set and no engine yet: the stream opens its tree. A key written
         from a slab (slab.py: ``["r", k]`` windows and its rows last) gets each window's
         items from ``from_rows(window, k, rows)``."""

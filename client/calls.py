@@ -40,9 +40,11 @@ from mtawindows.v1.types import (
 
 from .errors import (
     DeadlineExceededError,
+    InvalidArgumentError,
     MtaWindowsError,
     RedirectLoopError,
     UnavailableError,
+    Violation,
 )
 from .rows import Rows, Schema, _arrow_ipc, encode_rows
 
@@ -236,9 +238,15 @@ def query(
         if count < 1:
             msg = f"query: count must be >= 1 (leave it out for the whole window), got {count}"
             raise ValueError(msg)
-    req = pb.QueryRequest(
-        stream=stream, window=window, key=_key(key), range=duration, count=count or 0
-    )
+    text = _key(key)
+    if key is not None and not text:
+        # on the wire an empty key is no key (the unkeyed form): refused here, as the server
+        # refuses an empty key everywhere else
+        msg = "query: a key is at least one character, got an empty one (leave key out on an unkeyed stream)"
+        raise InvalidArgumentError(
+            msg, reason=str(Reason.INVALID_ARGUMENT), violations=[Violation("key", msg)]
+        )
+    req = pb.QueryRequest(stream=stream, window=window, key=text, range=duration, count=count or 0)
     return Call("Query", req, convert.result_from_proto, True, stream)
 
 

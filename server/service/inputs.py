@@ -83,6 +83,18 @@ STRING_LIMITS: dict[tuple[str, str], int | None] = {
     (_P + "DeleteKeyRequest", "stream"): MAX_STREAM_NAME,
     (_P + "DeleteKeyRequest", "key"): MAX_KEY_BYTES,
 }
+# the limits above counted in bytes of UTF-8, not characters: keys (MAX_KEY_BYTES)
+BYTE_LIMITED = frozenset(
+    (_P + message, field)
+    for message, field in (
+        ("QueryRequest", "key"),
+        ("SubscribeRequest", "keys"),
+        ("ListKeysRequest", "prefix"),
+        ("ListKeysRequest", "page_token"),
+        ("GetKeyRequest", "key"),
+        ("DeleteKeyRequest", "key"),
+    )
+)
 # (message, repeated field) -> most entries
 COUNT_LIMITS: dict[tuple[str, str], int] = {
     (_P + "GetClusterMapRequest", "streams"): 1000,
@@ -102,10 +114,14 @@ _DATA = {
 _MAP_KEY = MAX_NAME  # map keys (Aggregation.params)
 
 
-def too_long(path: str, value: str | bytes, limit: int) -> ServiceError:
-    """The refusal of a string over its limit: echoes at most 64 characters of it."""
-    what = f"expected at most {limit} characters, got {len(value)}"
-    meta = {"field": path, "limit": str(limit), "length": str(len(value))}
+def too_long(path: str, value: str | bytes, limit: int, unit: str = "characters") -> ServiceError:
+    """The refusal of a string over its limit (``unit``: what it counts, ``"bytes"`` for a
+    limit in bytes of UTF-8): echoes at most 64 characters of it."""
+    size = (
+        len(value.encode()) if unit.startswith("bytes") and isinstance(value, str) else len(value)
+    )
+    what = f"expected at most {limit} {unit}, got {size}"
+    meta = {"field": path, "limit": str(limit), "length": str(size)}
     return invalid(path, what, Reason.VALUE_TOO_LONG, meta, given=show(value))
 
 
@@ -155,7 +171,12 @@ def _walk(msg: Any, prefix: str) -> None:
 def _scalar(fd: Any, key: tuple[str, str], value: Any, path: str) -> None:
     if fd.type in (fd.TYPE_STRING, fd.TYPE_BYTES):
         limit = STRING_LIMITS.get(key, MAX_OTHER_STRING)
-        if limit is not None and len(value) > limit:
+        if limit is None or len(value) <= limit // 4:  # 4 bytes of UTF-8 at most a character
+            return
+        if key in BYTE_LIMITED:
+            if len(value.encode()) > limit:
+                raise too_long(path, value, limit, "bytes of UTF-8")
+        elif len(value) > limit:
             raise too_long(path, value, limit)
     elif fd.type == fd.TYPE_ENUM and fd.enum_type.values_by_number.get(value) is None:
         raise _bad_enum(path, fd.enum_type, value)

@@ -61,6 +61,14 @@ def _check_key(spec: StreamSpec) -> None:
         return
     types = {f.name: str(f.type) for f in spec.fields}
     kinds = (FieldType.STRING.value, FieldType.INT64.value)
+    if spec.key == spec.timestamp_field and spec.key not in types:
+        raise invalid(
+            "spec.key",
+            f"expected the name of a STRING or INT64 field of the stream, got {show(spec.key)}, "
+            f"the timestamp field (a key groups rows by a field of their own; fields: "
+            f"{sorted(types)})",
+            Reason.INVALID_DEFINITION,
+        )
     if types.get(spec.key) not in kinds:
         got = f"a {types[spec.key]} field" if spec.key in types else "no such field"
         raise invalid(

@@ -255,7 +255,8 @@ def _arrow_column(
 ) -> tuple[str, Any]:
     """One Arrow column as (type name, values): no nulls, a supported type, 64-bit values;
     numbers as a numpy array with ``arrays``, else as a list; strings as :class:`KeyBytes`
-    with ``key_bytes``."""
+    with ``key_bytes``. A dictionary-encoded column (a pandas Categorical) is read as its
+    values."""
     import pyarrow as pa
 
     if col.null_count:
@@ -264,6 +265,9 @@ def _arrow_column(
         first = pc.index(pc.is_null(col), True).as_py()
         raise _nulls(name, col.null_count, first)
     t = col.type
+    if pa.types.is_dictionary(t):
+        col = col.cast(t.value_type)
+        t = col.type
     try:
         number = None
         if pa.types.is_timestamp(t):

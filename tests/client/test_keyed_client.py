@@ -17,6 +17,7 @@ from mtawindows.client import (
     AsyncWindowClient,
     FailedPreconditionError,
     Field,
+    InvalidArgumentError,
     KeyInfo,
     KeyPage,
     NotFoundError,
@@ -195,6 +196,17 @@ def test_keyed_and_unkeyed_calls_refuse_the_other_kind(client: WindowClient) -> 
     with pytest.raises(FailedPreconditionError) as info:
         client.query("hosts", "w")  # a keyed stream's window needs a key
     assert info.value.reason == Reason.NOT_KEYED
+    # an empty key is no key a row could make: INVALID_ARGUMENT wherever a key is named
+    # (Query's is refused by the SDK: on the wire an empty key means "no key")
+    for call in (
+        lambda: client.query("hosts", "w", key=""),
+        lambda: client.get_key("hosts", ""),
+        lambda: client.delete_key("hosts", ""),
+    ):
+        with pytest.raises(InvalidArgumentError) as bad:
+            call()
+        assert bad.value.reason == Reason.INVALID_ARGUMENT
+        assert [v.field for v in bad.value.violations] == ["key"]
 
     client.create_stream(StreamSpec("plain", (Field("v", "DOUBLE"),), wall_clock=False))
     client.create_window(WindowSpec("plain", "w", WINDOW.aggregations, WINDOW.policy))

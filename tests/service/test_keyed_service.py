@@ -554,19 +554,34 @@ def test_a_key_no_row_could_make_is_invalid_not_missing(redis_url: str) -> None:
         reg.create_window(WindowSpec("s", "w", (Aggregation("n", "count"),), Policy.count(5)))
         s = reg.stream("s")
         s.append({"ts": ("TIMESTAMP", [1, 2]), "k": ("INT64", [-7, 12])})
-        for bad in ("abc", "", "+12", "012", " 12", "1e3", "-0"):
+        out_of_range = (str(2**63), str(-(2**63) - 1), "9" * 1025)
+        for bad in ("abc", "", "+12", "012", " 12", "1e3", "-0", *out_of_range):
             for call, args in ((s.query, ("w", bad)), (s.get_key, (bad,)), (s.delete_key, (bad,))):
                 err = _refused(Reason.INVALID_ARGUMENT, call, *args)
                 assert err.violations[0][0] == "key", err.violations
         assert s.query("w", "-7").values == {"n": 1} == s.query("w", -7).values
         assert s.get_key("12").rows_appended == 1
         _refused(Reason.KEY_NOT_FOUND, s.get_key, "13")
+        _refused(Reason.KEY_NOT_FOUND, s.get_key, str(2**63 - 1))  # possible, not there
+        # a STRING key over MAX_KEY_BYTES of UTF-8 (fewer characters than bytes): invalid
+        reg.create_stream(StreamSpec("t", (Field("h", "STRING"),), key="h", wall_clock=False))
+        reg.create_window(WindowSpec("t", "w", (Aggregation("n", "count"),), Policy.count(5)))
+        t = reg.stream("t")
+        t.append({"ts": ("TIMESTAMP", [1]), "h": ("STRING", ["é" * 512])})  # 1,024 bytes
+        assert t.query("w", "é" * 512).values == {"n": 1}
+        for call, args in ((t.query, ("w", "é" * 513)), (t.get_key, ("é" * 513,))):
+            err = _refused(Reason.INVALID_ARGUMENT, call, *args)
+            assert "1024 bytes" in str(err), err
         # the one rule, shared with readers that filter by key (the Spark connector)
         assert [possible_key(k, True) for k in ("7", "-12", "007", "+7", "x", "", "-0")] == [
             True, True, False, False, False, False, False,
         ]  # fmt: skip
         assert [possible_key(k, False) for k in ("", "a", "007")] == [False, True, True]
+        assert [possible_key(str(n), True) for n in (2**63 - 1, 2**63, -(2**63), -(2**63) - 1)] == [
+            True, False, True, False,
+        ]  # fmt: skip
     finally:
+        reg.drop("t")
         reg.drop("s")
         reg.redis.close()
         drop_prefix(redis_url, prefix)
@@ -609,6 +624,45 @@ def test_key_cache_evicts_and_reloads_keys_exactly(keyed: Any, threshold: int) -
     assert full == (len(keys) if threshold == 3 else 0), full
     k.reopen()
     k.check()
+
+
+def test_the_key_cache_counters_account_for_every_key_in_memory(keyed: Any) -> None:
+    """Heavy paging (5,000 keys through a cache of a few hundred; slab keys, objects made by
+    FINAL results, packed keys, reads of cold keys): after every step the keys in memory are
+    exactly those created plus those loaded from Redis minus those evicted and deleted, so
+    ``mtawindows_key_cache_evictions`` and ``..._loads`` count every key that left and came
+    back."""
+    k = keyed(Limits(key_cache_bytes=300_000), key_groups=8)
+    s, cache = k.stream, k.registry.key_cache
+    rng = random.Random(7)
+    names = [f"key{i:05d}" for i in range(5000)]
+    made: set[str] = set()
+    t = 1000
+
+    def in_memory() -> int:
+        slab = 0 if s.slab is None else len(s.slab)
+        return slab + sum(len(tb.hot) + len(tb.packed) for tb in s.groups.values())
+
+    for rnd in range(24):
+        ks = rng.sample(names, 1000)
+        t += 10
+        k.append(
+            ks, [t] * len(ks), [float(rnd)] * len(ks), mode="FINAL" if rnd % 4 == 1 else "NONE"
+        )
+        made.update(ks)
+        if rnd % 3 == 2:
+            k.registry.flush(s)
+        if rnd % 5 == 4:
+            read = rng.sample(sorted(made), 40)
+            for key in read:
+                s.query("cnt", key)  # a cold key loaded
+            s.delete_key(read[-1])  # a key in memory (just read) deleted
+            k.oracle.drop(read[-1])
+            made.discard(read[-1])
+        balance = len(made) + cache.loads - cache.evictions - in_memory()
+        assert balance == 0, (rnd, balance, vars(cache))
+    assert cache.evictions > 5000 and cache.loads > 1000, vars(cache)
+    k.check(rng.sample(sorted(made), 200))
 
 
 # -- an idle stream's flush
@@ -1039,3 +1093,39 @@ def test_a_keys_result_reports_the_rows_its_last_batch_evicted(keyed: Any) -> No
     got = {(r.key, r.window): r.evicted for r in res.key_results}
     assert got[("a", "cnt")] == 2 == k.stream.query("cnt", "a").evicted
     k.check(keys=["b"])
+
+
+def test_a_bad_key_definition_is_refused_naming_the_field_and_creates_nothing(
+    redis_url: str,
+) -> None:
+    """Each way a keyed StreamSpec can be wrong: refused with the reason that says which,
+    naming the spec's field; no stream exists after it."""
+    prefix = f"kv{uuid.uuid4().hex[:16]}"
+    reg = Registry(redis_url, prefix=prefix)
+    fields = (Field("host", "STRING"), Field("v", "DOUBLE"), Field("id", "INT64"))
+    cases = [
+        ({"key": "nope"}, "spec.key", Reason.UNKNOWN_FIELD),
+        ({"key": "v"}, "spec.key", Reason.INVALID_DEFINITION),  # a DOUBLE field
+        ({"key": "ts"}, "spec.key", Reason.INVALID_DEFINITION),  # the timestamp field
+        ({"key": "host", "key_groups": 5000}, "spec.key_groups", Reason.INVALID_ARGUMENT),
+        ({"key": "host", "key_groups": -1}, "spec.key_groups", Reason.INVALID_ARGUMENT),
+        ({"key_groups": 8}, "spec.key_groups", Reason.INVALID_ARGUMENT),  # no key
+        ({"key_ttl": timedelta(hours=1)}, "spec.key_ttl", Reason.INVALID_ARGUMENT),
+        (
+            {"key": "id", "late_policy": "DROP", "allowed_lateness": timedelta(seconds=1)},
+            "spec.allowed_lateness",
+            Reason.INVALID_ARGUMENT,
+        ),
+    ]
+    try:
+        for kw, field, reason in cases:
+            err = _refused(reason, reg.create_stream, StreamSpec("bad", fields, **kw))
+            assert [v[0] for v in err.violations] == [field], (kw, err)
+            assert "bad" not in reg.streams, kw
+        reg.create_stream(StreamSpec("bad", fields, key="id", key_groups=4096))  # the limit
+        assert reg.stream("bad").n_groups == 4096
+    finally:
+        if "bad" in reg.streams:
+            reg.drop("bad")
+        reg.redis.close()
+        drop_prefix(redis_url, prefix)

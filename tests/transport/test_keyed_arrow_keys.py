@@ -1,6 +1,7 @@
 """A keyed stream's Arrow batches: the key column is found in the key slab by its bytes
 (``KeyBytes``, ``KeySlab.find``: no Python string a row), and must answer as the same batches
-sent as protobuf lists (the name -> slot path). A real server, two streams with the same
+sent as protobuf lists (the name -> slot path); half of them with the key column
+dictionary-encoded. A real server, two streams with the same
 windows (one fed Arrow, one fed lists), random batches of new and known keys (multi-byte
 UTF-8 among them, a key several times in a batch): every key's counters and window results
 the same in both; a late row refused with the same refusal, nothing applied; duplicates by
@@ -57,13 +58,10 @@ def _batch(rng: random.Random, t: int, keys: list[Any]) -> dict[str, list[Any]]:
 
 
 def _table(b: dict[str, list[Any]], key_type: str) -> pa.Table:
-    return pa.table(
-        {
-            "ts": pa.array(b["ts"], pa.int64()),
-            "host": pa.array(b["host"], pa.int64() if key_type == "INT64" else pa.string()),
-            "v": pa.array(b["v"], pa.float64()),
-        }
-    )
+    host = pa.array(b["host"], pa.int64() if key_type == "INT64" else pa.string())
+    if len(host) % 2:  # every other batch dictionary-encoded (a pandas Categorical's form)
+        host = host.dictionary_encode()
+    return pa.table({"ts": pa.array(b["ts"], pa.int64()), "host": host, "v": b["v"]})
 
 
 def _state(c: WindowClient, stream: str, keys: list[Any]) -> dict[Any, Any]:

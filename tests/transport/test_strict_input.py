@@ -511,6 +511,12 @@ LENGTH_CASES: list[tuple[str, str, Any, str, int]] = [
         name=LONG, doubles=pb.DoubleList(values=[1.0]))]), "columns[4].name", 64),
     ("query", "Query", pb.QueryRequest(stream="s", window=LONG), "window", 64),
     ("read-results", "ReadResults", pb.ReadResultsRequest(stream=LONG, window="w"), "stream", 255),
+    # keys are limited in bytes of UTF-8: 513 two-byte characters are 1,026 bytes
+    ("get-key-bytes", "GetKey", pb.GetKeyRequest(stream="s", key="é" * 513), "key", 1024),
+    ("query-key-bytes", "Query", pb.QueryRequest(stream="s", window="w", key="é" * 513), "key",
+     1024),
+    ("list-keys-prefix", "ListKeys", pb.ListKeysRequest(stream="s", prefix="k" * 1025),
+     "prefix", 1024),
 ]  # fmt: skip
 
 
@@ -533,6 +539,8 @@ def test_strings_over_their_limit_are_refused_first_without_echo(
     assert fields_of(e) == [field]
     assert int(e.metadata["limit"]) == limit
     assert int(e.metadata["length"]) > limit
+    unit = "bytes of UTF-8" if field in ("key", "prefix") else "characters"
+    assert f"at most {limit} {unit}, got {e.metadata['length']}" in str(e), e
     no_long_echo(e)
 
 

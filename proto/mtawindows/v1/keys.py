@@ -29,6 +29,7 @@ __all__ = [
     "group_unit",
     "key_group",
     "key_groups",
+    "key_refusal",
     "key_text",
     "possible_key",
     "split_unit",
@@ -39,6 +40,7 @@ MAX_KEY_GROUPS = 4096
 MAX_KEY_BYTES = 1024  # a key's text, UTF-8
 
 _M32 = 0xFFFFFFFF
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 GROUP_SEP = "#"
 
 
@@ -56,17 +58,31 @@ def split_unit(unit: str) -> tuple[str, int | None]:
 
 
 def possible_key(text: str, int_keys: bool) -> bool:
-    """Whether a row could have made the key ``text``: not empty, and on a stream of INT64
-    keys an integer's decimal text (``"7"``, ``"-12"``; not ``"007"``, ``"+7"``, ``"x"``).
-    The server refuses a call naming any other key; a reader filtering by key skips it."""
+    """Whether a row could have made the key ``text``: not empty, at most
+    :data:`MAX_KEY_BYTES` bytes of UTF-8, and on a stream of INT64 keys an int64's decimal
+    text (``"7"``, ``"-12"``; not ``"007"``, ``"+7"``, ``"x"``, ``"9223372036854775808"``). The
+    server refuses a call naming any other key; a reader filtering by key skips it."""
+    return key_refusal(text, int_keys) is None
+
+
+def key_refusal(text: str, int_keys: bool) -> str | None:
+    """Why no row could have made the key ``text`` (see :func:`possible_key`), or None."""
     if not text:
-        return False
+        return "a key is at least one character, got an empty one"
+    size = len(text.encode())
+    if size > MAX_KEY_BYTES:
+        return f"a key is at most {MAX_KEY_BYTES} bytes of UTF-8 (this one is {size})"
     if not int_keys:
-        return True
+        return None
     try:
-        return str(int(text)) == text
+        n = int(text)
     except ValueError:
-        return False
+        n = None
+    if n is None or str(n) != text:
+        return "the key field is INT64: expected an integer in decimal"
+    if not _INT64_MIN <= n <= _INT64_MAX:
+        return f"the key field is INT64: expected an integer from {_INT64_MIN} to {_INT64_MAX}"
+    return None
 
 
 def key_text(key: object) -> str:

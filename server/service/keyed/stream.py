@@ -48,8 +48,8 @@ from mtawindows.v1.keys import (
     MAX_KEY_BYTES,
     group_unit,
     key_group,
+    key_refusal,
     key_text,
-    possible_key,
 )
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import (
@@ -1925,17 +1925,14 @@ class KeyedStream:
 
     def check_key(self, text: str, where: str = "key") -> None:
         """Refuse (INVALID_ARGUMENT, naming ``where``) a key a call names that no row could
-        have made: empty, or not an integer's decimal text on a stream of INT64 keys (such a
-        key would only ever be "not found")."""
-        if possible_key(text, self.int_keys):
+        have made: empty, over MAX_KEY_BYTES, or not an int64's decimal text on a stream of
+        INT64 keys (such a key would only ever be "not found")."""
+        why = key_refusal(text, self.int_keys)
+        if why is None:
             return
-        if not text:
-            raise invalid(where, "a key is at least one character, got an empty one")
-        raise invalid(
-            where,
-            f"stream {self.spec.name!r} has INT64 keys ({self.spec.key!r}): expected an "
-            f"integer in decimal, got {show(text)}",
-        )
+        if text:
+            why = f"stream {self.spec.name!r}, key field {self.spec.key!r}: {why}, got {show(text)}"
+        raise invalid(where, why)
 
     def _text(self, key: Any) -> str:
         """The text of ``key``; on a cluster, once this server may serve its group."""

@@ -118,13 +118,9 @@ class HostedWindow:
     def inline_ok(self) -> bool:
         """May a small batch be tried on the event loop (not reloading, no plugin results
         to check: that may read the store)? A stream with a journal never tries
-        (:meth:`Stream.inline_ok`)."""
-        return (
-            not self.engine.stale
-            and not self._plugin_lowers
-            and self.hopper is None
-            and not self.columnar
-        )
+        (:meth:`Stream.inline_ok`); a columnar window defers a batch that would read a
+        slice from Redis (:meth:`Stream._apply_columnar`)."""
+        return not self.engine.stale and not self._plugin_lowers and self.hopper is None
 
     @property
     def checks_results(self) -> bool:

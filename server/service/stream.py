@@ -459,7 +459,7 @@ class Stream:
                 self._apply_hopping(batch, name, request)
                 continue
             if win.columnar:
-                self._apply_columnar(batch, name, per_row is not None)
+                self._apply_columnar(batch, name, per_row is not None, nonblocking)
                 continue
             # a window's columnar shadow takes every row its engine takes, first (all or
             # nothing); when it holds what the engine holds, it gives the per-row results
@@ -503,9 +503,13 @@ class Stream:
             batch.applied.add(name)
             win.lsn = batch.lsn
 
-    def _apply_columnar(self, batch: Batch, name: str, per_row: bool) -> None:
-        """A columnar window takes the batch as it prepared it (never deferred: it does not
-        wait for Redis but to read the few slices where its start moves)."""
+    def _apply_columnar(
+        self, batch: Batch, name: str, per_row: bool, nonblocking: bool = False
+    ) -> None:
+        """A columnar window takes the batch as it prepared it. It waits for Redis only to
+        read the few slices where its start moves (or when its slice writes back up): a call
+        that must not wait (the event loop) defers the batch then, before this window
+        changes (``Deferred``)."""
         win = self.windows[name]
         prepared = batch.prepared.get(name)
         if prepared is not None:
@@ -513,7 +517,9 @@ class Stream:
             try:
                 if prepared.at != win.engine.inserted:  # the window changed since (a reload)
                     prepared = win.engine.prepare(win.arrays(batch))
-                got = win.engine.apply(prepared, per_row=per_row)
+                if nonblocking and win.engine.would_block(prepared):
+                    raise Deferred(batch)
+                got = win.engine.apply(prepared, per_row=per_row, nonblocking=nonblocking)
             except StoreError as ex:
                 self._store_failed(batch, name, ex)
             batch.evicted[name] = got.evicted

@@ -409,7 +409,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         return pb.ListWindowsResponse(windows=[convert.window_info_to_proto(i) for i in infos])
 
     # -- data
-    async def Append(self, request: pb.AppendRequest, context: Any) -> pb.AppendResponse:
+    async def Append(self, request: pb.AppendRequest, context: Any) -> pb.AppendResponse | bytes:
         await self.data_stream(request.stream)
         mode = decode.result_mode(request)
         async with self.lock(request.stream):
@@ -426,7 +426,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
 
     def _append(
         self, stream: Stream, request: pb.AppendRequest, mode: str, *, nonblocking: bool = False
-    ) -> pb.AppendResponse:
+    ) -> pb.AppendResponse | bytes:
         limit = self.registry.limits.max_batch_rows
         # an Arrow batch's numbers as arrays for a stream that takes them (no Python object
         # per value), as lists for any other
@@ -450,12 +450,12 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             request.arrow_results,
         )
 
-    def _resume(self, stream: Stream, batch: Batch, arrow: bool) -> pb.AppendResponse:
+    def _resume(self, stream: Stream, batch: Batch, arrow: bool) -> pb.AppendResponse | bytes:
         return self._respond(stream, lambda: stream.resume(batch), arrow)
 
     def _respond(
         self, stream: Stream, apply: Callable[[], AppendResult], arrow: bool = False
-    ) -> pb.AppendResponse:
+    ) -> pb.AppendResponse | bytes:
         """Run ``apply`` (an append or a resumed one), count its outcome, build the answer
         (``arrow``: per-row results as Arrow IPC, ``AppendRequest.arrow_results``)."""
         name = stream.spec.name
@@ -506,15 +506,18 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             )
         return self._fitting(out)
 
-    def _fitting(self, out: pb.AppendResponse) -> pb.AppendResponse:
+    def _fitting(self, out: pb.AppendResponse) -> pb.AppendResponse | bytes:
         """``out``, unless per-row results make it larger than a message may be: then
         RESOURCE_EXHAUSTED ``MESSAGE_TOO_LARGE`` saying the batch was applied (gRPC would
-        otherwise fail the call without a reason, after the same)."""
+        otherwise fail the call without a reason, after the same). With per-row results it
+        is serialized here, once (its size is its serialized length: ``ByteSize`` would
+        encode it a first time), and the bytes go out as they are (``_passthrough``)."""
         if out.row_results:
             limit = self.registry.limits.max_message_bytes
-            size = out.ByteSize()
-            if size > limit:
-                raise status.reply_too_large("Append", size, limit, applied=out.rows_applied)
+            data: bytes = out.SerializeToString()
+            if len(data) > limit:
+                raise status.reply_too_large("Append", len(data), limit, applied=out.rows_applied)
+            return data
         return out
 
     async def Query(self, request: pb.QueryRequest, context: Any) -> pb.WindowResult:

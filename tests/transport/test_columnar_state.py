@@ -7,14 +7,19 @@ refused value changes nothing; GetWindow says the path and where the state lives
 
 from __future__ import annotations
 
+import math
 import random
 import time
+import urllib.request
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from mtawindows.client import (
+    Aggregation,
     Field,
     InvalidArgumentError,
     Policy,
@@ -23,7 +28,7 @@ from mtawindows.client import (
     WindowClient,
     WindowSpec,
 )
-from mtawindows.testing import LocalServer
+from mtawindows.testing import LocalServer, free_port
 
 from .test_columnar_shadow import _run as _shadow_run
 from .test_service_e2e import AGGS, Oracle, S, _close, _newest, expected, make_stream, random_batch
@@ -215,3 +220,85 @@ def test_the_serve_flag_turns_it_on_and_windows_keep_their_form_across_a_restart
             assert c.query("s", "new").values == {"n": 2, "mx": 4.0}
             assert c.query("s", "old").values == {"n": 4, "mx": 4.0}
             assert c.query("s", "ints").values == {"n": 2, "sk": 2**41}
+
+
+def _deferred(port: int) -> float:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+    for line in body.decode().splitlines():
+        if line.startswith('mtawindows_append_deferred_total{stream="e"}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_a_small_append_runs_on_the_event_loop_unless_it_must_read_a_slice(
+    tmp_path: Path,
+) -> None:
+    """A columnar window takes one-row appends on the server's event loop (no thread hop);
+    one whose window start jumps into slices held only in Redis is deferred to a worker
+    (counted in ``mtawindows_append_deferred_total``) before the window changes, and
+    answers the same: every result checked against the rows sent, per row and in the end,
+    and after a restart."""
+    rng = np.random.default_rng(3)
+    port = free_port()
+    rows_ts: list[int] = []
+    rows_v: list[float] = []
+    span = 100_000  # the window: the newest 100,000 ns; about 24 slices of 4,096 rows
+
+    def want(k: int) -> tuple[float, float, int]:
+        ts = np.array(rows_ts[: k + 1])
+        vs = np.array(rows_v[: k + 1])
+        keep = ts > ts[-1] - span
+        return float(vs[keep].max()), math.fsum(vs[keep].tolist()), int(keep.sum())
+
+    def check(res: Any, first: int) -> None:
+        got = res.row_results["w"]
+        for j in range(len(got["m"])):
+            m, s, n = want(first + j)
+            assert got["m"][j] == m and math.isclose(got["s"][j], s, rel_tol=1e-12), j
+            assert got["__size"][j] == n, j
+
+    with LocalServer(tmp_path / "d", "--metrics-port", str(port), env=ON) as srv:
+        with WindowClient(srv.target) as c:
+            c.create_stream(StreamSpec("e", (Field("v", "DOUBLE"),), wall_clock=False))
+            c.create_window(
+                WindowSpec(
+                    "e",
+                    "w",
+                    (Aggregation("m", "max", "v"), Aggregation("s", "sum", "v")),
+                    Policy.time_range(timedelta(microseconds=100)),
+                    "AMTA",
+                    Storage("redis"),
+                )
+            )
+            assert "columnar" in c.get_window("e", "w").storage
+            t = 1_000
+            for _ in range(12):  # 120,000 rows, one ns apart: the window's slices sealed
+                ts = list(range(t, t + 10_000))
+                vs = rng.normal(size=10_000).round(3).tolist()
+                c.append("e", {"ts": ts, "v": vs})
+                rows_ts.extend(ts)
+                rows_v.extend(vs)
+                t += 10_000
+            before = _deferred(port)
+            for step in (1, 3, 2):  # the start moves a few rows: the slices held locally
+                t += step
+                v = round(float(rng.normal()), 3)
+                res = c.append("e", {"ts": [t], "v": [v]}, results="per_row")
+                rows_ts.append(t)
+                rows_v.append(v)
+                check(res, len(rows_ts) - 1)
+            assert _deferred(port) == before  # all three on the event loop
+            t += 40_000  # the start jumps 40,000 rows: into slices only Redis holds
+            res = c.append("e", {"ts": [t], "v": [2.5]}, results="per_row")
+            rows_ts.append(t)
+            rows_v.append(2.5)
+            check(res, len(rows_ts) - 1)
+            assert _deferred(port) == before + 1
+            m, s, n = want(len(rows_ts) - 1)
+            got = c.query("e", "w")
+            assert (got.values["m"], got.size) == (m, n)
+            assert math.isclose(got.values["s"], s, rel_tol=1e-12)
+        srv.restart()
+        with WindowClient(srv.target) as c:
+            got = c.query("e", "w")
+            assert (got.values["m"], got.size) == (m, n)

@@ -72,9 +72,20 @@ class ColumnarEngine:
         self._usable()
         return self.window.prepare(columns)
 
-    def apply(self, batch: Prepared, *, per_row: bool = False) -> BatchResult:
-        """Apply a prepared batch. A store failure leaves the window to reload."""
-        return self._guarded(lambda: self.window.apply(batch, per_row=per_row))  # type: ignore[no-any-return]
+    def would_block(self, batch: Prepared) -> bool:
+        """Whether :meth:`apply` of ``batch`` would wait for Redis (see
+        :meth:`ColumnarWindow.would_block`)."""
+        self._usable()
+        return self.window.would_block(batch)
+
+    def apply(
+        self, batch: Prepared, *, per_row: bool = False, nonblocking: bool = False
+    ) -> BatchResult:
+        """Apply a prepared batch (``nonblocking``: :meth:`would_block` said it would not
+        wait). A store failure leaves the window to reload."""
+        return self._guarded(  # type: ignore[no-any-return]
+            lambda: self.window.apply(batch, per_row=per_row, nonblocking=nonblocking)
+        )
 
     # -- the store
     def flush(self, *, wait: bool = True, meta: dict[str, Any] | None = None) -> Any:

@@ -372,11 +372,46 @@ class ColumnarWindow:
             ts = cols[self.ts_col] = _ints("ColumnarWindow: timestamps", cols[self.ts_col])
         return Prepared(cols, n, lifted, ts, self.next)
 
-    def apply(self, columns: dict[str, Any] | Prepared, *, per_row: bool = False) -> BatchResult:
+    def would_block(self, batch: Prepared) -> bool:
+        """Whether :meth:`apply` of ``batch`` would wait for Redis: a sealed slice where a
+        row's window start may fall holds its columns only in the store, or the slice writes
+        queued would pass :data:`MAX_PENDING`. Nothing is read; a few parts are looked at
+        (from the window's start to the part where the last row's window starts)."""
+        if self.store is None or batch.n == 0:
+            return False
+        seals = (self.tail.n + batch.n) // self.slice_rows
+        if seals and self._pending() + seals > MAX_PENDING:
+            return True
+        last = batch.at + batch.n - 1
+        bound = None
+        if self.count is None:
+            assert batch.ts is not None
+            if self.range > _INT64_MAX or int(batch.ts[-1]) < _INT64_MIN + self.range:
+                return self.head is not None and self.head.cols is None
+            bound = int(batch.ts[-1]) - self.range
+        for sl in itertools.chain((self.head,) if self.head is not None else (), self.slices):
+            if sl.cols is None:
+                return True
+            if (sl.newest > bound) if bound is not None else (sl.end > last - self.count + 1):  # type: ignore[operator]
+                break
+        return False
+
+    def _pending(self) -> int:
+        return sum(sl.pending is not None for sl in self.slices)
+
+    def apply(
+        self,
+        columns: dict[str, Any] | Prepared,
+        *,
+        per_row: bool = False,
+        nonblocking: bool = False,
+    ) -> BatchResult:
         """Append a batch (``columns``: name -> array, timestamps in order and not older
         than the window's newest; or what :meth:`prepare` made of them) and enforce the
         policy; with ``per_row``, the window's result after each row. All or nothing: a
-        refused batch changes nothing."""
+        refused batch changes nothing. ``nonblocking`` (the service's event loop, after
+        :meth:`would_block` said no): the slices where the window starts next are not read
+        ahead (a later call does it, or defers to where it may wait)."""
         batch = columns if isinstance(columns, Prepared) else self.prepare(columns)
         if batch.at != self.next:
             msg = "ColumnarWindow.apply: the window changed since the batch was prepared"
@@ -406,7 +441,7 @@ class ColumnarWindow:
             self._append(cols, n, cut, ts)
         self.evicted += evicted
         if self.store is not None:
-            self._release()
+            self._release(read_ahead=not nonblocking)
         return result
 
     def _view(self, starts: np.ndarray, cut: int, g0: int) -> _View:
@@ -761,11 +796,12 @@ class ColumnarWindow:
         for sl, blob in zip(missing, blobs, strict=True):
             sl.cols = _decode(blob, self.reads, sl.n)
 
-    def _release(self) -> None:
+    def _release(self, *, read_ahead: bool = True) -> None:
         """After a batch: the columns of written slices past the oldest ``local_slices`` leave
-        memory (the store has them); the oldest are read ahead, where the window's start
-        moves next. Waits while more than :data:`MAX_PENDING` writes are queued. A failed
-        write keeps its slice's columns; the next call raises it (:meth:`apply`)."""
+        memory (the store has them); the oldest are read ahead (``read_ahead``), where the
+        window's start moves next. Waits while more than :data:`MAX_PENDING` writes are
+        queued. A failed write keeps its slice's columns; the next call raises it
+        (:meth:`apply`)."""
         pending = [sl for sl in self.slices if sl.pending is not None]
         if len(pending) > MAX_PENDING:
             concurrent.futures.wait([sl.pending for sl in pending[: len(pending) - MAX_PENDING]])
@@ -776,6 +812,8 @@ class ColumnarWindow:
                     continue
                 sl.pending = None
         self._trim()
+        if not read_ahead:
+            return
         ahead = list(itertools.islice(self.slices, self.local_slices))
         with contextlib.suppress(StoreError):  # read ahead only: a later read raises it
             self._fetch([self.head, *ahead] if self.head is not None else ahead)

@@ -29,6 +29,7 @@ from grpc_reflection.v1alpha import reflection
 from mtawindows.v1 import keepalive
 from mtawindows.v1 import windows_pb2 as pb
 
+from ..service.keyed import KeyedStream
 from ..service.limits import Limits
 from ..service.ownership import Ownership
 from ..service.registry import Registry
@@ -413,9 +414,17 @@ class Server:
             if emb.running or self._stopping:
                 continue
             why = f"the embedded Redis (pid {emb.pid}) {emb.exit_reason()}"
-            await self._store_down(why, "the embedded Redis is down; the server is restarting it")
-            if not await self._restart_store(restarts, why):
-                return
+            try:
+                await self._store_down(
+                    why, "the embedded Redis is down; the server is restarting it"
+                )
+                if not await self._restart_store(restarts, why):
+                    return
+            except Exception:  # a bug here must not end the supervision unseen: log, go on
+                log.exception(
+                    "embedded Redis supervision failed; trying again",
+                    extra={"event": "store_supervision_failed"},
+                )
 
     async def _store_down(self, why: str, told: str) -> None:
         """NOT_SERVING; ``why`` goes to the log, ``told`` to refused callers."""
@@ -589,6 +598,9 @@ class Server:
         lost = StoreUnavailableError("the embedded Redis restarted: reload the durable state")
         for name, stream in list(self.registry.streams.items()):
             async with self.servicer.lock(name):
+                if isinstance(stream, KeyedStream):  # its windows are per key: all reload
+                    stream.engine_failed()
+                    continue
                 for w in list(stream.windows.values()):
                     w.engine.invalidate(lost)
 

@@ -547,19 +547,23 @@ def test_strings_over_their_limit_are_refused_first_without_echo(
 def test_a_key_over_its_limit_is_refused_without_echo(
     server: LocalServer, client: WindowClient
 ) -> None:
-    """A keyed stream's key of 10 KB (and of a megabyte): BAD_VALUES naming the key column,
-    echoing a few dozen characters of it, nothing applied."""
+    """A keyed stream's key of 10 KB (and of a megabyte, and an empty one): BAD_VALUES naming
+    the key column and the row, echoing a few dozen characters of it, nothing applied."""
     client.create_stream(
         StreamSpec("keyed", (Field("host", "STRING"),), key="host", wall_clock=False)
     )
     client.create_window(WindowSpec("keyed", "w", (Aggregation("n", "count"),), Policy.count(9)))
-    for key in ("k" * 10_240, HUGE):
-        batch = {"ts": [1], "host": [key]}
+    for key in ("k" * 10_240, HUGE, ""):
+        batch = {"ts": [1, 1, 1], "host": ["ok", "ok2", key]}  # the bad key at row 2
         e = refused(
             server, client, lambda b=batch: client.append("keyed", b), "BAD_VALUES", streams=()
         )  # fmt: skip
-        assert fields_of(e) == ["columns[host]"]
+        assert fields_of(e) == ["columns[host][2]"] and e.metadata["row"] == "2", e
+        assert "row 2" in e.message
         no_long_echo(e)
+        if not key:
+            assert client.get_stream("keyed").keys == 0
+            continue
         assert str(len(key)) in e.message
         assert client.get_stream("keyed").keys == 0  # nothing applied
     # a subscription to a key no row could make: refused, naming it

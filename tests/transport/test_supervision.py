@@ -315,6 +315,59 @@ def test_redis_killed_alone_is_restarted_and_the_windows_come_back(tmp_path: Pat
     assert_no_valkey_survives(srv.data_dir)
 
 
+@pytest.mark.parametrize("durable", [True, False])
+def test_redis_killed_alone_comes_back_for_a_keyed_stream(tmp_path: Path, durable: bool) -> None:
+    """The same with a keyed stream on the server (an outsider's finding: its windows have no
+    engine of their own, and the restart's reload of every window failed on them, leaving the
+    server NOT_SERVING for good): kill -9 of the valkey, twice; each time the server restarts
+    it, serves again, and every key of a durable window holds every acknowledged row (a
+    window that is not durable holds at most them, and each key's count and sum agree)."""
+    srv = LocalServer(tmp_path / "srv", "--redis-restarts", "1000").start()
+    keys = [f"h{i}" for i in range(30)]
+    try:
+        with WindowClient(srv.target, retries=1) as c:
+            c.create_stream(
+                StreamSpec("k", (Field("h", "STRING"), Field("x")), key="h", wall_clock=False)
+            )
+            c.create_window(
+                WindowSpec("k", "w", AGGS, Policy.count(10**9), storage=Storage(durable=durable))
+            )
+            sent = 0
+            for rnd in range(2):
+                for _ in range(3):
+                    sent += 1
+                    c.append("k", {"ts": [sent] * len(keys), "h": keys, "x": [1.0] * len(keys)})
+                dead = kill_valkey(srv)
+                wait_until(lambda r=rnd: _restarts(srv) == r + 1, "store_restarted", timeout=60)
+                wait_until(lambda: srv.health() == "SERVING", "SERVING again", timeout=60)
+                assert dead not in valkeys_of(srv.data_dir)
+                for k in keys:
+                    got = wait_until(lambda k=k: _query_ok(c, k), f"key {k} answers", timeout=30)
+                    assert got.values["n"] == got.values["s"], (rnd, k, got)
+                    if durable:
+                        assert got.values["n"] == sent, (rnd, k, got)
+                    else:
+                        assert got.values["n"] <= sent, (rnd, k, got)
+            before = c.query("k", "w", key="h0").values["n"]
+            sent += 1
+            c.append("k", {"ts": [sent] * len(keys), "h": keys, "x": [1.0] * len(keys)})
+            assert c.query("k", "w", key="h0").values["n"] == before + 1
+    finally:
+        srv.stop()
+    assert_no_valkey_survives(srv.data_dir)
+
+
+def _restarts(srv: LocalServer) -> int:
+    return sum(e.get("event") == "store_restarted" for e in log_events(srv))
+
+
+def _query_ok(c: WindowClient, key: str) -> Any:
+    try:
+        return c.query("k", "w", key=key)
+    except MtaWindowsError:
+        return None
+
+
 def test_a_redis_that_cannot_restart_leaves_the_server_not_serving(tmp_path: Path) -> None:
     srv = LocalServer(tmp_path / "srv", "--redis-restarts", "2").start()
     try:

@@ -1126,7 +1126,7 @@ class KeyedStream:
                 table = groups[key_group(key, n)]
                 where[key] = table
                 new_keys += 1
-                refused = self._new_key_refusal(key)
+                refused = self._new_key_refusal(key, rows_of[key][0])
                 if refused is not None:
                     raise refused
                 continue
@@ -1233,23 +1233,29 @@ class KeyedStream:
             raw = raw.tolist()
         return [str(k) for k in raw] if self.int_keys else raw
 
-    def _new_key_refusal(self, key: str) -> ServiceError | None:
-        """Why a batch may not create ``key``, or None."""
+    def _new_key_refusal(self, key: str, row: int | None = None) -> ServiceError | None:
+        """Why a batch may not create ``key`` (first at input row ``row``), or None."""
+        why = None
         if not key:
-            return invalid(
-                f"columns[{self.spec.key}]",
+            why = (
                 "a key is at least one character, got an empty one (a key names its "
-                "windows in queries and listings)",
-                Reason.BAD_VALUES,
+                "windows in queries and listings)"
             )
-        if len(key.encode()) > MAX_KEY_BYTES:
-            return invalid(
-                f"columns[{self.spec.key}]",
+        elif len(key.encode()) > MAX_KEY_BYTES:
+            why = (
                 f"a key is at most {MAX_KEY_BYTES} bytes of UTF-8, got one of "
-                f"{len(key.encode())} ({show(key)})",
-                Reason.BAD_VALUES,
+                f"{len(key.encode())} ({show(key)})"
             )
-        return None
+        if why is None:
+            return None
+        if row is None:
+            return invalid(f"columns[{self.spec.key}]", why, Reason.BAD_VALUES)
+        return invalid(
+            f"columns[{self.spec.key}][{row}]",
+            f"row {row}: {why}",
+            Reason.BAD_VALUES,
+            {"row": str(row)},
+        )
 
     def _key_limit_refusal(self, new_keys: int) -> ServiceError | None:
         """Why a batch may not create ``new_keys`` keys (``--max-keys``), or None."""
@@ -1334,12 +1340,17 @@ class KeyedStream:
         (also its late rows: a replay drops them again), pipelined, before any key changes;
         the batch counted in group ``counter``."""
         names = list(columns)
+        windows = sorted(self.labels.values())
         entries: list[tuple[GroupTable, list[Any]]] = []
         for g, group_rows in rows.items():
             table = self.groups[g]
             at = list(group_rows)
             cols = {n: [columns[n][0], list(_pick(columns[n][1], at))] for n in names}
-            extra = {"batch": 1} if g == counter else {}
+            # the windows the entry goes to (their definitions' ids): a replay gives it to
+            # those only, not to a window made after it (or deleted and made again)
+            extra: dict[str, Any] = {"windows": windows}
+            if g == counter:
+                extra["batch"] = 1
             lsn = table.state.lsn + 1
             entries.append((table, [lsn, producer_id, sequence, mode, list(which), cols, extra]))
         self._push(entries)
@@ -1376,8 +1387,10 @@ class KeyedStream:
         which: Sequence[str],
         *,
         replay: bool = False,
+        only: set[str] | None = None,
     ) -> AppendResult:
-        """Apply the checked batch, group by group, key by key."""
+        """Apply the checked batch, group by group, key by key; ``only``: to those windows
+        (a replayed entry, to the windows that existed when it was journaled)."""
         ts = cols[0]
         now_ms = int(time.time() * 1000)
         per_row = {n for n in (which or self.windows)} if mode == PER_ROW else set()
@@ -1390,7 +1403,7 @@ class KeyedStream:
         touched: list[tuple[str, KeyState]] = []
         listening = bool(self.listeners) and not replay
         lifted = plan.lifted
-        ops = self.ops
+        ops = self.ops if only is None else {n: o for n, o in self.ops.items() if n in only}
         ttl = self.ttl_ms > 0
         fast = [
             (name, o, lifted[name], o.combine, o.policy)
@@ -2493,7 +2506,12 @@ class KeyedStream:
             msg = f"stream {self.spec.name!r}: group {table.group}'s entry {e.lsn} holds other groups' keys"
             raise CorruptDataError(msg)
         plan.counter = table.group if e.extra.get("batch") else None
-        self._apply(plan, cols, e.producer_id, e.sequence, "NONE", (), replay=True)
+        only = None
+        had = e.extra.get("windows")
+        if had is not None:  # (entries of earlier releases name none: every window)
+            had = set(map(str, had))
+            only = {n for n, label in self.labels.items() if label in had}
+        self._apply(plan, cols, e.producer_id, e.sequence, "NONE", (), replay=True, only=only)
 
     def _forget_memory(self) -> None:
         self._reap(None)

@@ -279,10 +279,11 @@ def main() -> None:
     tp, _ = time_pandas(ts[:k], v[:k], 60)
     case = "max + sum, 60 s, Redis-backed, gRPC"
     services = (
-        (True, True, False, "columnar state, Arrow both ways"),
-        (True, True, True, "columnar shadow, Arrow both ways"),
-        (True, False, True, "columnar shadow, lists and protobuf"),
-        (False, False, True, "per-row engine, lists and protobuf"),
+        (True, True, False, "columnar state (the default), Arrow both ways"),
+        (True, False, False, "columnar state (the default), lists and protobuf"),
+        (True, True, True, "engine + columnar shadow (--no-columnar-state), Arrow both ways"),
+        (True, False, True, "engine + columnar shadow (--no-columnar-state), lists and protobuf"),
+        (False, False, True, "per-row engine alone, lists and protobuf"),
     )
     for columnar, arrow, engine, name in services:
         t, first = time_service(ts[:k], v[:k], columnar, "per_row", arrow, state=not engine)
@@ -302,9 +303,10 @@ def main() -> None:
             met=(tp / t >= 0.2) if not engine else None,
         )
     ingest = (
-        (True, True, "Arrow, columnar state"),
-        (True, False, "Arrow"),
-        (False, False, "lists and protobuf"),
+        (True, True, "Arrow, columnar state (the default)"),
+        (False, True, "lists and protobuf, columnar state (the default)"),
+        (True, False, "Arrow, engine (--no-columnar-state)"),
+        (False, False, "lists and protobuf, engine (--no-columnar-state)"),
     )
     for arrow, state, name in ingest:
         t = time_service(ts[:k], v[:k], True, "none", arrow, state=state)[0] * k / timed

@@ -129,11 +129,12 @@ def add_serve_flags(s: argparse.ArgumentParser) -> None:
     )
     s.add_argument(
         "--columnar-state",
-        action="store_true",
-        default=str(_env("COLUMNAR_STATE", "")).strip().lower() in ("1", "true", "yes", "on"),
+        action=argparse.BooleanOptionalAction,
+        default=str(_env("COLUMNAR_STATE", "1")).strip().lower() not in ("0", "false", "no", "off"),
         help="a new window of built-in aggregations over a count or a time range keeps its "
-        "rows as columns (sealed slices in Redis), no engine over lifted rows: faster and "
-        "smaller for batches, slower for a row at a time; opt-in while new "
+        "rows as columns (sealed slices in Redis), no engine over lifted rows: several times "
+        "faster and smaller for batches; --no-columnar-state keeps new windows on their "
+        "algorithm's engine (windows keep the form they were made in) "
         "($MTAWINDOWS_COLUMNAR_STATE)",
     )
     _flag(s, "--redis-url", "Redis URL; none = embedded")
@@ -253,8 +254,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     check_ranges(args)  # first, with the tokens: a bad flag starts nothing
     tokens = load_tokens(args.tokens_file, os.environ)
     setup_logging(args.log_level, args.log_format)
-    if args.columnar_state:  # read where windows are made (and by worker processes)
-        os.environ["MTAWINDOWS_COLUMNAR_STATE"] = "1"
+    # read where windows are made (and by worker processes)
+    os.environ["MTAWINDOWS_COLUMNAR_STATE"] = "1" if args.columnar_state else "0"
     if args.workers != 1:  # a supervisor of N server processes (server/workers.py)
         from .workers import run_workers
 

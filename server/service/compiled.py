@@ -11,9 +11,9 @@ from typing import Any
 
 from mtawindows.v1.reasons import Reason
 
-from ..engine.monoids import Record
+from ..engine.monoids import Last, Max, Record
 
-__all__ = ["NAME", "Built", "DefinitionError", "Output"]
+__all__ = ["NAME", "Built", "DefinitionError", "Output", "time_field"]
 
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")  # a window's name, an output's name
 
@@ -70,3 +70,16 @@ class Built:
     hop: Any = None
     slice_monoid: Record | None = None
     slice_policy: Any = None
+
+
+def time_field(built: Built, ts_field: str) -> str | None:
+    """The record field holding a window's newest timestamp: a time-range policy's hidden
+    ``__ts``, else an output that is the max or last of the timestamp field; None if none."""
+    fields = built.monoid.fields
+    ts = fields.get("__ts")
+    if isinstance(ts, Max | Last):
+        return "__ts"
+    for name, m in fields.items():
+        if isinstance(m, Max | Last) and getattr(m, "field", None) == ts_field:
+            return name
+    return None

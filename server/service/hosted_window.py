@@ -28,7 +28,7 @@ from ..engine.hopping import Boundary, Hopper
 from ..storage.codecs import codec_for
 from .cel import CelPolicy
 from .columnar_lift import columnar_lifter
-from .compiled import Built, Output
+from .compiled import Built, Output, time_field
 from .refusals import lower_failed
 from .row_results import RowResults
 
@@ -432,18 +432,23 @@ def _general_reason(built: Built) -> str | None:
     return None
 
 
-def columnar_state(spec: WindowSpec, built: Built) -> bool:
+def columnar_state(spec: WindowSpec, built: Built, ts_field: str = "ts") -> bool:
     """Whether a new window of an unkeyed stream keeps its state as a columnar window (a
     :class:`~..engine.columnar.engine.ColumnarEngine`: its rows in slices, sealed ones in
     Redis; no Python object per row) instead of its algorithm's engine over lifted rows:
     built-in monoids over a count or a time range, the default algorithm, no slide, no
-    INT64 sum (an engine of Python integers gives those exactly past int64 on the way).
-    Opt-in while it is new: ``$MTAWINDOWS_COLUMNAR_STATE=1``."""
-    if os.environ.get("MTAWINDOWS_COLUMNAR_STATE", "0") != "1":
+    INT64 sum (an engine of Python integers gives those exactly past int64 on the way), not
+    a count window whose aggregations hold the newest timestamp (``ts_field``: the stream's
+    timestamp field; its engine answers query-time ranges by time, a columnar count window
+    by count only). The default; ``$MTAWINDOWS_COLUMNAR_STATE=0`` (``serve
+    --no-columnar-state``) keeps every new window on its algorithm's engine."""
+    if os.environ.get("MTAWINDOWS_COLUMNAR_STATE", "1") == "0":
         return False
     if spec.algorithm != "AMTA" or built.hop is not None or _general_reason(built) is not None:
         return False
     if _columnar_refusal(built) is not None:
+        return False
+    if spec.policy.kind == "count" and time_field(built, ts_field) is not None:
         return False
     from ..engine.monoids import Record, Sum
 

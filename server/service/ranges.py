@@ -27,9 +27,8 @@ from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import StreamSpec, WindowResult
 
 from ..engine.algorithms import answers_ranges
-from ..engine.monoids import Last, Max
 from ..engine.suffix import RangeNotSupportedError
-from .compiled import Built
+from .compiled import time_field
 from .hosted_window import HostedWindow
 from .refusals import ServiceError, invalid
 
@@ -101,19 +100,6 @@ def not_supported(stream: str, w: HostedWindow, why: str) -> ServiceError:
         f"window {w.spec.name!r} of stream {stream!r} answers no query-time range: {why}",
         metadata={"stream": stream, "window": w.spec.name, "algorithm": w.spec.algorithm},
     )
-
-
-def time_field(built: Built, ts_field: str) -> str | None:
-    """The record field holding a window's newest timestamp: a time-range policy's hidden
-    ``__ts``, else an output that is the max or last of the timestamp field; None if none."""
-    fields = built.monoid.fields
-    ts = fields.get("__ts")
-    if isinstance(ts, Max | Last):
-        return "__ts"
-    for name, m in fields.items():
-        if isinstance(m, Max | Last) and getattr(m, "field", None) == ts_field:
-            return name
-    return None
 
 
 def check_range(stream: StreamSpec, w: HostedWindow, q: RangeQuery) -> str | None:

@@ -247,7 +247,7 @@ class Registry:
             s.ensure_current()  # the new window joins at the stream's state: the current one
             # "s:<hex>": the window's keys share its stream's hash tag (and fence); "c:<hex>":
             # the same for a window whose state is columnar (its slices in Redis)
-            kind = "c" if columnar_state(spec, built) else "s"
+            kind = "c" if columnar_state(spec, built, s.spec.timestamp_field) else "s"
             window_id = f"{kind}:{uuid.uuid4().hex}" if spec.storage.kind == "redis" else ""
             engine = self._engine(s, spec, built, window_id)
             w = HostedWindow(
@@ -330,7 +330,9 @@ class Registry:
         columnar ("c:<hex>"), or a memory window that may be one now (:func:`columnar_state`:
         it starts empty either way), is a :class:`~..engine.columnar.engine.ColumnarEngine`."""
         memory = spec.storage.kind == "memory"
-        columnar = window_id.startswith("c:") or (memory and columnar_state(spec, built))
+        columnar = window_id.startswith("c:") or (
+            memory and columnar_state(spec, built, s.spec.timestamp_field)
+        )
         if columnar:
             from ..engine.columnar.engine import ColumnarEngine
 

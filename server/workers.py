@@ -130,6 +130,10 @@ def child_argv(
         if not action.option_strings or action.dest in _PER_CHILD:
             continue
         value = getattr(args, action.dest, None)
+        if isinstance(action, argparse.BooleanOptionalAction):  # --x / --no-x: say which
+            yes, no = sorted(action.option_strings, key=len)
+            flags.append(yes if value else no)
+            continue
         flag = max(action.option_strings, key=len)
         if action.nargs == 0:  # store_true
             if value:

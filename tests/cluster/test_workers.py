@@ -295,6 +295,12 @@ def test_child_argv_passes_every_flag_through() -> None:
         "workers", "port", "advertise", "metrics_port", "redis_url", "port_file", "data_dir"
     }  # fmt: skip
     assert {k: getattr(child, k) for k in same} == {k: getattr(args, k) for k in same}
+    # a --x / --no-x flag goes through either way (the default and its opposite)
+    for given, want in (([], True), (["--no-columnar-state"], False), (["--columnar-state"], True)):
+        a = parser.parse_args(["--workers", "2", "--port", "7000", *given])
+        kw = {"redis_url": "unix:///x", "port_file": "/t/p", "metrics_port": 9}
+        got = parser.parse_args(child_argv(parser, a, port=7001, advertise="h:7001", **kw)[3:])
+        assert (a.columnar_state, got.columnar_state) == (want, want), given
 
     # --advertise names the host (and the first worker's port) the workers are reached at
     args = parser.parse_args(["--workers", "2", "--port", "7000", "--advertise", "node7:8000"])

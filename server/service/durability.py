@@ -66,12 +66,15 @@ def _flush(s: Stream, *, wait: bool, final: bool) -> None:
         lsn, blob, futures = pending
         if all(f.done() for f in futures):
             s.pending_state = None
-            if not any(f.cancelled() or f.exception() is not None for f in futures):
+            failed = any(f.cancelled() or f.exception() is not None for f in futures)
+            if not failed and blob != s.saved_state:
                 try:
                     s.journal.commit_state(blob, lsn)
                 except StoreError:
                     s.stale = True
+                    s.saved_state = None
                     raise
+                s.saved_state = blob
     futures = []
     blob = state_json(s.state, clean=final)
     try:
@@ -79,13 +82,18 @@ def _flush(s: Stream, *, wait: bool, final: bool) -> None:
             if w.engine.store is not None:
                 futures.append(w.engine.flush(wait=wait, meta=window_meta(s, w, blob)))
         if s.journal is None:
-            s.state_store.save_state(blob)
+            if blob != s.saved_state:  # an idle stream's state is in Redis already
+                s.state_store.save_state(blob)
+                s.saved_state = blob
         elif wait:
             s.pending_state = None
-            s.journal.commit_state(blob, s.state.lsn)
+            if blob != s.saved_state:  # (the journal was trimmed to it then too)
+                s.journal.commit_state(blob, s.state.lsn)
+                s.saved_state = blob
         else:
             s.pending_state = (s.state.lsn, blob, futures)
     except StoreError:
+        s.saved_state = None
         if s.journal is not None:
             s.stale = True
         raise
@@ -96,6 +104,7 @@ def recover(s: Stream, *, reload: bool = True) -> None:
     then the journal's entries after that state (see journal.py). ``reload=False``: the
     windows were just opened (start-up)."""
     with s.lock:
+        s.saved_state = None  # what Redis holds is read again below; the next flush saves
         try:
             if reload:
                 for w in s.windows.values():

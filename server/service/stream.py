@@ -123,6 +123,9 @@ class Stream:
         self.gone = False
         # the checkpoints queued by the last flush: (lsn, state JSON, futures)
         self.pending_state: tuple[int, str, list[Any]] | None = None
+        # the state blob the last flush saved (None: not known to be in Redis): an idle
+        # stream's flush does not save the same state again
+        self.saved_state: str | None = None
 
     keyed = False
     key_bytes: str | None = None  # (a keyed stream's: KeyedStream.key_bytes)

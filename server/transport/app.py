@@ -601,6 +601,7 @@ class Server:
                 if isinstance(stream, KeyedStream):  # its windows are per key: all reload
                     stream.engine_failed()
                     continue
+                stream.saved_state = None  # Redis may have lost it: the next flush saves it
                 for w in list(stream.windows.values()):
                     w.engine.invalidate(lost)
 

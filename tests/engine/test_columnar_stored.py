@@ -261,6 +261,42 @@ def test_evicted_slices_leave_redis_with_the_checkpoint(redis_url: str) -> None:
         w.close()
 
 
+def test_an_idle_windows_checkpoint_is_not_written_again(redis_url: str) -> None:
+    """A checkpoint holds the tail's rows: a window that took no row and evicted nothing
+    since its last one writes nothing (an idle stream's periodic flush costs no Redis write);
+    a new row, an eviction or other meta write again, and a reload reads the last one."""
+    m = Record(n=_count(), s=_sum("v"))
+    wid = f"test-cs-{uuid.uuid4().hex}"
+    w = ColumnarWindow(m, CountPolicy(100, field="n"), slice_rows=16, store=_store(redis_url, wid))
+    try:
+        w.apply({"v": np.arange(40.0)})
+        w.checkpoint(meta={"lsn": 1})
+        written = w.store.stats.checkpoints, w.store.stats.bytes_written
+        for _ in range(5):
+            w.checkpoint(meta={"lsn": 1})
+            w.checkpoint(wait=False, meta={"lsn": 1}).result()
+        assert (w.store.stats.checkpoints, w.store.stats.bytes_written) == written
+        w.checkpoint(meta={"lsn": 2})  # other meta: written
+        assert w.store.stats.checkpoints == written[0] + 1
+        w.apply({"v": np.array([7.0])})  # a row: written
+        w.checkpoint(meta={"lsn": 2})
+        assert w.store.stats.checkpoints == written[0] + 2
+        w.apply({"v": np.arange(200.0)})  # evictions, slices dropped: written
+        w.checkpoint(meta={"lsn": 2})
+        w.checkpoint(meta={"lsn": 2})
+        assert w.store.stats.checkpoints == written[0] + 3
+        _no_leftovers(redis_url, w)
+        want = w.query()
+        w.reload()
+        assert w.query() == want and w.checkpoint_meta == {"lsn": 2}
+        w.checkpoint(meta={"lsn": 2})  # once after a reload (its first)
+        w.checkpoint(meta={"lsn": 2})
+        assert w.store.stats.checkpoints == written[0] + 4
+    finally:
+        w.store.delete_window()
+        w.close()
+
+
 def test_a_fenced_store_stops_the_window(redis_url: str) -> None:
     """A newer owner took the stream (the fence moved on): the next slice write or
     checkpoint is refused (FencedError), and so is every later batch; Redis keeps the last

@@ -236,6 +236,7 @@ class ColumnarWindow:
         self.local_slices = max(1, int(local_slices))
         self.sealed = 0  # slices sealed so far (the next one's index)
         self._dropped: list[int] = []  # slices that left since the last checkpoint
+        self._written: tuple[Any, Any] | None = None  # the last checkpoint: (what, its write)
         self.checkpoint_meta: dict[str, Any] | None = None  # the caller's, of the last load
         self._unloaded: BaseException | None = None  # why the last reload failed
         if store is not None:
@@ -832,6 +833,14 @@ class ColumnarWindow:
         if self.store is None:
             msg = "ColumnarWindow.checkpoint: the window has no store"
             raise RuntimeError(msg)
+        # an idle window's checkpoint is the one already written (or queued): not again
+        # (it holds the tail's rows: up to a slice's worth of columns every flush interval)
+        mark = (self.head_from, self.next, self.sealed, self.evicted, meta)
+        last = self._written
+        if not self._dropped and last is not None and last[0] == mark and self.store.failed is None:
+            if wait:
+                last[1].result()
+            return last[1]
         tail = self.tail
         state = {
             "window": self._description,
@@ -848,6 +857,7 @@ class ColumnarWindow:
         }
         fut = self.store.commit(state, self._dropped, wait=wait)
         self._dropped = []
+        self._written = (mark, fut)
         return fut
 
     def _load(self) -> None:
@@ -901,6 +911,7 @@ class ColumnarWindow:
         self.newest_ts = None
         self._total = None
         self._dropped = []
+        self._written = None
         self.checkpoint_meta = None
 
     def reload(self) -> None:

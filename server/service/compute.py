@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mtawindows.v1.keys import MAX_KEY_BYTES
+from mtawindows.v1.keys import MAX_KEY_BYTES, key_refusal
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import FieldType, StreamSpec, clip, show
 
@@ -199,11 +199,8 @@ def _runs(table: Any, key_column: str) -> Any:
         bad = (size == 0) | (size > MAX_KEY_BYTES)
         if bad.any():
             i = int(np.argmax(bad))
-            what = (
-                "a key is at least one character, got an empty one"
-                if size[i] == 0
-                else f"a key is at most {MAX_KEY_BYTES} bytes of UTF-8, got one of {size[i]}"
-            )
+            what = key_refusal(col[i].as_py(), False)  # the keyed stream's words for it
+            assert what is not None
             raise invalid(f"arrow_ipc.{key_column}[{i}]", what, Reason.BAD_VALUES)
     change = pc.not_equal(col[1:], col[:-1]).to_numpy(zero_copy_only=False)
     runs = np.concatenate([[0], np.flatnonzero(change) + 1]).astype(np.int64)

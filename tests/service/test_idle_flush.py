@@ -5,32 +5,18 @@ counter). A change writes again, once; what was saved reloads exactly."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
 import redis
 
 from mtawindows.server.service import Registry
-from mtawindows.server.storage import EmbeddedRedis
 from mtawindows.v1.types import Aggregation, Field, Policy, Storage, StreamSpec, WindowSpec
+from tests.support.redis_stats import commands_processed
 
 pytestmark = [pytest.mark.redis]
 
 AGGS = (Aggregation("n", "count"), Aggregation("mx", "max", "v"))
-
-
-@pytest.fixture
-def private_redis() -> Iterator[str]:
-    srv = EmbeddedRedis(fsync="everysec").start()
-    try:
-        yield srv.url
-    finally:
-        srv.stop()
-
-
-def _commands(client: redis.Redis) -> int:
-    return int(client.info("stats")["total_commands_processed"])
 
 
 @pytest.mark.parametrize("durable", [False, True])
@@ -51,15 +37,17 @@ def test_an_idle_unkeyed_streams_flush_writes_nothing(private_redis: str, durabl
         for _ in range(3):  # the batch's writes, then the state they reach (a journal's)
             reg.flush(s, wait=False)
         reg.flush(s)
-        idle = _commands(client)
+        idle = commands_processed(client)
         for _ in range(5):
             reg.flush(s, wait=False)
         reg.flush(s)
-        assert _commands(client) - idle <= 1, _commands(client) - idle  # (INFO itself)
+        assert commands_processed(client) - idle <= 1, (
+            commands_processed(client) - idle
+        )  # (INFO itself)
         s.append({"ts": ("TIMESTAMP", [100]), "v": ("DOUBLE", [9.0])})
-        before = _commands(client)
+        before = commands_processed(client)
         reg.flush(s)
-        assert _commands(client) - before > 1  # a change: written
+        assert commands_processed(client) - before > 1  # a change: written
         want = {n: s.windows[n].result().values for n in ("c", "t")}
     finally:
         reg.close()

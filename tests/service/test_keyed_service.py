@@ -23,13 +23,13 @@ import redis
 from mtawindows.server.service import Registry
 from mtawindows.server.service.limits import Limits
 from mtawindows.server.service.refusals import ServiceError
-from mtawindows.server.storage import EmbeddedRedis
 from mtawindows.server.storage.keys import WindowKeys
 from mtawindows.server.storage.protocol import CorruptDataError, StoreUnavailableError
 from mtawindows.v1.keys import key_group, possible_key
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import Aggregation, Field, Policy, Storage, StreamSpec, WindowSpec
 from tests.support.keyed_oracle import KeyOracle, OWin, close_values, drop_prefix, expected
+from tests.support.redis_stats import commands_processed
 
 pytestmark = [pytest.mark.redis]
 
@@ -668,20 +668,6 @@ def test_the_key_cache_counters_account_for_every_key_in_memory(keyed: Any) -> N
 # -- an idle stream's flush
 
 
-@pytest.fixture
-def private_redis() -> Iterator[str]:
-    """A Redis of this test alone: its command counter counts only what the test does."""
-    srv = EmbeddedRedis(fsync="everysec").start()
-    try:
-        yield srv.url
-    finally:
-        srv.stop()
-
-
-def _commands(client: redis.Redis) -> int:
-    return int(client.info("stats")["total_commands_processed"])
-
-
 def test_an_idle_streams_flush_issues_no_redis_command(private_redis: str) -> None:
     # a stream with journaled windows or not; with a key cache of less than a key (every key
     # packed after each append, the clean ones out of memory after a flush)
@@ -703,20 +689,20 @@ def test_an_idle_streams_flush_issues_no_redis_command(private_redis: str) -> No
             k.registry.flush(k.stream)
             k.registry.flush(k.stream, final=True)
             probe = redis.Redis.from_url(private_redis)
-            base = _commands(probe)
-            alone = _commands(probe) - base  # what reading the counter costs
-            before = _commands(probe)
+            base = commands_processed(probe)
+            alone = commands_processed(probe) - base  # what reading the counter costs
+            before = commands_processed(probe)
             for _ in range(2):
                 k.registry.flush(k.stream)
                 k.stream.flush()
                 k.registry.flush(k.stream, final=True)
-            spent = _commands(probe) - before - alone
+            spent = commands_processed(probe) - before - alone
             assert spent == 0, f"idle flushes issued {spent} Redis commands ({durable}, {cache})"
             # and the counter does see a flush that has something to write
             k.append(["b"], [8], [8.0])
-            before = _commands(probe)
+            before = commands_processed(probe)
             k.registry.flush(k.stream)
-            assert _commands(probe) - before - alone > 0
+            assert commands_processed(probe) - before - alone > 0
             probe.close()
         finally:
             k.close()

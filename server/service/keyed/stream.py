@@ -45,7 +45,6 @@ import redis
 from mtawindows.v1.convert import timestamp_text
 from mtawindows.v1.keys import (
     DEFAULT_KEY_GROUPS,
-    MAX_KEY_BYTES,
     group_unit,
     key_group,
     key_refusal,
@@ -957,7 +956,7 @@ class KeyedStream:
         if new_keys:
             where = self.where
             for key in new_keys:  # the key-by-key path refuses or loads these
-                if key in where or self._new_key_refusal(key) is not None:
+                if key in where or key_refusal(key, False) is not None:
                     return None
             if self._key_limit_refusal(len(new_keys)) is not None:
                 return None
@@ -1233,23 +1232,15 @@ class KeyedStream:
             raw = raw.tolist()
         return [str(k) for k in raw] if self.int_keys else raw
 
-    def _new_key_refusal(self, key: str, row: int | None = None) -> ServiceError | None:
-        """Why a batch may not create ``key`` (first at input row ``row``), or None."""
-        why = None
-        if not key:
-            why = (
-                "a key is at least one character, got an empty one (a key names its "
-                "windows in queries and listings)"
-            )
-        elif len(key.encode()) > MAX_KEY_BYTES:
-            why = (
-                f"a key is at most {MAX_KEY_BYTES} bytes of UTF-8, got one of "
-                f"{len(key.encode())} ({show(key)})"
-            )
+    def _new_key_refusal(self, key: str, row: int) -> ServiceError | None:
+        """Why a batch may not create ``key`` (first at input row ``row``): the rule of
+        :func:`~mtawindows.v1.keys.key_refusal` (a key's text comes from a row, so an INT64
+        key's is always an int64's), or None."""
+        why = key_refusal(key, False)
         if why is None:
             return None
-        if row is None:
-            return invalid(f"columns[{self.spec.key}]", why, Reason.BAD_VALUES)
+        if key:
+            why = f"{why}, got {show(key)}"
         return invalid(
             f"columns[{self.spec.key}][{row}]",
             f"row {row}: {why}",

@@ -239,11 +239,12 @@ def _struct_cast(col: pa.Array, parts: Sequence[tuple[str, str]]) -> pa.Array:
     )
 
 
-def arrow_ipc(table: pa.Table) -> bytes:
-    """``table`` as one Arrow IPC stream."""
+def arrow_ipc(table: pa.Table) -> pa.Buffer:
+    """``table`` as one Arrow IPC stream, in the buffer the writer filled (bytes-like: no
+    copy into a ``bytes``; :func:`~..transport.wire.with_row_results` joins it into a reply)."""
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    return bytes(sink.getvalue().to_pybytes())
+    return sink.getvalue()

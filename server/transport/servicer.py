@@ -50,6 +50,7 @@ from ..storage.protocol import StoreError
 from . import decode, status
 from .forward import Forwarder, forwarding
 from .metrics import Metrics
+from .wire import RowResultsPart, with_row_results
 
 __all__ = ["NEEDS_STORE", "WindowServicer", "add_servicer"]
 
@@ -485,13 +486,15 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         # (and as an Arrow table's "_row" column)
         rows = pb.Int64List(values=positions) if positions is not None else None
         if arrow:  # one Arrow IPC stream per window: no value becomes a Python object
+            parts: list[RowResultsPart] = []
             for wname, rr in res.row_results.items():
                 assert isinstance(rr, RowResults)
-                table = rr.arrow(positions)
-                out.row_results.append(
-                    pb.WindowRowResults(window=wname, arrow_ipc=arrow_ipc(table), rows=rows)
+                parts.append((wname, arrow_ipc(rr.arrow(positions)), rows))
+            if parts:
+                return self._within_limit(
+                    "Append", with_row_results(out, "row_results", parts), out.rows_applied
                 )
-            return self._fitting(out)
+            return out
         for wname, rr in res.row_results.items():
             assert isinstance(rr, RowResults)
             out.row_results.append(
@@ -513,12 +516,16 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         is serialized here, once (its size is its serialized length: ``ByteSize`` would
         encode it a first time), and the bytes go out as they are (``_passthrough``)."""
         if out.row_results:
-            limit = self.registry.limits.max_message_bytes
-            data: bytes = out.SerializeToString()
-            if len(data) > limit:
-                raise status.reply_too_large("Append", len(data), limit, applied=out.rows_applied)
-            return data
+            return self._within_limit("Append", out.SerializeToString(), out.rows_applied)
         return out
+
+    def _within_limit(self, method: str, data: bytes, applied: int | None = None) -> bytes:
+        """A serialized reply, unless it is larger than a message may be (RESOURCE_EXHAUSTED
+        ``MESSAGE_TOO_LARGE``; ``applied``: an Append's rows, applied all the same)."""
+        limit = self.registry.limits.max_message_bytes
+        if len(data) > limit:
+            raise status.reply_too_large(method, len(data), limit, applied=applied)
+        return data
 
     async def Query(self, request: pb.QueryRequest, context: Any) -> pb.WindowResult:
         # a query-time range (range or count): checked before anything is read
@@ -539,12 +546,12 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
                 r = await self.run(self.registry.result, request.stream, request.window, q)
         return convert.result_to_proto(r, w.type_tags)
 
-    async def Compute(self, request: pb.ComputeRequest, context: Any) -> pb.ComputeResponse:
+    async def Compute(self, request: pb.ComputeRequest, context: Any) -> bytes:
         # stateless: the stream's window definitions are read, nothing of it changes
         s = await self.owned(request.stream)
         return await self.run(self._compute, s, request)
 
-    def _compute(self, s: Any, request: pb.ComputeRequest) -> pb.ComputeResponse:
+    def _compute(self, s: Any, request: pb.ComputeRequest) -> bytes:
         import numpy as np
 
         limits = self.registry.limits
@@ -559,15 +566,17 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             limits.max_batch_rows,
         )
         rows = np.arange(request.context_rows, table.num_rows, dtype=np.int64)
-        out = pb.ComputeResponse()
+        parts: list[RowResultsPart] = []
         size = 0
         for name, rr in got.items():
             ipc = arrow_ipc(rr.arrow(rows))
-            size += len(ipc)
-            if size > limits.max_message_bytes:
+            size += ipc.size
+            if size > limits.max_message_bytes:  # before the next window's is computed
                 raise status.reply_too_large("Compute", size, limits.max_message_bytes)
-            out.results.append(pb.WindowRowResults(window=name, arrow_ipc=ipc))
-        return out
+            parts.append((name, ipc, None))
+        return self._within_limit(
+            "Compute", with_row_results(pb.ComputeResponse(), "results", parts)
+        )
 
     # -- keys
     async def _keyed(self, name: str) -> Any:

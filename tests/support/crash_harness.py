@@ -154,6 +154,22 @@ def _valkey_pids(data_dir: Path, server_pid: int | None) -> list[int]:
     return [int(p) for p in out if int(p) not in (server_pid, os.getpid())]
 
 
+def _outliving_valkeys(data_dir: Path, grace: float = 5.0) -> list[int]:
+    """The embedded Redis processes of a killed server still alive ``grace`` seconds later.
+
+    A Redis the server's supervisor was starting when the server died is, for a few tens of
+    milliseconds, the small Python launcher of
+    ``mtawindows.server.storage.processes.dying_with_parent`` (its command line
+    already names the data directory): it sees its owner gone and exits, without becoming a
+    Redis. The check waits for that a bounded moment; a process left after it is a leak."""
+    deadline = time.monotonic() + grace
+    while True:
+        left = _valkey_pids(data_dir, None)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
 def _kill(srv: LocalServer, mode: str) -> None:
     pid = srv.pid
     if mode in ("redis", "both"):
@@ -288,7 +304,7 @@ def run_campaign(
             if progress is not None:
                 progress(camp)
             if mode in ("server", "both"):
-                leftover = _valkey_pids(srv.data_dir, None)
+                leftover = _outliving_valkeys(srv.data_dir)
                 assert not leftover, f"embedded Redis outlived its server: pids {leftover}"
                 srv.start()
             srv.wait_serving()

@@ -162,7 +162,13 @@ class RowResults(Mapping[str, tuple[str, list[Any]]]):
         assert table is not None
         empty = None
         for o in self._outputs:
-            col = table.column(o.name).combine_chunks()
+            # a large batch's results come in chunks (ColumnarWindow._apply_chunks): kept as
+            # they are (the IPC writer writes a record batch per chunk), but a struct's
+            col = table.column(o.name)
+            if col.num_chunks == 1:
+                col = col.chunk(0)
+            elif o.split is not None or not col.num_chunks:
+                col = col.combine_chunks()
             if pa.types.is_null(col.type):  # no rows, nor any before: typed, empty
                 parts = [(p, arrow_type(t) or pa.string()) for p, t in o.parts]
                 kind = pa.struct(parts) if o.split is not None else arrow_type(o.type)

@@ -135,11 +135,10 @@ class Stream:
         """Whether a batch's numbers may come as numpy arrays (an Arrow request's, decoded
         without a Python object per value): every window keeps its state as columns and
         lifts nothing row by row, and no reorder buffer holds rows (it keeps them as rows).
-        Any other stream takes lists (:meth:`append` makes them from arrays it is given)."""
-        return (
-            bool(self.windows)
-            and not self.reorder.lateness
-            and all(w.columnar and w.hopper is None for w in self.windows.values())
+        Any other stream takes lists (:meth:`append` makes them from arrays it is given);
+        a stream without windows reads nothing of its rows: arrays."""
+        return not self.reorder.lateness and all(
+            w.columnar and w.hopper is None for w in self.windows.values()
         )
 
     @property

@@ -31,7 +31,7 @@ newer owner holds the stream).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -73,22 +73,31 @@ class SliceStore(RedisStore):
         return f"{self.keys.tag}:cckpt"
 
     # -- writing (the writer thread, in order)
-    def put_slice(self, k: int, header: SliceHeader, columns: bytes) -> Future[None]:
-        """Queue slice ``k``'s write: its columns and its header, as one atomic write."""
-        head = packb(list(header))
+    def put_slices(
+        self, slices: Sequence[tuple[int, SliceHeader, Any]], encode: Callable[[Any], bytes]
+    ) -> Future[None]:
+        """Queue the writes of ``slices`` (``(k, header, columns)``; ``encode(columns)`` gives
+        the value, on the writer thread: the columns must not change) as one atomic write,
+        one round trip: the slices a batch sealed go together."""
+        items = [(k, packb(list(header)), cols) for k, header, cols in slices]
 
         def write() -> None:
-            ops: list[Op] = [
-                ("SET", self.slice_key(k), (columns,)),
-                ("HSET", self.index_key, (k, head)),
-            ]
+            ops: list[Op] = []
+            fields: list[Any] = []
+            size = 0
+            for k, head, cols in items:
+                data = encode(cols)
+                ops.append(("SET", self.slice_key(k), (data,)))
+                fields += [k, head]
+                size += len(data) + len(head)
+            ops.append(("HSET", self.index_key, tuple(fields)))
             fenced(self._client, self.fence, ops)
             st = self.stats
             st.round_trips += 1
-            st.bytes_written += len(columns) + len(head)
+            st.bytes_written += size
 
         self.stats.writes += 1
-        return self._submit(f"write slice {k}", write, write=True)
+        return self._submit(f"write slice(s) {[k for k, _, _ in items]}", write, write=True)
 
     def commit(
         self, state: dict[str, Any], dropped: Sequence[int], *, wait: bool = True
@@ -121,18 +130,23 @@ class SliceStore(RedisStore):
                 raise (self._failed or ex) from None
         return fut
 
-    # -- reading (the caller's thread)
+    # -- reading
     def read_slices(self, ks: Sequence[int]) -> list[bytes]:
-        """Slices ``ks``' columns, in one round trip (each must be written: the caller reads
-        only slices whose write completed)."""
+        """Slices ``ks``' columns, in one round trip, on the caller's thread (each must be
+        written: the caller reads only slices whose write completed)."""
+        return self._direct(f"read {len(ks)} slice(s)", lambda: self._read(list(ks)))
 
-        def go() -> list[Any]:
-            pipe = self._client.pipeline(transaction=False)
-            for k in ks:
-                pipe.get(self.slice_key(k))
-            return list(pipe.execute())
+    def prefetch_slices(self, ks: Sequence[int]) -> Future[list[bytes]]:
+        """:meth:`read_slices` on the store's thread, behind the writes queued before it:
+        a read ahead, whose result the window takes when it needs the slices. Its failure
+        fails no write (the window reads the slices itself then, and sees the error)."""
+        return self._submit(f"read {len(ks)} slice(s) ahead", self._read, list(ks))
 
-        got = self._direct(f"read {len(ks)} slice(s)", go)
+    def _read(self, ks: list[int]) -> list[bytes]:
+        pipe = self._client.pipeline(transaction=False)
+        for k in ks:
+            pipe.get(self.slice_key(k))
+        got = list(pipe.execute())
         st = self.stats
         st.round_trips += 1
         st.reads += 1

@@ -49,6 +49,7 @@ from mtawindows.v1.reasons import Reason
 from mtawindows.v1.relay import FORWARD, FORWARDABLE, FORWARDED, SERVED_BY
 
 from ..service.refusals import ServiceError
+from .decode import with_payload
 from .metrics import Metrics
 
 __all__ = [
@@ -147,7 +148,8 @@ class Forwarder:
         timeout = None if left is None else max(0.001, left - min(0.25, left / 10))
         send = self._channel(owner).unary_unary(f"/{_SERVICE}/{method}")
         try:
-            reply = await send(request.SerializeToString(), timeout=timeout, metadata=metadata)
+            # with the Arrow bytes the request carried (decode.carrying_parser)
+            reply = await send(with_payload(request), timeout=timeout, metadata=metadata)
         except grpc.aio.AioRpcError as err:
             trailing = tuple(err.trailing_metadata() or ())
             code = err.code()

@@ -416,24 +416,38 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         async with self.lock(request.stream):
             self.store_ready("Append")
             stream = await self.data_stream(request.stream)  # it may have moved meanwhile
-            if not request.arrow_ipc and stream.inline_ok(decode.rows_hint(request), mode):
+            if not decode.arrow_payload(request) and stream.inline_ok(
+                decode.rows_hint(request), mode
+            ):
                 # small batch: on the loop unless a window would wait for Redis
                 try:
                     return self._append(stream, request, mode, nonblocking=True)
                 except Deferred as d:
                     self.metrics.deferred.labels(stream.spec.name).inc()
                     return await self.run(self._resume, stream, d.batch, request.arrow_results)
-            return await self.run(self._append, stream, request, mode)
+            return await self.run(self._append, stream, request, mode, decode.ARROW.get())
 
     def _append(
-        self, stream: Stream, request: pb.AppendRequest, mode: str, *, nonblocking: bool = False
+        self,
+        stream: Stream,
+        request: pb.AppendRequest,
+        mode: str,
+        payload: Any = None,
+        *,
+        nonblocking: bool = False,
     ) -> pb.AppendResponse | bytes:
         limit = self.registry.limits.max_batch_rows
         # an Arrow batch's numbers as arrays for a stream that takes them (no Python object
-        # per value), as lists for any other
-        columns = decode.columns_of(
-            request, limit, arrays=stream.takes_arrays, key_bytes=stream.key_bytes
-        )
+        # per value), as lists for any other; ``payload``: the Arrow bytes the request
+        # carried (decode.ARROW, which a worker thread does not see)
+        token = decode.ARROW.set(payload) if payload is not None else None
+        try:
+            columns = decode.columns_of(
+                request, limit, arrays=stream.takes_arrays, key_bytes=stream.key_bytes
+            )
+        finally:
+            if token is not None:
+                decode.ARROW.reset(token)
         # a keyed batch's part other than its first (the SDK's split) does not count it again
         extra = {"counted": False} if request.continuation and stream.keyed else {}
         return self._respond(
@@ -549,13 +563,13 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
     async def Compute(self, request: pb.ComputeRequest, context: Any) -> bytes:
         # stateless: the stream's window definitions are read, nothing of it changes
         s = await self.owned(request.stream)
-        return await self.run(self._compute, s, request)
+        return await self.run(self._compute, s, request, decode.arrow_payload(request))
 
-    def _compute(self, s: Any, request: pb.ComputeRequest) -> bytes:
+    def _compute(self, s: Any, request: pb.ComputeRequest, payload: Any) -> bytes:
         import numpy as np
 
         limits = self.registry.limits
-        table = decode.arrow_table(request.arrow_ipc, limits.max_batch_rows)
+        table = decode.arrow_table(payload, limits.max_batch_rows)
         got = compute(
             s.spec,
             dict(s.windows),
@@ -810,9 +824,15 @@ def add_servicer(
             )
             continue
         handler = forwarding(forwarder, method.name, getattr(servicer, method.name))
+        # a batch's Arrow bytes stay in the request's buffer (decode.carrying_parser)
+        parser = (
+            decode.carrying_parser(request)
+            if "arrow_ipc" in request.DESCRIPTOR.fields_by_name
+            else decode.safe_parser(request)
+        )
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
             _guard_unary(servicer, method.name, handler),
-            request_deserializer=_within(limit, request, decode.safe_parser(request)),
+            request_deserializer=_within(limit, request, parser),
             response_serializer=_passthrough(response),
         )
     server.add_generic_rpc_handlers(
@@ -849,12 +869,18 @@ def _passthrough(message: Any) -> Callable[[Any], bytes]:
 def _guard_unary(servicer: WindowServicer, method: str, fn: Callable[..., Any]) -> Any:
     async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
         t0 = time.perf_counter()
+        token = None
+        if isinstance(request, decode.Carried):  # its Arrow bytes, for this call's handler
+            token = decode.ARROW.set(request.payload)
+            request = request.message
         try:
             servicer.admit(method, request)
             return await fn(request, context)
         except BaseException as ex:
             await servicer.fail(method, context, ex)
         finally:
+            if token is not None:
+                decode.ARROW.reset(token)
             servicer.metrics.latency.labels(method).observe(time.perf_counter() - t0)
 
     return handle

@@ -1,4 +1,6 @@
-"""Replies carrying per-row results as Arrow IPC, serialized by concatenation.
+"""The protobuf wire format by hand, where protobuf would copy large bytes: replies carrying
+per-row results as Arrow IPC (:func:`with_row_results`), and requests whose Arrow IPC batch is
+kept out of the parsed message (:func:`split_field`; decode.py's ``carrying_parser``).
 
 protobuf's encoder copies a large ``bytes`` field several times (measured: 1.2 ms for an
 ``AppendResponse`` holding four windows' 330 KB Arrow streams, where joining the same bytes
@@ -16,7 +18,7 @@ from typing import Any
 
 from mtawindows.v1 import windows_pb2 as pb
 
-__all__ = ["RowResultsPart", "with_row_results"]
+__all__ = ["RowResultsPart", "length_delimited", "split_field", "varint", "with_row_results"]
 
 _LEN = 2  # the wire type of a length-delimited field
 _ARROW_IPC = pb.WindowRowResults.DESCRIPTOR.fields_by_name["arrow_ipc"].number
@@ -26,20 +28,78 @@ _ARROW_IPC = pb.WindowRowResults.DESCRIPTOR.fields_by_name["arrow_ipc"].number
 RowResultsPart = tuple[str, Any, "pb.Int64List | None"]
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
+    """``n`` (>= 0) as a protobuf varint."""
     out = bytearray()
     while True:
         low = n & 0x7F
         n >>= 7
-        if n:
-            out.append(low | 0x80)
-        else:
-            out.append(low)
+        out.append(low | 0x80 if n else low)
+        if not n:
             return bytes(out)
 
 
 def _tag(field: int) -> bytes:
-    return _varint(field << 3 | _LEN)
+    return varint(field << 3 | _LEN)
+
+
+def length_delimited(field: int, value: Any) -> list[Any]:
+    """The pieces of field ``field`` holding ``value`` (bytes-like): tag, length, value."""
+    return [_tag(field), varint(memoryview(value).nbytes), value]
+
+
+def _read_varint(view: memoryview, i: int) -> tuple[int, int]:
+    out = shift = 0
+    while True:
+        b = view[i]  # IndexError past the end: not well-formed
+        out |= (b & 0x7F) << shift
+        i += 1
+        if not b & 0x80:
+            return out, i
+        shift += 7
+        if shift > 63:
+            raise IndexError
+
+
+def split_field(data: bytes, number: int) -> tuple[bytes, memoryview] | None:
+    """``data`` (a serialized message) without its length-delimited field ``number``, and
+    that field's value (the last one, as a parser takes it) as a view of ``data``: no copy of
+    it. None when the field is absent or empty, or the bytes are not well-formed at the top
+    level (the message's own parser then takes them whole, and says what is wrong)."""
+    view = memoryview(data)
+    n = len(view)
+    i = kept = 0
+    keep: list[memoryview] = []
+    found: memoryview | None = None
+    try:
+        while i < n:
+            start = i
+            key, i = _read_varint(view, i)
+            wire = key & 7
+            if wire == 0:
+                _, i = _read_varint(view, i)
+            elif wire == 1:
+                i += 8
+            elif wire == 2:
+                size, i = _read_varint(view, i)
+                body = i
+                i += size
+            elif wire == 5:
+                i += 4
+            else:  # groups, or not a wire type
+                return None
+            if i > n:
+                return None
+            if key >> 3 == number and wire == 2:
+                keep.append(view[kept:start])
+                kept = i
+                found = view[body:i]
+    except IndexError:
+        return None
+    if found is None or not len(found):
+        return None
+    keep.append(view[kept:])
+    return b"".join(keep), found
 
 
 def with_row_results(head: Any, field: str, parts: Sequence[RowResultsPart]) -> bytes:
@@ -53,10 +113,10 @@ def with_row_results(head: Any, field: str, parts: Sequence[RowResultsPart]) -> 
     for window, ipc, rows in parts:
         small = pb.WindowRowResults(window=window, rows=rows).SerializeToString()
         size = memoryview(ipc).nbytes
-        ipc_len = _varint(size)
+        ipc_len = varint(size)
         pieces += [
             outer_tag,
-            _varint(len(small) + len(inner_tag) + len(ipc_len) + size),
+            varint(len(small) + len(inner_tag) + len(ipc_len) + size),
             small,
             inner_tag,
             ipc_len,

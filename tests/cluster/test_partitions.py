@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pyarrow as pa
 import pytest
 
 from mtawindows.client import (
@@ -341,6 +342,26 @@ def test_a_member_forwards_a_call_to_the_owner_when_asked(tmp_path: Path) -> Non
             )
             assert result.size == 1 and trailing(call)["mtawindows-served-by"] == a.target
 
+            # an Arrow batch (its bytes kept beside the parsed request, not in it) goes on
+            # whole, and its per-row results come back as Arrow; a Compute of Arrow rows too
+            rows = pa.table({"ts": pa.array([2, 3, 4], pa.int64()), "x": [1.0, 2.0, 3.0]})
+            with WindowClient(b.target) as c:
+                arrow = append_request(name, rows, c.schema(name), "p", 2, "per_row", (), True)
+            assert arrow.arrow_ipc
+            reply, call = stub.Append.with_call(arrow, timeout=10, metadata=forward)
+            assert reply.rows_applied == 3
+            assert trailing(call)["mtawindows-served-by"] == a.target
+            (got,) = reply.row_results
+            assert pa.ipc.open_stream(got.arrow_ipc).read_all().column("n").to_pylist() == [2, 3, 4]
+            compute, call = stub.Compute.with_call(
+                pb.ComputeRequest(stream=name, arrow_ipc=arrow.arrow_ipc),
+                timeout=10,
+                metadata=forward,
+            )
+            assert trailing(call)["mtawindows-served-by"] == a.target
+            (got,) = compute.results
+            assert pa.ipc.open_stream(got.arrow_ipc).read_all().column("n").to_pylist() == [1, 2, 3]
+
             # the owner's refusal, exactly
             with pytest.raises(grpc.RpcError) as info:
                 stub.Query(
@@ -381,7 +402,7 @@ def test_a_member_forwards_a_call_to_the_owner_when_asked(tmp_path: Path) -> Non
             assert ei.reason == "OWNER_UNREACHABLE" and ei.metadata["owner"] == a.target
             assert took < 1.0, took
         with cluster.client() as c:
-            assert c.query(name, "n").values["n"] == 1
+            assert c.query(name, "n").values["n"] == 4
 
 
 def test_a_forwarded_call_carries_the_callers_token(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ number of slices whatever the window's length; a store that refuses writes stops
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from typing import Any
@@ -455,3 +456,70 @@ def test_edges_of_ranges_and_memory() -> None:
     big = ColumnarWindow(m, CountPolicy(10**7, field="n"), slice_rows=1024)
     big.apply({"ts": np.arange(500_000), "v": np.ones(500_000)})
     assert all(a.base is None for sl in big.slices if sl.cols is not None for a in sl.cols.values())
+
+
+def _sliding(n_batches: int, seed: int) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    out, t = [], 0
+    for _ in range(n_batches):
+        ts = t + np.cumsum(rng.integers(0, 3, 700))
+        t = int(ts[-1])
+        out.append({"ts": ts, "v": rng.normal(0, 1, 700)})
+    return out
+
+
+def test_the_slices_where_the_window_starts_are_read_ahead(redis_url: str) -> None:
+    """A sliding window of many stored slices whose start moves a few slices a batch: the
+    slices it reads come from the read ahead started after the batch before (in the
+    background), and every per-row result is the in-memory window's."""
+    m = Record(n=_count(), s=_sum("v"), mx=_max("v"), ts=_max("ts"))
+    policy = TimeRangePolicy(3_000, field="ts")  # about 3,000 rows: 47 slices of 64
+    wid = f"test-cs-{uuid.uuid4().hex}"
+    w = ColumnarWindow(m, policy, slice_rows=64, local_slices=2, store=_store(redis_url, wid))
+    mem = ColumnarWindow(m, policy, slice_rows=64)
+    try:
+        for cols in _sliding(30, 5):
+            a = w.apply(cols, per_row=True)
+            b = mem.apply(cols, per_row=True)
+            assert a.rows is not None and b.rows is not None and a.rows.equals(b.rows)
+            assert a.sizes is not None and b.sizes is not None
+            assert a.sizes.tolist() == b.sizes.tolist()
+            assert w.query() == mem.query()
+        stats = w.stats()
+        assert stats["slices"] > 30
+        assert stats["read_ahead"] > 100  # about 11 slices a batch leave the window
+    finally:
+        w.store.delete_window()
+        w.close()
+
+
+def test_a_failed_read_ahead_is_not_an_answer(redis_url: str) -> None:
+    """The slices read ahead are gone from Redis when the read runs: the window does not use
+    the failed read; the batch that needs the slices reads them itself and is refused with
+    the store's error (CorruptDataError), changing nothing."""
+    m = Record(n=_count(), s=_sum("v"), ts=_max("ts"))
+    policy = TimeRangePolicy(3_000, field="ts")
+    wid = f"test-cs-{uuid.uuid4().hex}"
+    w = ColumnarWindow(m, policy, slice_rows=64, local_slices=2, store=_store(redis_url, wid))
+    data = _sliding(12, 6)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        for cols in data[:8]:
+            w.apply(cols)
+        w.store.sync()
+        hold = threading.Event()
+        w.store._submit("hold the store's thread", hold.wait)  # the read ahead waits behind it
+        w.apply(data[8])
+        assert w._ahead is not None
+        ahead = w._ahead[0]
+        client.delete(*[w.store.slice_key(sl.index) for sl in ahead])
+        hold.set()
+        before = (len(w), w.query())
+        with pytest.raises(CorruptDataError, match="not in Redis"):
+            w.apply(data[9], per_row=True)
+        assert (len(w), w.query()) == before
+        assert all(sl.cols is None for sl in ahead if sl in w.slices or sl is w.head)
+    finally:
+        client.close()
+        w.store.delete_window()
+        w.close()

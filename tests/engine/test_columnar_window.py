@@ -194,6 +194,59 @@ def test_columnar_equals_the_per_row_engine(
     _drive(kind, policy, slice_rows, data)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kind=st.sampled_from(sorted(RECORDS)),
+    policy=POLICIES,
+    slice_rows=st.sampled_from([2, 3, 8, 64]),
+    chunk=st.sampled_from([1, 2, 5, 17]),
+    data=batches(),
+)
+def test_a_batch_applied_in_chunks_is_the_batch(
+    kind: str, policy: Any, slice_rows: int, chunk: int, data: list[dict[str, np.ndarray]]
+) -> None:
+    """A batch larger than ``CHUNK_ROWS`` goes in as consecutive chunks (memory): every
+    per-row result and the state the per-row engine's, positions of First, Last and arg-*
+    rebased per chunk (tiny chunks here: every batch of the draw is split)."""
+    from mtawindows.server.engine.columnar import window as module
+
+    old = module.CHUNK_ROWS
+    module.CHUNK_ROWS = chunk
+    try:
+        _drive(kind, policy, slice_rows, data)
+    finally:
+        module.CHUNK_ROWS = old
+
+
+def test_a_batch_of_a_million_rows_goes_in_chunks() -> None:
+    """10^6 rows in one call (16 chunks): the same per-row results, sizes and final state as
+    the batch fed in pieces of 1,000 (each below a chunk), ties and bursts included."""
+    from mtawindows.server.engine.columnar.window import CHUNK_ROWS
+
+    rng = np.random.default_rng(11)
+    n = 1_000_000
+    assert n > 8 * CHUNK_ROWS
+    ts = np.cumsum(rng.integers(0, 3, n)).astype(np.int64)
+    v = rng.normal(0, 1, n)
+    monoid = Record(
+        n=Count(), mx=Max("v"), last=Last("v"), am=ArgMax(value="v", key="ts"), ts=Max("ts")
+    )
+    policy = TimeRangePolicy(5_000, field="ts")
+    whole = ColumnarWindow(monoid, policy, slice_rows=512)
+    pieces = ColumnarWindow(monoid, policy, slice_rows=512)
+    got = whole.apply({"ts": ts, "v": v}, per_row=True)
+    parts = [
+        pieces.apply({"ts": ts[a : a + 1000], "v": v[a : a + 1000]}, per_row=True)
+        for a in range(0, n, 1000)
+    ]
+    assert got.rows is not None and got.sizes is not None
+    assert got.rows.num_rows == n
+    assert got.rows.equals(pa.concat_tables([p.rows for p in parts]))  # type: ignore[misc]
+    assert got.sizes.tolist() == np.concatenate([p.sizes for p in parts]).tolist()  # type: ignore[misc]
+    assert got.evicted == sum(p.evicted for p in parts) == whole.evicted
+    assert whole.query() == pieces.query() and len(whole) == len(pieces)
+
+
 def long_batches(seed: int, count: int, keys: int) -> list[dict[str, np.ndarray]]:
     """``count`` batches of 50-400 rows, timestamps 0-2 apart, integer values, ``keys`` text
     keys: for windows far longer than a batch."""

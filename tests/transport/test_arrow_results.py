@@ -158,3 +158,63 @@ def _refusals(client: WindowClient) -> None:
     # FINAL and NONE answers are the same with or without it on the wire (ignored there)
     res = client.append("s", batch, results="final")
     assert res.row_tables == {} and res.row_results == {}
+
+
+def test_one_large_arrow_batch_answers_as_its_pieces(tmp_path: Path) -> None:
+    """150,000 rows in one Arrow Append (kept as a view of the request's buffer, applied by the
+    windows' columnar state in chunks of 65,536 rows, answered as chunked Arrow) against the
+    same rows in 10,000-row Appends into a twin stream: every per-row result equal, every
+    built-in (struct, text and timestamp outputs), a count and a time-range window in Redis."""
+    import numpy as np
+
+    n = 150_000
+    rng = np.random.default_rng(7)
+    ts = np.cumsum(rng.integers(0, 3, n)).astype(np.int64)
+    rows = pa.table(
+        {
+            "ts": pa.array(ts, pa.int64()),
+            "x": rng.integers(1, 50, n).astype(float),  # > 0: a geometric mean
+            "k": rng.integers(0, 9, n),
+            "tag": pa.array([f"t{i % 13}" for i in range(n)]),
+        }
+    )
+    # the built-ins whose windows keep their state as columns (not a count window holding
+    # the newest timestamp, nor an INT64 sum: those keep their engine)
+    aggs = tuple(a for a in AGGS if a.name not in ("tsmax", "sk"))
+    windows = (
+        ("c", Policy.count(20_000)),
+        ("t", Policy.time_range(timedelta(microseconds=30))),  # 30,000 ns: ~30,000 rows
+    )
+    with LocalServer(tmp_path / "d") as srv, srv.client(timeout=120) as c:
+        for s in ("whole", "pieces"):
+            make_stream(c, s)
+            for name, policy in windows:
+                c.create_window(WindowSpec(s, name, aggs, policy, "AMTA", Storage("redis")))
+        got = c.append("whole", rows, results="per_row", arrow=True)
+        parts = [
+            c.append("pieces", rows.slice(a, 10_000), results="per_row", arrow=True)
+            for a in range(0, n, 10_000)
+        ]
+        assert got.rows_applied == n
+        for name, _ in windows:
+            assert "columnar" in c.get_window("whole", name).storage
+            whole = got.row_tables[name]
+            want = pa.concat_tables([p.row_tables[name] for p in parts])
+            assert whole.num_rows == want.num_rows == n
+            for col in whole.column_names:
+                if col == "_row":  # each piece counts its own rows
+                    assert whole.column(col).to_pylist() == list(range(n))
+                    continue
+                if col in ("mean", "var", "sd", "gm"):  # rounding: the blocks differ
+                    a = whole.column(col).to_numpy(zero_copy_only=False)
+                    b = want.column(col).to_numpy(zero_copy_only=False)
+                    assert np.allclose(a, b, rtol=1e-9, atol=0, equal_nan=True), (name, col)
+                    continue
+                assert whole.column(col).equals(want.column(col)), (name, col)
+            final, pieces = c.query("whole", name).values, c.query("pieces", name).values
+            assert final.keys() == pieces.keys()
+            for k, v in final.items():
+                if k in ("mean", "var", "sd", "gm"):
+                    assert v == pytest.approx(pieces[k], rel=1e-9), (name, k)
+                else:
+                    assert v == pieces[k], (name, k)

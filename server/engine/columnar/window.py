@@ -28,7 +28,6 @@ from double-double scans (within an ulp of ``math.fsum``), variances from Chan's
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import datetime as _dt
 import itertools
 import math
@@ -56,6 +55,7 @@ SLICE_ROWS = 4096
 # start moves through: a batch's evictions and per-row results read them), the rest in Redis
 LOCAL_SLICES = 4
 MAX_PENDING = 64  # slice writes queued before sealing waits for the oldest (bounded memory)
+CHUNK_ROWS = 1 << 16  # a larger batch is applied in chunks of this many rows (memory)
 _INT64_MIN = int(np.iinfo(np.int64).min)
 _INT64_MAX = int(np.iinfo(np.int64).max)
 
@@ -239,6 +239,10 @@ class ColumnarWindow:
         self._written: tuple[Any, Any] | None = None  # the last checkpoint: (what, its write)
         self.checkpoint_meta: dict[str, Any] | None = None  # the caller's, of the last load
         self._unloaded: BaseException | None = None  # why the last reload failed
+        # the read ahead of the slices where the window starts next: (them, its Future)
+        self._ahead: tuple[list[_Slice], concurrent.futures.Future[list[bytes]]] | None = None
+        self.read_ahead = 0  # slices whose columns came from a read ahead
+        self._moved = 0  # slices the last batch evicted (how many to read ahead)
         if store is not None:
             self._description = store.bind(monoid, policy, f"slices of {self.slice_rows}")
             self._load()
@@ -391,6 +395,8 @@ class ColumnarWindow:
                 return self.head is not None and self.head.cols is None
             bound = int(batch.ts[-1]) - self.range
         for sl in itertools.chain((self.head,) if self.head is not None else (), self.slices):
+            if sl.cols is None and self._ahead is not None and sl in self._ahead[0]:
+                self._take_ahead(wait=False)  # the read ahead done: its columns now
             if sl.cols is None:
                 return True
             if (sl.newest > bound) if bound is not None else (sl.end > last - self.count + 1):  # type: ignore[operator]
@@ -410,13 +416,16 @@ class ColumnarWindow:
         """Append a batch (``columns``: name -> array, timestamps in order and not older
         than the window's newest; or what :meth:`prepare` made of them) and enforce the
         policy; with ``per_row``, the window's result after each row. All or nothing: a
-        refused batch changes nothing. ``nonblocking`` (the service's event loop, after
-        :meth:`would_block` said no): the slices where the window starts next are not read
-        ahead (a later call does it, or defers to where it may wait)."""
+        refused batch changes nothing. ``nonblocking``: the caller must not wait (the
+        service's event loop); it asked :meth:`would_block` first, and nothing here waits
+        for Redis then (the slices where the window starts next are read ahead in the
+        background either way)."""
         batch = columns if isinstance(columns, Prepared) else self.prepare(columns)
         if batch.at != self.next:
             msg = "ColumnarWindow.apply: the window changed since the batch was prepared"
             raise RuntimeError(msg)
+        if batch.n > CHUNK_ROWS and not nonblocking:
+            return self._apply_chunks(batch, per_row)
         cols, n, lifted, ts = batch.cols, batch.n, batch.lifted, batch.ts
         if n == 0:
             return BatchResult(
@@ -442,8 +451,40 @@ class ColumnarWindow:
             self._append(cols, n, cut, ts)
         self.evicted += evicted
         if self.store is not None:
-            self._release(read_ahead=not nonblocking)
+            self._release()
         return result
+
+    def _apply_chunks(self, batch: Prepared, per_row: bool) -> BatchResult:
+        """A large batch (checked whole by :meth:`prepare`) as consecutive chunks of
+        :data:`CHUNK_ROWS` rows: the same state and results as one call, with the scans'
+        temporaries of a chunk at a time (a batch of 10^6 rows took hundreds of MB at once).
+        A store failure midway leaves the window to reload its checkpoint, as in one call."""
+        evicted = 0
+        tables: list[pa.Table] = []
+        sizes: list[np.ndarray] = []
+        for a in range(0, batch.n, CHUNK_ROWS):
+            b = min(batch.n, a + CHUNK_ROWS)
+            part = Prepared(
+                {c: v[a:b] for c, v in batch.cols.items()},
+                b - a,
+                [
+                    _shift(tuple(c[a:b] for c in comps), k.pos_comp, -a)
+                    for k, comps in zip(self.kernels, batch.lifted, strict=True)
+                ],
+                None if batch.ts is None else batch.ts[a:b],
+                self.next,
+            )
+            got = self.apply(part, per_row=per_row)
+            evicted += got.evicted
+            if per_row:
+                assert got.rows is not None and got.sizes is not None
+                tables.append(got.rows)
+                sizes.append(got.sizes)
+        if not per_row:
+            return BatchResult(evicted)
+        # one chunk per part (no copy into one array: the results may be most of the memory)
+        rows = pa.concat_tables(tables, promote_options="default")
+        return BatchResult(evicted, rows, np.concatenate(sizes))
 
     def _view(self, starts: np.ndarray, cut: int, g0: int) -> _View:
         """What the batch's per-row results read of the rows before the tail, taken before
@@ -705,9 +746,11 @@ class ColumnarWindow:
     def _evict(self, cut: int) -> None:
         """Let the head and the slices go up to global position ``cut`` (the tail and the
         batch are trimmed by :meth:`_append`)."""
+        self._moved = 0
         if cut <= self.head_from:
             return
         dropped = self._dropped
+        before = len(dropped)
         if cut >= (self.tail.start if self.tail.n else self.next):
             if self.head is not None:
                 dropped.append(self.head.index)
@@ -725,6 +768,7 @@ class ColumnarWindow:
         if popped and popped[-1].end > cut:
             self.head = popped.pop()
         dropped.extend(sl.index for sl in popped)
+        self._moved = len(dropped) - before
 
     def _append(self, cols: dict[str, np.ndarray], n: int, cut: int, ts: np.ndarray | None) -> None:
         """The batch joins the tail; rows before ``cut`` leave it; full slices are sealed."""
@@ -773,10 +817,14 @@ class ColumnarWindow:
                 sl.newest = sl.cols[self.ts_col][-1].item()  # type: ignore[index]
         self.tree.load_lifted([(sl.agg, sl.start) for sl in new])
         self.slices.extend(new)
-        if self.store is not None:
+        if self.store is not None:  # one write for the slices a batch sealed, encoded there
+            pack = self.store.codec.pack_values
+            fut = self.store.put_slices(
+                [(sl.index, (sl.start, sl.n, sl.newest, pack([sl.agg])), sl.cols) for sl in new],
+                _encode,
+            )
             for sl in new:
-                header = (sl.start, sl.n, sl.newest, self.store.codec.pack_values([sl.agg]))
-                sl.pending = self.store.put_slice(sl.index, header, _encode(self._cols(sl)))
+                sl.pending = fut
 
     # -- the Redis tier (a stored window's)
     def _cols(self, sl: _Slice) -> dict[str, np.ndarray]:
@@ -787,22 +835,46 @@ class ColumnarWindow:
         return sl.cols
 
     def _fetch(self, parts: list[Any]) -> None:
-        """Read the columns of the sealed slices among ``parts`` that are only in the store,
-        in one round trip."""
+        """Read the columns of the sealed slices among ``parts`` that are only in the store:
+        from the read ahead when it has them (waiting for it), the others in one round trip."""
         missing = [p for p in parts if isinstance(p, _Slice) and p.cols is None]
         if not missing:
             return
         assert self.store is not None
+        if self._ahead is not None:
+            self._take_ahead(wait=True)
+            missing = [sl for sl in missing if sl.cols is None]
+            if not missing:
+                return
         blobs = self.store.read_slices([sl.index for sl in missing])
         for sl, blob in zip(missing, blobs, strict=True):
             sl.cols = _decode(blob, self.reads, sl.n)
 
-    def _release(self, *, read_ahead: bool = True) -> None:
+    def _take_ahead(self, *, wait: bool) -> bool:
+        """Give the slices of the read ahead their columns, once it is done (``wait``: wait
+        for it). False: it is not done. A read ahead that failed gives nothing (the slices
+        are read again where they are needed, and that read reports the error)."""
+        assert self._ahead is not None
+        slices, fut = self._ahead
+        if not wait and not fut.done():
+            return False
+        self._ahead = None
+        try:
+            blobs = fut.result()
+        except (StoreError, concurrent.futures.CancelledError):
+            return True
+        for sl, blob in zip(slices, blobs, strict=True):
+            if sl.cols is None:
+                sl.cols = _decode(blob, self.reads, sl.n)
+                self.read_ahead += 1
+        return True
+
+    def _release(self) -> None:
         """After a batch: the columns of written slices past the oldest ``local_slices`` leave
-        memory (the store has them); the oldest are read ahead (``read_ahead``), where the
-        window's start moves next. Waits while more than :data:`MAX_PENDING` writes are
-        queued. A failed write keeps its slice's columns; the next call raises it
-        (:meth:`apply`)."""
+        memory (the store has them); the oldest, where the window's start moves next, are
+        read ahead in the background (one read at a time; :meth:`_fetch` takes it). Waits
+        while more than :data:`MAX_PENDING` writes are queued. A failed write keeps its
+        slice's columns; the next call raises it (:meth:`apply`)."""
         pending = [sl for sl in self.slices if sl.pending is not None]
         if len(pending) > MAX_PENDING:
             concurrent.futures.wait([sl.pending for sl in pending[: len(pending) - MAX_PENDING]])
@@ -813,11 +885,20 @@ class ColumnarWindow:
                     continue
                 sl.pending = None
         self._trim()
-        if not read_ahead:
+        if self._ahead is not None and not self._take_ahead(wait=False):
+            return  # the last read ahead is still on its way
+        # as many as the last batch's start moved through (the next one's likely), at least
+        # ``local_slices``
+        ahead = list(itertools.islice(self.slices, max(self.local_slices, self._moved + 1)))
+        want = [
+            sl
+            for sl in ([self.head, *ahead] if self.head is not None else ahead)
+            if sl.cols is None
+        ]
+        if not want:
             return
-        ahead = list(itertools.islice(self.slices, self.local_slices))
-        with contextlib.suppress(StoreError):  # read ahead only: a later read raises it
-            self._fetch([self.head, *ahead] if self.head is not None else ahead)
+        assert self.store is not None
+        self._ahead = (want, self.store.prefetch_slices([sl.index for sl in want]))
 
     def _trim(self) -> None:
         """The columns of written slices past the oldest ``local_slices`` leave memory."""
@@ -912,6 +993,7 @@ class ColumnarWindow:
         self._total = None
         self._dropped = []
         self._written = None
+        self._ahead = None
         self.checkpoint_meta = None
 
     def reload(self) -> None:
@@ -939,6 +1021,7 @@ class ColumnarWindow:
             "slices": len(held),
             "local_slices": sum(sl.cols is not None for sl in held),
             "tail_rows": self.tail.n,
+            "read_ahead": self.read_ahead,
         }
         if self.store is not None:
             out["store"] = self.store.stats.as_dict()

@@ -56,6 +56,8 @@ SLICE_ROWS = 4096
 LOCAL_SLICES = 4
 MAX_PENDING = 64  # slice writes queued before sealing waits for the oldest (bounded memory)
 CHUNK_ROWS = 1 << 16  # a larger batch is applied in chunks of this many rows (memory)
+WRITE_SLICES = 32  # sealed slices written together (and at every checkpoint)
+UNWRITTEN = "unwritten"  # a sealed slice's write not queued yet (_Slice.pending)
 _INT64_MIN = int(np.iinfo(np.int64).min)
 _INT64_MAX = int(np.iinfo(np.int64).max)
 
@@ -91,7 +93,8 @@ class _Slice:
     agg: Any = None  # its lifted aggregate (sealed slices)
     index: int = -1  # its number among the window's sealed slices (the store's key)
     newest: Any = None  # its newest timestamp (time windows' sealed slices)
-    pending: Any = None  # the Future of its write to the store, until it is known done
+    # the Future of its write to the store until it is known done; UNWRITTEN: not queued yet
+    pending: Any = None
 
     @property
     def end(self) -> int:
@@ -243,6 +246,7 @@ class ColumnarWindow:
         self._ahead: tuple[list[_Slice], concurrent.futures.Future[list[bytes]]] | None = None
         self.read_ahead = 0  # slices whose columns came from a read ahead
         self._moved = 0  # slices the last batch evicted (how many to read ahead)
+        self._unwritten = 0  # slices sealed since the last write
         if store is not None:
             self._description = store.bind(monoid, policy, f"slices of {self.slice_rows}")
             self._load()
@@ -817,14 +821,34 @@ class ColumnarWindow:
                 sl.newest = sl.cols[self.ts_col][-1].item()  # type: ignore[index]
         self.tree.load_lifted([(sl.agg, sl.start) for sl in new])
         self.slices.extend(new)
-        if self.store is not None:  # one write for the slices a batch sealed, encoded there
-            pack = self.store.codec.pack_values
-            fut = self.store.put_slices(
-                [(sl.index, (sl.start, sl.n, sl.newest, pack([sl.agg])), sl.cols) for sl in new],
-                _encode,
-            )
+        if self.store is not None:  # written later, together (see _write)
             for sl in new:
-                sl.pending = fut
+                sl.pending = UNWRITTEN
+            self._unwritten += len(new)
+            if self._unwritten >= WRITE_SLICES:
+                self._write()
+
+    def _write(self) -> None:
+        """Queue the write of the sealed slices not written yet (those still in the window),
+        as one write, encoded on the store's thread. Slices are written in groups of
+        :data:`WRITE_SLICES` and before each checkpoint (which names them): with Redis
+        syncing its log to disk at every write (the embedded server's ``appendfsync
+        always``), a write per batch cost a 10,000-row batch a third of its time. A slice
+        that left the window before its write is never written."""
+        assert self.store is not None
+        todo = [
+            sl for sl in (self.head, *self.slices) if sl is not None and sl.pending is UNWRITTEN
+        ]
+        self._unwritten = 0
+        if not todo:
+            return
+        pack = self.store.codec.pack_values
+        fut = self.store.put_slices(
+            [(sl.index, (sl.start, sl.n, sl.newest, pack([sl.agg])), sl.cols) for sl in todo],
+            _encode,
+        )
+        for sl in todo:
+            sl.pending = fut
 
     # -- the Redis tier (a stored window's)
     def _cols(self, sl: _Slice) -> dict[str, np.ndarray]:
@@ -877,10 +901,13 @@ class ColumnarWindow:
         slice's columns; the next call raises it (:meth:`apply`)."""
         pending = [sl for sl in self.slices if sl.pending is not None]
         if len(pending) > MAX_PENDING:
-            concurrent.futures.wait([sl.pending for sl in pending[: len(pending) - MAX_PENDING]])
+            old = pending[: len(pending) - MAX_PENDING]
+            if any(sl.pending is UNWRITTEN for sl in old):
+                self._write()
+            concurrent.futures.wait({sl.pending for sl in old})
         for sl in self.slices:
             fut = sl.pending
-            if fut is not None and fut.done():
+            if fut is not None and fut is not UNWRITTEN and fut.done():
                 if fut.cancelled() or fut.exception() is not None:  # see store.failed
                     continue
                 sl.pending = None
@@ -922,6 +949,7 @@ class ColumnarWindow:
             if wait:
                 last[1].result()
             return last[1]
+        self._write()  # the slices it names, before it (the store's thread keeps the order)
         tail = self.tail
         state = {
             "window": self._description,
@@ -994,6 +1022,7 @@ class ColumnarWindow:
         self._dropped = []
         self._written = None
         self._ahead = None
+        self._unwritten = 0
         self.checkpoint_meta = None
 
     def reload(self) -> None:

@@ -96,10 +96,13 @@ class ResourceExhaustedError(MtaWindowsError):
 
 
 class MessageTooLargeError(ResourceExhaustedError):
-    """A request over a message limit (reason ``MESSAGE_TOO_LARGE``; metadata ``limit_bytes``
-    and ``size_bytes``): the client's own (``max_message_bytes``: raised before anything is
-    sent, ``target`` None) or the server's (its ``--max-message-mb``). Send fewer rows per
-    call; sending it again fails the same way."""
+    """A request or a reply over a message limit (reason ``MESSAGE_TOO_LARGE``; metadata
+    ``limit_bytes`` and ``size_bytes``): the client's own (``max_message_bytes``: raised
+    before anything is sent, ``target`` None) or the server's (its ``--max-message-mb``).
+    Send fewer rows per call; sending it again fails the same way. A request too large
+    applied nothing; an Append whose per-row results made the reply too large was applied
+    all the same (metadata ``applied`` is ``"true"``): resend it only with its
+    ``producer_id`` and ``sequence``, which make the retry a duplicate."""
 
 
 class UnauthenticatedError(MtaWindowsError, PermissionError):

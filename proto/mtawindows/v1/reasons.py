@@ -46,11 +46,14 @@ class Reason(StrEnum):
     TOO_MANY_ITEMS = "TOO_MANY_ITEMS", "a list of the request is over its size limit"
     MESSAGE_TOO_LARGE = (
         "MESSAGE_TOO_LARGE",
-        "the request's serialized size is over the limit (RESOURCE_EXHAUSTED): metadata "
-        "limit_bytes and size_bytes; nothing was applied. From the server (over its "
-        "--max-message-mb; past twice that its gRPC layer refuses it, which the SDK reports "
-        "the same way, the limit then being that cap) or from the SDK before it is sent (over "
-        "its max_message_bytes)",
+        "a request's or a reply's serialized size is over the limit (RESOURCE_EXHAUSTED): "
+        "metadata limit_bytes and size_bytes. A request too large: nothing was applied; from "
+        "the server (over its --max-message-mb; past twice that its gRPC layer refuses it, "
+        "which the SDK reports the same way, the limit then being that cap) or from the SDK "
+        "before it is sent (over its max_message_bytes). A reply too large (an Append's "
+        "per-row results, a Compute's): metadata applied 'true' when the Append's rows were "
+        "applied all the same (do not resend them without a producer_id and sequence); a "
+        "Compute changes nothing",
     )
     UNKNOWN_ENUM_VALUE = (
         "UNKNOWN_ENUM_VALUE",
@@ -190,7 +193,9 @@ REMEDY: dict[Reason, str] = {
     Reason.VALUE_TOO_LONG: "shorten the named string to the limit its metadata gives",
     Reason.TOO_MANY_ITEMS: "send fewer items in the named list, over several calls",
     Reason.MESSAGE_TOO_LARGE: "send smaller batches (split the rows, or an SDK "
-    "writer(stream, batch_rows=...); CLI --batch-rows), or raise the server's --max-message-mb",
+    "writer(stream, batch_rows=...); CLI --batch-rows), ask per-row results of fewer windows, "
+    "or raise the server's --max-message-mb; with metadata applied 'true' the batch is in: "
+    "resend it only with its producer_id and sequence",
     Reason.UNKNOWN_ENUM_VALUE: "use a value of this server's proto (an older server does not "
     "know a newer value): upgrade the server or use an older name",
     Reason.STORE_UNAVAILABLE: "bring Redis back (mtawindows serve restarts its embedded one; "

@@ -457,12 +457,17 @@ def test_servers_on_redis_cluster_survive_a_primary_failover(tmp_path: Path) -> 
 
 
 def test_an_append_journaled_before_its_stream_moved_is_not_answered_nothing_done(
-    redis_url: str,
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A batch that reached the journal, then met the fence in a window's write: the new
     owner applies it from the journal, so the answer must not be NOT_OWNER ("nothing was
     done") but UNAVAILABLE asking for a resend with the same key (a duplicate then)."""
+    from mtawindows.server.engine.columnar import window as columnar
     from mtawindows.server.service.refusals import ServiceError
+
+    # the window keeps its rows as columns: every sealed slice written at once (not 32 to a
+    # write), so that a write meets the fence within the batches below
+    monkeypatch.setattr(columnar, "WRITE_SLICES", 1)
 
     prefix = _prefix()
     reg = _registry(redis_url, prefix)

@@ -223,12 +223,20 @@ def rows_hint(request: pb.AppendRequest) -> int:
 
 
 def columns_of(
-    request: pb.AppendRequest, max_rows: int, *, arrays: bool = False, key_bytes: str | None = None
+    request: pb.AppendRequest,
+    max_rows: int,
+    *,
+    arrays: bool = False,
+    key_bytes: str | None = None,
+    payload: Any = None,
 ) -> Columns:
     """The request's columns as (type name, values), from protobuf columns or Arrow IPC;
     with ``arrays`` an Arrow request's numbers come as numpy arrays (no Python object per
-    value: for a stream that takes them, :attr:`Stream.takes_arrays`), else as lists."""
-    payload = arrow_payload(request)  # read once: the field's every read is a copy
+    value: for a stream that takes them, :attr:`Stream.takes_arrays`), else as lists.
+    ``payload``: the Arrow bytes the request carried (:func:`arrow_payload`, read by the
+    caller on the handler's task: a worker thread does not see :data:`ARROW`)."""
+    if payload is None:
+        payload = arrow_payload(request)  # read once: the field's every read is a copy
     if payload and request.columns:
         raise ServiceError(
             "INVALID_ARGUMENT",

@@ -439,15 +439,14 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         limit = self.registry.limits.max_batch_rows
         # an Arrow batch's numbers as arrays for a stream that takes them (no Python object
         # per value), as lists for any other; ``payload``: the Arrow bytes the request
-        # carried (decode.ARROW, which a worker thread does not see)
-        token = decode.ARROW.set(payload) if payload is not None else None
-        try:
-            columns = decode.columns_of(
-                request, limit, arrays=stream.takes_arrays, key_bytes=stream.key_bytes
-            )
-        finally:
-            if token is not None:
-                decode.ARROW.reset(token)
+        # carried (decode.ARROW, read on the handler's task)
+        columns = decode.columns_of(
+            request,
+            limit,
+            arrays=stream.takes_arrays,
+            key_bytes=stream.key_bytes,
+            payload=payload,
+        )
         # a keyed batch's part other than its first (the SDK's split) does not count it again
         extra = {"counted": False} if request.continuation and stream.keyed else {}
         return self._respond(

@@ -39,13 +39,14 @@ def varint(n: int) -> bytes:
             return bytes(out)
 
 
-def _tag(field: int) -> bytes:
-    return varint(field << 3 | _LEN)
+def _head(field: int, size: int) -> bytes:
+    """The tag and length that come before ``size`` bytes of length-delimited ``field``."""
+    return varint(field << 3 | _LEN) + varint(size)
 
 
 def length_delimited(field: int, value: Any) -> list[Any]:
-    """The pieces of field ``field`` holding ``value`` (bytes-like): tag, length, value."""
-    return [_tag(field), varint(memoryview(value).nbytes), value]
+    """The pieces of field ``field`` holding ``value`` (bytes-like): its head, the value."""
+    return [_head(field, memoryview(value).nbytes), value]
 
 
 def _read_varint(view: memoryview, i: int) -> tuple[int, int]:
@@ -108,18 +109,10 @@ def with_row_results(head: Any, field: str, parts: Sequence[RowResultsPart]) -> 
     for ``head`` with those entries appended (tests/transport/test_wire.py parses them back)."""
     number = head.DESCRIPTOR.fields_by_name[field].number
     pieces: list[Any] = [head.SerializeToString()]
-    inner_tag = _tag(_ARROW_IPC)
-    outer_tag = _tag(number)
     for window, ipc, rows in parts:
-        small = pb.WindowRowResults(window=window, rows=rows).SerializeToString()
-        size = memoryview(ipc).nbytes
-        ipc_len = varint(size)
-        pieces += [
-            outer_tag,
-            varint(len(small) + len(inner_tag) + len(ipc_len) + size),
-            small,
-            inner_tag,
-            ipc_len,
-            ipc,
+        inner = [
+            pb.WindowRowResults(window=window, rows=rows).SerializeToString(),
+            *length_delimited(_ARROW_IPC, ipc),
         ]
+        pieces += [_head(number, sum(memoryview(p).nbytes for p in inner)), *inner]
     return b"".join(pieces)

@@ -399,7 +399,7 @@ class ColumnarWindow:
                 return self.head is not None and self.head.cols is None
             bound = int(batch.ts[-1]) - self.range
         for sl in itertools.chain((self.head,) if self.head is not None else (), self.slices):
-            if sl.cols is None and self._ahead is not None and sl in self._ahead[0]:
+            if sl.cols is None and self._ahead is not None and any(sl is a for a in self._ahead[0]):
                 self._take_ahead(wait=False)  # the read ahead done: its columns now
             if sl.cols is None:
                 return True

@@ -95,6 +95,9 @@ class ServeConfig:
 _ADVERTISE = re.compile(r"^(?:[A-Za-z0-9_.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]):(\d{1,5})$")
 
 
+# a wake of the Redis watchdog this much later than asked: the process stalled (paused,
+# frozen, starved), and the PING in flight may hold an answer its thread has yet to report
+STALL = 0.02
 SUPERVISED_ENV = "MTAWINDOWS_SUPERVISED"  # set by ``--workers N`` for its server processes
 
 
@@ -470,10 +473,13 @@ class Server:
         still waits; the first answer after: back (event ``store_answers``). Paused while the
         supervisor restarts a dead embedded Redis (that is its own state).
 
-        The server's own stall is not Redis's: when the watchdog wakes more than half the
-        bound later than it asked to (the process was paused, SIGSTOP or a VM freeze, or
-        starved of CPU), it cannot tell how long Redis was silent, so the clock starts again
-        from that wake-up and the PING in flight gets a whole bound to answer."""
+        The server's own stall is not Redis's: when the watchdog wakes later than it asked to
+        (the process was paused, SIGSTOP or a VM freeze, or starved of CPU), the time it did
+        not run does not count against Redis (the clock of the silence moves on by it), and
+        after a stall of more than :data:`STALL` the PING in flight gets at least one interval
+        more to report an answer that came while the process was stopped (its thread wakes
+        with the loop, in no set order: once per PING, so that a starved process still sees a
+        frozen Redis)."""
         cfg = self.config
         bound = cfg.redis_ping_timeout
         every = min(cfg.redis_ping_interval, bound / 4)
@@ -481,13 +487,25 @@ class Server:
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtaw-ping")
         clients: list[Any] = []  # made on the ping thread (a cluster client asks its seeds)
         last_ok = time.monotonic()
+        graced = False  # the PING in flight had its grace after a stall
 
-        def woke_late(due: float) -> bool:
-            return time.monotonic() - due > bound / 2
+        def after_wake(due: float) -> float:
+            """``last_ok`` moved on by the time the process did not run past ``due``."""
+            nonlocal graced
+            now = time.monotonic()
+            late = now - due
+            if late <= 0:
+                return last_ok
+            moved = min(now, last_ok + late)
+            if late > STALL and not graced:
+                graced = True
+                moved = max(moved, now - bound + every)
+            return moved
 
         try:
             while True:
                 started = time.monotonic()
+                graced = False
                 if not self._store_watched():
                     last_ok = started
                     await asyncio.sleep(every)
@@ -501,8 +519,7 @@ class Server:
                     wait = max(left, 0.001)
                     due = time.monotonic() + wait
                     await asyncio.wait({ping}, timeout=wait)
-                    if woke_late(due):  # we stalled (a PING's read may have timed out
-                        last_ok = time.monotonic()  # meanwhile): Redis gets a whole bound
+                    last_ok = after_wake(due)  # a PING's read may have timed out meanwhile
                 failed = ping.result()
                 now = time.monotonic()
                 if failed is None:
@@ -514,8 +531,7 @@ class Server:
                 pause = max(0.0, every - (now - started))
                 due = time.monotonic() + pause
                 await asyncio.sleep(pause)
-                if woke_late(due):
-                    last_ok = time.monotonic()  # we stalled: the next PING gets a whole bound
+                last_ok = after_wake(due)  # a stall here: the next PING gets its grace
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
             for client in clients:

@@ -10,12 +10,15 @@ For each case a fresh ``mtawindows serve`` (its own embedded Redis; ``--max-batc
 figure is the growth of the server's peak RSS (``VmHWM`` in ``/proc/<pid>/status``) over the
 batch, against the batch's Arrow size:
 
-- **append, no results**: an Append into a stream with one window (max + sum over 60 s, AMTA,
-  Redis-backed);
-- **append, per-row results**: the same with ``results="per_row", arrow=True``;
+- **append, no results, columnar state**: an append into a stream with one window (max + sum
+  over 60 s, AMTA, Redis-backed, its state columnar: the default), sent as the SDK sends a
+  batch of more than 4 MB, an AppendStream of 1 MB pieces;
+- **append, per-row results, columnar state**: the same with ``results="per_row",
+  arrow=True``;
+- the two again as **unary**: one Append message (gRPC's server holds it about three times
+  over while it hands it on);
 - **compute**: a ``Compute`` of the same rows over that window (nothing stored);
-- the two appends again with the window's state columnar (``MTAWINDOWS_COLUMNAR_STATE=1``:
-  no engine over lifted rows).
+- the two appends with the window on its engine (``MTAWINDOWS_COLUMNAR_STATE=0``).
 
 Writes benchmarks/results/batch-memory.{csv,md}.
 """
@@ -43,6 +46,7 @@ from mtawindows.client import (
     StreamSpec,
     WindowClient,
     WindowSpec,
+    calls,
 )
 from mtawindows.testing import LocalServer
 
@@ -91,7 +95,13 @@ def one_case(case: str, rows: int) -> tuple[int, int]:
             assert got.num_rows == rows
         else:
             per_row = "per-row results" in case
-            res = c.append("s", big, results="per_row" if per_row else "none", arrow=per_row)
+            saved = calls.STREAM_BYTES
+            if "unary" in case:  # one Append message, as the SDK sent any batch before
+                calls.STREAM_BYTES = 1 << 62
+            try:
+                res = c.append("s", big, results="per_row" if per_row else "none", arrow=per_row)
+            finally:
+                calls.STREAM_BYTES = saved
             assert res.rows_applied == rows
         after = peak_rss(srv.pid)
         return big.nbytes, after - before
@@ -106,11 +116,13 @@ def main() -> None:
     args = ap.parse_args()
     report = Report()
     cases = (
-        "append, no results",
-        "append, per-row results",
+        "append, no results, engine",
+        "append, per-row results, engine",
         "compute",
         "append, no results, columnar state",
+        "append, no results, columnar state, unary",
         "append, per-row results, columnar state",
+        "append, per-row results, columnar state, unary",
     )
     for case in cases:
         size, grown = one_case(case, args.rows)

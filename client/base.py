@@ -165,7 +165,8 @@ class ClientBase:
         if future:
             send = send.future
         metadata = self.metadata + FORWARD if forward else self.metadata
-        return send(call.request, timeout=timeout or self.timeout, metadata=metadata)
+        request = iter(call.request) if isinstance(call.request, calls.Pieces) else call.request
+        return send(request, timeout=timeout or self.timeout, metadata=metadata)
 
     def _watched(self, course: calls.Course | None) -> bool:
         """Whether a try of ``course`` may be given up while it waits (:meth:`_patience`):

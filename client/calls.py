@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -195,9 +195,50 @@ def append_request(
 
 def append(request: pb.AppendRequest) -> Call[pb.AppendResponse, AppendResult]:
     """An Append (built by :func:`append_request`); retried only with an idempotency key
-    (``producer_id`` and ``sequence``)."""
+    (``producer_id`` and ``sequence``). An Arrow batch of more than :data:`STREAM_BYTES`
+    goes as an AppendStream of :class:`Pieces` (the server holds a unary request about
+    three times over; pieces, about once): the same batch, applied the same way."""
     retry = bool(request.producer_id and request.sequence)
+    if len(request.arrow_ipc) > STREAM_BYTES:
+        pieces = Pieces(request, PIECE_BYTES)
+        return Call("AppendStream", pieces, convert.append_result_from_proto, retry, request.stream)
     return Call("Append", request, convert.append_result_from_proto, retry, request.stream)
+
+
+STREAM_BYTES = 4 << 20  # an Arrow batch larger than this goes as AppendStream pieces
+PIECE_BYTES = 1 << 18  # of about this many bytes each (gRPC holds each about three times)
+
+
+class Pieces:
+    """The messages of an AppendStream for the Arrow batch of ``request``: the first is the
+    request with the first rows (and ``rows``, the batch's rows in all), each later one only
+    the next rows' ``arrow_ipc``, about ``piece_bytes`` each. Iterable again for each try;
+    a piece is encoded when gRPC asks for it."""
+
+    def __init__(self, request: pb.AppendRequest, piece_bytes: int) -> None:
+        import pyarrow as pa
+
+        self.table = pa.ipc.open_stream(pa.py_buffer(request.arrow_ipc)).read_all()
+        self.head = pb.AppendRequest()
+        self.head.CopyFrom(request)
+        self.head.ClearField("arrow_ipc")
+        n = self.table.num_rows
+        self.head.rows = n
+        self.per = max(1, piece_bytes * n // max(1, self.table.nbytes))
+        self.stream = request.stream
+
+    def __iter__(self) -> Iterator[pb.AppendRequest]:
+        n = self.table.num_rows
+        for i, at in enumerate(range(0, max(n, 1), self.per)):
+            piece = pb.AppendRequest()
+            if i == 0:
+                piece.CopyFrom(self.head)
+            piece.arrow_ipc = _arrow_ipc(self.table.slice(at, self.per))
+            yield piece
+
+    def ByteSize(self) -> int:
+        """About the largest message's size (what a client's message limit is checked on)."""
+        return int(self.head.ByteSize() + self.table.slice(0, self.per).nbytes + 1024)
 
 
 def append_part(request: pb.AppendRequest) -> Call[pb.AppendResponse, pb.AppendResponse]:

@@ -281,8 +281,9 @@ def arrow_columns(
     }
 
 
-def arrow_table(payload: bytes, max_rows: int) -> Any:
-    """An Arrow IPC stream as a ``pyarrow.Table``: names checked before the rows are read."""
+def arrow_table(payload: Any, max_rows: int) -> Any:
+    """An Arrow IPC stream as a ``pyarrow.Table``: names checked before the rows are read
+    (a ``pyarrow.Table`` already read, as it is)."""
     import pyarrow as pa
 
     def bad_arrow(ex: Exception) -> ServiceError:
@@ -293,6 +294,10 @@ def arrow_table(payload: bytes, max_rows: int) -> Any:
             f"expected an Arrow IPC stream, could not read it: {clip(str(ex))}",
         )
 
+    if isinstance(payload, pa.Table):  # an AppendStream's pieces, put together (pieces.py)
+        if payload.num_rows > max_rows:
+            raise batch_too_large(payload.num_rows, max_rows)
+        return payload
     try:
         reader = pa.ipc.open_stream(pa.py_buffer(payload))
         _check_arrow_names(reader.schema.names)

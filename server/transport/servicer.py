@@ -50,6 +50,7 @@ from ..storage.protocol import StoreError
 from . import decode, status
 from .forward import Forwarder, forwarding
 from .metrics import Metrics
+from .pieces import IDLE, Assembly, later_piece
 from .wire import RowResultsPart, with_row_results
 
 __all__ = ["NEEDS_STORE", "WindowServicer", "add_servicer"]
@@ -66,6 +67,7 @@ NEEDS_STORE = frozenset(
         "CreateWindow",
         "DeleteWindow",
         "Append",
+        "AppendStream",
         "Query",
         "ReadResults",
         "GetClusterMap",
@@ -75,7 +77,7 @@ NEEDS_STORE = frozenset(
     }
 )
 # the calls about one stream: a cut-off member (Ownership.isolated) refuses them at once
-STREAM_CALLS = FORWARDABLE | {"Subscribe"}
+STREAM_CALLS = FORWARDABLE | {"Subscribe", "AppendStream"}
 MAX_OWNER_LOOKUPS = 1000  # streams one GetClusterMap may ask about
 
 
@@ -426,6 +428,57 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
                     self.metrics.deferred.labels(stream.spec.name).inc()
                     return await self.run(self._resume, stream, d.batch, request.arrow_results)
             return await self.run(self._append, stream, request, mode, decode.ARROW.get())
+
+    async def append_pieces(
+        self, first: pb.AppendRequest, payload: Any, rest: AsyncIterator[Any], context: Any
+    ) -> pb.AppendResponse | bytes:
+        """Append's batch in pieces (pieces.py): the first message (admitted by the guard,
+        ``payload`` its Arrow bytes) says everything, ``rest`` brings the next rows. The
+        stream is looked up first (a stream elsewhere or missing is refused before a piece
+        is read); nothing changes before the client half-closes and every piece was taken."""
+        if first.columns:
+            raise invalid(
+                "columns",
+                "AppendStream takes the rows as Arrow IPC pieces (arrow_ipc), not protobuf "
+                "columns; send those with Append",
+            )
+        await self.data_stream(first.stream)
+        limits = self.registry.limits
+        batch = Assembly(limits.max_batch_rows, first.rows)
+        batch.add(payload)
+        index = 1
+        while True:
+            try:
+                piece = await asyncio.wait_for(anext(rest), IDLE)
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                raise ServiceError(
+                    "DEADLINE_EXCEEDED",
+                    Reason.INVALID_ARGUMENT,
+                    f"no piece of the AppendStream for {IDLE:g} s after {index} message(s); "
+                    "nothing was applied",
+                ) from None
+            index += 1
+            if isinstance(piece, decode.Malformed | ServiceError):
+                raise piece
+            message, data = (
+                (piece.message, piece.payload)
+                if isinstance(piece, decode.Carried)
+                else (piece, b"")
+            )
+            later_piece(message, index)
+            batch.add(data)
+        table = batch.table()  # refused unless every row told came
+        if context.cancelled():
+            raise asyncio.CancelledError
+        mode = decode.result_mode(first)
+        async with self.lock(first.stream):
+            self.store_ready("AppendStream")
+            stream = await self.data_stream(first.stream)  # it may have moved meanwhile
+            return await self.run(
+                self._append, stream, first, mode, table if table is not None else b""
+            )
 
     def _append(
         self,
@@ -822,6 +875,13 @@ def add_servicer(
                 response_serializer=_passthrough(response),
             )
             continue
+        if method.client_streaming:  # AppendStream: pieces, each parsed as it comes
+            handlers[method.name] = grpc.stream_unary_rpc_method_handler(
+                _guard_pieces(servicer, method.name, servicer.append_pieces),
+                request_deserializer=_within(limit, request, decode.carrying_parser(request)),
+                response_serializer=_passthrough(response),
+            )
+            continue
         handler = forwarding(forwarder, method.name, getattr(servicer, method.name))
         # a batch's Arrow bytes stay in the request's buffer (decode.carrying_parser)
         parser = (
@@ -880,6 +940,36 @@ def _guard_unary(servicer: WindowServicer, method: str, fn: Callable[..., Any]) 
         finally:
             if token is not None:
                 decode.ARROW.reset(token)
+            servicer.metrics.latency.labels(method).observe(time.perf_counter() - t0)
+
+    return handle
+
+
+def _guard_pieces(servicer: WindowServicer, method: str, fn: Callable[..., Any]) -> Any:
+    """The guard of a client stream (AppendStream): its first message admitted as a unary
+    request is, then ``fn(first, its Arrow bytes, the next messages, context)``."""
+
+    async def handle(pieces: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+        t0 = time.perf_counter()
+        try:
+            rest = aiter(pieces)
+            try:
+                first = await asyncio.wait_for(anext(rest), IDLE)
+            except StopAsyncIteration:
+                raise invalid(
+                    "messages", f"an {method} sent no message: expected at least one"
+                ) from None
+            except TimeoutError:
+                msg = f"no first message of the {method} for {IDLE:g} s"
+                raise ServiceError("DEADLINE_EXCEEDED", Reason.INVALID_ARGUMENT, msg) from None
+            payload: Any = b""
+            if isinstance(first, decode.Carried):
+                first, payload = first.message, first.payload
+            servicer.admit(method, first)
+            return await fn(first, payload, rest, context)
+        except BaseException as ex:
+            await servicer.fail(method, context, ex)
+        finally:
             servicer.metrics.latency.labels(method).observe(time.perf_counter() - t0)
 
     return handle

@@ -616,7 +616,7 @@ class ListWindowsResponse(_message.Message):
     def __init__(self, windows: _Optional[_Iterable[_Union[WindowInfo, _Mapping]]] = ...) -> None: ...
 
 class AppendRequest(_message.Message):
-    __slots__ = ("stream", "columns", "arrow_ipc", "producer_id", "sequence", "results", "windows", "continuation", "arrow_results")
+    __slots__ = ("stream", "columns", "arrow_ipc", "producer_id", "sequence", "results", "windows", "continuation", "arrow_results", "rows")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     COLUMNS_FIELD_NUMBER: _ClassVar[int]
     ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
@@ -626,6 +626,7 @@ class AppendRequest(_message.Message):
     WINDOWS_FIELD_NUMBER: _ClassVar[int]
     CONTINUATION_FIELD_NUMBER: _ClassVar[int]
     ARROW_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
     stream: str
     columns: _containers.RepeatedCompositeFieldContainer[Column]
     arrow_ipc: bytes
@@ -635,7 +636,8 @@ class AppendRequest(_message.Message):
     windows: _containers.RepeatedScalarFieldContainer[str]
     continuation: bool
     arrow_results: bool
-    def __init__(self, stream: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., arrow_ipc: _Optional[bytes] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., results: _Optional[_Union[ResultMode, str]] = ..., windows: _Optional[_Iterable[str]] = ..., continuation: _Optional[bool] = ..., arrow_results: _Optional[bool] = ...) -> None: ...
+    rows: int
+    def __init__(self, stream: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., arrow_ipc: _Optional[bytes] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., results: _Optional[_Union[ResultMode, str]] = ..., windows: _Optional[_Iterable[str]] = ..., continuation: _Optional[bool] = ..., arrow_results: _Optional[bool] = ..., rows: _Optional[int] = ...) -> None: ...
 
 class AppendResponse(_message.Message):
     __slots__ = ("rows_applied", "rows_late", "rows_buffered", "duplicate", "results", "row_results")

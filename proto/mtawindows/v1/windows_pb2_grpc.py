@@ -108,6 +108,11 @@ class WindowServiceStub:
                 request_serializer=mtawindows_dot_v1_dot_windows__pb2.AppendRequest.SerializeToString,
                 response_deserializer=mtawindows_dot_v1_dot_windows__pb2.AppendResponse.FromString,
                 _registered_method=True)
+        self.AppendStream = channel.stream_unary(
+                '/mtawindows.v1.WindowService/AppendStream',
+                request_serializer=mtawindows_dot_v1_dot_windows__pb2.AppendRequest.SerializeToString,
+                response_deserializer=mtawindows_dot_v1_dot_windows__pb2.AppendResponse.FromString,
+                _registered_method=True)
         self.Query = channel.unary_unary(
                 '/mtawindows.v1.WindowService/Query',
                 request_serializer=mtawindows_dot_v1_dot_windows__pb2.QueryRequest.SerializeToString,
@@ -270,6 +275,25 @@ class WindowServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AppendStream(self, request_iterator, context):
+        """Append for a batch sent in pieces (gRPC client streaming): one batch, applied as Append
+        applies it (atomically, idempotent with producer_id and sequence, the same reply) when
+        the client half-closes. The first message is the AppendRequest of the batch with its
+        first rows as arrow_ipc and `rows`, the batch's rows in all; each later message
+        holds only arrow_ipc, the next rows, as an Arrow IPC stream of the same schema. A unary
+        request is held about three times over while gRPC hands it to the server; pieces are
+        not: a batch of any size up to --max-batch-rows costs about its own size in server
+        memory. The SDK sends Arrow batches larger than a few MB this way by itself.
+        Errors: those of Append, and INVALID_ARGUMENT INVALID_ARGUMENT (no message; protobuf
+        columns; a later message with other fields than arrow_ipc; other rows than `rows` told:
+        a stream cut short applies nothing),
+        SCHEMA_MISMATCH (a piece's schema differs from the first's); DEADLINE_EXCEEDED
+        (no piece for a minute). A call that fails or is cancelled before it ends applies nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Query(self, request, context):
         """Returns a window's current result (a hopping window's: its last closed boundary's); with
         QueryRequest.range or count, the result over that suffix of the window.
@@ -401,6 +425,11 @@ def add_WindowServiceServicer_to_server(servicer, server):
             ),
             'Append': grpc.unary_unary_rpc_method_handler(
                     servicer.Append,
+                    request_deserializer=mtawindows_dot_v1_dot_windows__pb2.AppendRequest.FromString,
+                    response_serializer=mtawindows_dot_v1_dot_windows__pb2.AppendResponse.SerializeToString,
+            ),
+            'AppendStream': grpc.stream_unary_rpc_method_handler(
+                    servicer.AppendStream,
                     request_deserializer=mtawindows_dot_v1_dot_windows__pb2.AppendRequest.FromString,
                     response_serializer=mtawindows_dot_v1_dot_windows__pb2.AppendResponse.SerializeToString,
             ),
@@ -715,6 +744,33 @@ class WindowService:
             request,
             target,
             '/mtawindows.v1.WindowService/Append',
+            mtawindows_dot_v1_dot_windows__pb2.AppendRequest.SerializeToString,
+            mtawindows_dot_v1_dot_windows__pb2.AppendResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/mtawindows.v1.WindowService/AppendStream',
             mtawindows_dot_v1_dot_windows__pb2.AppendRequest.SerializeToString,
             mtawindows_dot_v1_dot_windows__pb2.AppendResponse.FromString,
             options,

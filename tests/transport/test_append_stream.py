@@ -1,0 +1,214 @@
+"""AppendStream: one batch sent as pieces (gRPC client streaming), the SDK's way for an Arrow
+batch of more than ``calls.STREAM_BYTES``.
+
+Through a real server: the same rows as one AppendStream (pieces of random sizes, through the
+SDK and through the raw stub) and as unary Appends into a twin stream give the same per-row
+results, the same window state and the same replies (every built-in, windows by count and
+time range, in Redis and in memory, a durable one, and one the engine answers); a keyed
+stream too. Every way a stream of pieces can be wrong is refused with its reason and changes
+nothing (the window's state checked after each); a client that cancels midway applies
+nothing; a resend with the same idempotency key is a duplicate; the server stays up.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pyarrow as pa
+import pytest
+
+from mtawindows.client import Field, Policy, StreamSpec, WindowClient, WindowSpec, calls
+from mtawindows.client.errors import from_rpc_error
+from mtawindows.client.rows import _arrow_ipc
+from mtawindows.testing import LocalServer
+from mtawindows.v1 import windows_pb2 as pb
+from mtawindows.v1 import windows_pb2_grpc as pb_grpc
+
+from .test_arrow_results import flatten
+from .test_columnar_shadow import WINDOWS
+from .test_service_e2e import AGGS, make_stream, random_batch
+
+pytestmark = [pytest.mark.server, pytest.mark.redis]
+
+
+def table_of(batch: dict[str, list[Any]]) -> pa.Table:
+    return pa.table(
+        {
+            "ts": pa.array(batch["ts"], pa.int64()).cast(pa.timestamp("ns")),
+            "x": pa.array(batch["x"], pa.float64()),
+            "k": pa.array(batch["k"], pa.int64()),
+            "tag": pa.array(batch["tag"], pa.string()),
+        }
+    )
+
+
+def pieces(rng: random.Random, table: pa.Table, first: pb.AppendRequest) -> list[pb.AppendRequest]:
+    """``table`` as AppendStream messages cut at random rows (empty pieces among them)."""
+    cuts = sorted(rng.sample(range(table.num_rows + 1), min(6, table.num_rows + 1)))
+    bounds = [0, *cuts, table.num_rows]
+    out = []
+    for i, (a, b) in enumerate(itertools.pairwise(bounds)):
+        m = pb.AppendRequest()
+        if i == 0:
+            m.CopyFrom(first)
+            m.rows = table.num_rows
+        m.arrow_ipc = _arrow_ipc(table.slice(a, b - a))
+        out.append(m)
+    return out
+
+
+def send(target: str, messages: Iterator[pb.AppendRequest] | list[pb.AppendRequest]) -> Any:
+    with grpc.insecure_channel(target) as ch:
+        return pb_grpc.WindowServiceStub(ch).AppendStream(iter(messages), timeout=60)
+
+
+def refused(target: str, messages: Any) -> Any:
+    with pytest.raises(grpc.RpcError) as e:
+        send(target, messages)
+    return from_rpc_error(e.value, target)
+
+
+def state(c: WindowClient, stream: str) -> dict[str, Any]:
+    return {w.spec.name: c.query(stream, w.spec.name).values for w in c.list_windows(stream)}
+
+
+def test_pieces_equal_one_append(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(2210)
+    sent = []
+    real_iter = calls.Pieces.__iter__
+
+    def counting(self: calls.Pieces) -> Iterator[pb.AppendRequest]:
+        for m in real_iter(self):
+            sent.append(m)
+            yield m
+
+    monkeypatch.setattr(calls, "STREAM_BYTES", 20_000)
+    monkeypatch.setattr(calls, "PIECE_BYTES", 5_000)
+    monkeypatch.setattr(calls.Pieces, "__iter__", counting)
+    with LocalServer(tmp_path / "d") as srv, srv.client() as c:
+        for s in ("unary", "sdk", "raw"):
+            make_stream(c, s)
+            for name, policy, _pred, storage in WINDOWS:
+                c.create_window(WindowSpec(s, name, AGGS, policy, "AMTA", storage))
+        t = 0
+        for b in range(6):
+            batch, t = random_batch(rng, t, rng.choice((1, 40, 900, 2500)))
+            table = table_of(batch)
+            want = c.append("unary", batch, results="per_row", arrow=True)
+            del sent[:]
+            got = c.append("sdk", table, results="per_row", arrow=True)
+            assert (len(sent) > 1) == (len(_arrow_ipc(table)) > 20_000), b
+            first = pb.AppendRequest(stream="raw", results=pb.PER_ROW, arrow_results=True)
+            raw = send(srv.target, pieces(rng, table, first))
+            assert got.rows_applied == want.rows_applied == raw.rows_applied == table.num_rows
+            assert {r.window for r in raw.row_results} == set(want.row_tables)
+            for r in raw.row_results:
+                mine = pa.ipc.open_stream(pa.py_buffer(r.arrow_ipc)).read_all()
+                assert flatten(mine) == flatten(want.row_tables[r.window]), (b, r.window)
+            for name, tab in want.row_tables.items():
+                assert flatten(got.row_tables[name]) == flatten(tab), (b, name)
+            assert state(c, "sdk") == state(c, "unary") == state(c, "raw"), b
+
+
+def test_a_keyed_stream_in_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(calls, "STREAM_BYTES", 10_000)
+    monkeypatch.setattr(calls, "PIECE_BYTES", 3_000)
+    rng = random.Random(7)
+    with LocalServer(tmp_path / "d") as srv, srv.client() as c:
+        fields = (Field("x", "DOUBLE"), Field("k", "INT64"), Field("tag", "STRING"))
+        for s in ("a", "b"):
+            c.create_stream(StreamSpec(s, fields, wall_clock=False, key="tag"))
+            c.create_window(WindowSpec(s, "w", AGGS[:6], Policy.count(50)))
+        batch, _ = random_batch(rng, 0, 3000)
+        c.append("a", batch)
+        got = c.append("b", table_of(batch))
+        assert got.rows_applied == 3000
+        keys = [k.key for k in c.list_keys("a").keys]
+        assert keys == [k.key for k in c.list_keys("b").keys] and keys
+        for key in keys:
+            assert c.query("a", "w", key=key).values == c.query("b", "w", key=key).values
+
+
+def test_wrong_pieces_are_refused_and_change_nothing(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    with LocalServer(tmp_path / "d", "--max-batch-rows", "5000") as srv, srv.client() as c:
+        make_stream(c, "s")
+        for name, policy, _pred, storage in WINDOWS:
+            c.create_window(WindowSpec("s", name, AGGS, policy, "AMTA", storage))
+        batch, t = random_batch(rng, 0, 200)
+        c.append("s", batch)
+        before = state(c, "s")
+        nxt, _ = random_batch(rng, t, 3000)
+        good = table_of(nxt)
+        head = pb.AppendRequest(stream="s")
+
+        def check(messages: Any, reason: str, words: str) -> None:
+            e = refused(srv.target, messages)
+            assert e.reason == reason, (e.reason, str(e))
+            assert words in str(e), str(e)
+            assert state(c, "s") == before
+
+        # a later piece of another schema
+        ms = pieces(rng, good, head)
+        ms[-1].arrow_ipc = _arrow_ipc(good.drop_columns(["tag"]).slice(0, 5))
+        check(ms, "SCHEMA_MISMATCH", "first piece's schema")
+        # a later piece that is not Arrow
+        ms = pieces(rng, good, head)
+        ms[-1].arrow_ipc = b"\x00junk" * 10
+        check(ms, "BAD_ARROW", "Arrow IPC")
+        # more rows than the first message told
+        ms = pieces(rng, good, head)
+        ms[0].rows = 100
+        check(ms, "INVALID_ARGUMENT", "it told 100")
+        # more rows than the server takes in one batch, told or not
+        big = pa.concat_tables([good, good])
+        check(pieces(rng, big, head), "BATCH_TOO_LARGE", "limit of 5000")
+        # rows not told, or fewer rows than told: a stream cut short
+        ms = pieces(rng, good, head)
+        ms[0].ClearField("rows")
+        check(ms, "INVALID_ARGUMENT", "it told 0")
+        ms = pieces(rng, good, head)
+        check(ms[:-1], "INVALID_ARGUMENT", "nothing was applied")
+        e = refused(srv.target, iter([pb.AppendRequest(stream="s", rows=6000)]))
+        assert e.reason == "BATCH_TOO_LARGE"
+        # a later message with more than rows
+        ms = pieces(rng, good, head)
+        ms[-1].producer_id = "p"
+        check(ms, "INVALID_ARGUMENT", "producer_id")
+        # protobuf columns, no message at all
+        cols = calls.append_request("s", nxt, c.schema("s"), None, None, "none", ()).columns
+        check([pb.AppendRequest(stream="s", columns=cols)], "INVALID_ARGUMENT", "columns")
+        check([], "INVALID_ARGUMENT", "no message")
+        # a null in a number column of a later piece: Append's own refusal
+        holed = good.set_column(1, "x", pa.array([None, *good["x"].to_pylist()[1:]], pa.float64()))
+        ms = [*pieces(rng, holed.slice(0, 0), head), pb.AppendRequest(arrow_ipc=_arrow_ipc(holed))]
+        ms[0].rows = len(holed)
+        e = refused(srv.target, ms)
+        unary = calls.append_request("s", holed, None, None, None, "none", ())
+        with pytest.raises(Exception) as u:
+            c._run(calls.Call("Append", unary, lambda m: m, False, "s"), None)
+        assert e.reason == getattr(u.value, "reason", None) and state(c, "s") == before
+        # an unknown stream, before any piece is read
+        e = refused(srv.target, pieces(rng, good, pb.AppendRequest(stream="nope")))
+        assert e.reason == "STREAM_NOT_FOUND"
+
+        # a client that gives up midway: nothing applied
+        def stalls() -> Iterator[pb.AppendRequest]:
+            ms = pieces(rng, good, head)
+            yield ms[0]
+            raise RuntimeError("the producer died")
+
+        with pytest.raises(grpc.RpcError):
+            send(srv.target, stalls())
+        assert state(c, "s") == before
+        # and the whole batch, once: a resend with its key is a duplicate
+        keyed = pb.AppendRequest(stream="s", producer_id="p", sequence=1)
+        first = send(srv.target, pieces(rng, good, keyed))
+        again = send(srv.target, pieces(rng, good, keyed))
+        assert first.rows_applied == 3000 and not first.duplicate and again.duplicate
+        assert srv.health() == "SERVING"

@@ -212,3 +212,29 @@ def test_wrong_pieces_are_refused_and_change_nothing(tmp_path: Path) -> None:
         again = send(srv.target, pieces(rng, good, keyed))
         assert first.rows_applied == 3000 and not first.duplicate and again.duplicate
         assert srv.health() == "SERVING"
+
+
+def test_the_asyncio_client_sends_pieces_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from mtawindows.client import AsyncWindowClient
+
+    monkeypatch.setattr(calls, "STREAM_BYTES", 10_000)
+    monkeypatch.setattr(calls, "PIECE_BYTES", 3_000)
+    rng = random.Random(5)
+    batch, _ = random_batch(rng, 0, 2000)
+    with LocalServer(tmp_path / "d") as srv, srv.client() as c:
+        for s in ("a", "b"):
+            make_stream(c, s)
+            c.create_window(WindowSpec(s, "w", AGGS, Policy.count(300)))
+        c.append("a", batch)
+
+        async def go() -> Any:
+            async with AsyncWindowClient(srv.target) as ac:
+                return await ac.append("b", table_of(batch), producer_id="p", sequence=1)
+
+        got = asyncio.run(go())
+        assert got.rows_applied == 2000 and not got.duplicate
+        assert state(c, "a") == state(c, "b")

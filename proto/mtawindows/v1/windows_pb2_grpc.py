@@ -276,9 +276,9 @@ class WindowServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def AppendStream(self, request_iterator, context):
-        """Append for a batch sent in pieces (gRPC client streaming): one batch, applied as Append
-        applies it (atomically, idempotent with producer_id and sequence, the same reply) when
-        the client half-closes. The first message is the AppendRequest of the batch with its
+        """Append for a batch sent in pieces (gRPC client streaming). Returns what Append returns:
+        one batch, applied as Append applies it (atomically, the same reply) when the client
+        half-closes. The first message is the AppendRequest of the batch with its
         first rows as arrow_ipc and `rows`, the batch's rows in all; each later message
         holds only arrow_ipc, the next rows, as an Arrow IPC stream of the same schema. A unary
         request is held about three times over while gRPC hands it to the server; pieces are
@@ -289,6 +289,7 @@ class WindowServiceServicer:
         a stream cut short applies nothing),
         SCHEMA_MISMATCH (a piece's schema differs from the first's); DEADLINE_EXCEEDED
         (no piece for a minute). A call that fails or is cancelled before it ends applies nothing.
+        Idempotent only with a producer_id and sequence (in the first message).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -52,6 +52,8 @@ class Reorder:
             # an earlier row's: a dropped row is older than that, so it never raises it)
             if not len(ts):
                 return None, 0
+            if (high is None or ts[0] >= high) and not (ts[1:] < ts[:-1]).any():
+                return None, 0  # in order, the common case: no batch-long temporaries
             before = np.empty_like(ts)
             before[1:] = np.maximum.accumulate(ts)[:-1]
             before[0] = ts[0] if high is None else high

@@ -28,20 +28,23 @@ from . import decode
 __all__ = ["IDLE", "Assembly", "later_piece"]
 
 IDLE = 60.0  # seconds an AppendStream may wait for its next piece
+PIECES_MESSAGES = 4  # an AppendStream's pieces hold at most this many messages' bytes in all
 
 
 class Assembly:
     """The batch of an AppendStream, piece by piece: :meth:`add` each piece's Arrow bytes,
     then :meth:`table`. ``max_rows``: the server's limit per batch; ``told``: the rows the
-    first message announced."""
+    first message announced; ``max_bytes``: the most the pieces' Arrow bytes may add up to."""
 
-    def __init__(self, max_rows: int, told: int) -> None:
+    def __init__(self, max_rows: int, told: int, max_bytes: int) -> None:
         if told < 0:
             raise invalid("rows", f"expected the batch's rows (0 or more), got {told}")
         if told > max_rows:
             raise batch_too_large(told, max_rows)
         self.max_rows = max_rows
         self.told = told
+        self.max_bytes = max_bytes
+        self.bytes = 0
         self.rows = 0
         self.pieces = 0
         self.schema: pa.Schema | None = None
@@ -56,6 +59,16 @@ class Assembly:
         self.pieces += 1
         if not payload:
             return
+        self.bytes += len(payload)
+        if self.bytes > self.max_bytes:  # text columns: rows alone do not bound the bytes
+            raise ServiceError(
+                "RESOURCE_EXHAUSTED",
+                Reason.MESSAGE_TOO_LARGE,
+                f"the AppendStream's pieces hold {self.bytes} bytes so far, over the server's "
+                f"limit of {self.max_bytes} bytes for one batch in pieces ({PIECES_MESSAGES} "
+                "times --max-message-mb): send fewer rows per batch",
+                metadata={"limit_bytes": str(self.max_bytes), "size_bytes": str(self.bytes)},
+            )
         table = decode.arrow_table(payload, self.max_rows)
         n = table.num_rows
         total = self.rows + n

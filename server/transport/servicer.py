@@ -50,7 +50,7 @@ from ..storage.protocol import StoreError
 from . import decode, status
 from .forward import Forwarder, forwarding
 from .metrics import Metrics
-from .pieces import IDLE, Assembly, later_piece
+from .pieces import IDLE, PIECES_MESSAGES, Assembly, later_piece
 from .wire import RowResultsPart, with_row_results
 
 __all__ = ["NEEDS_STORE", "WindowServicer", "add_servicer"]
@@ -444,7 +444,9 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             )
         await self.data_stream(first.stream)
         limits = self.registry.limits
-        batch = Assembly(limits.max_batch_rows, first.rows)
+        batch = Assembly(
+            limits.max_batch_rows, first.rows, PIECES_MESSAGES * limits.max_message_bytes
+        )
         batch.add(payload)
         index = 1
         while True:

@@ -214,6 +214,33 @@ def test_wrong_pieces_are_refused_and_change_nothing(tmp_path: Path) -> None:
         assert srv.health() == "SERVING"
 
 
+def test_the_pieces_bytes_are_bounded_too(tmp_path: Path) -> None:
+    """Text columns: rows alone do not bound a batch's bytes; the pieces in all may hold four
+    messages' worth (MESSAGE_TOO_LARGE past it, nothing applied)."""
+
+    def fat(t0: int) -> pa.Table:
+        n = 10
+        return table_of(
+            {"ts": list(range(t0, t0 + n)), "x": [1.0] * n, "k": [1] * n, "tag": ["t" * 60_000] * n}
+        )
+
+    with LocalServer(tmp_path / "d", "--max-message-mb", "1") as srv, srv.client() as c:
+        make_stream(c, "s")
+        c.create_window(WindowSpec("s", "w", AGGS, Policy.count(10)))
+        c.append("s", {"ts": [0], "x": [1.0], "k": [1], "tag": ["a"]})
+        before = state(c, "s")
+        ms = [pb.AppendRequest(stream="s", rows=80, arrow_ipc=_arrow_ipc(fat(1)))]
+        ms += [pb.AppendRequest(arrow_ipc=_arrow_ipc(fat(1 + 10 * i))) for i in range(1, 8)]
+        e = refused(srv.target, ms)
+        assert e.reason == "MESSAGE_TOO_LARGE", str(e)
+        assert e.metadata["limit_bytes"] == str(4 << 20), e.metadata
+        assert state(c, "s") == before
+        ok = ms[:3]  # under four messages' worth: taken
+        ok[0].rows = 30
+        assert send(srv.target, ok).rows_applied == 30
+        assert state(c, "s") != before
+
+
 def test_the_asyncio_client_sends_pieces_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -288,7 +288,10 @@ class WindowServiceServicer:
         columns; a later message with other fields than arrow_ipc; other rows than `rows` told:
         a stream cut short applies nothing),
         SCHEMA_MISMATCH (a piece's schema differs from the first's); DEADLINE_EXCEEDED
-        (no piece for a minute). A call that fails or is cancelled before it ends applies nothing.
+        (no piece for a minute); RESOURCE_EXHAUSTED BATCH_TOO_LARGE (more rows than
+        --max-batch-rows), MESSAGE_TOO_LARGE (a piece over the message limit, or the pieces'
+        Arrow bytes over four times it in all). A call that fails or is cancelled before it ends
+        applies nothing.
         Idempotent only with a producer_id and sequence (in the first message).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

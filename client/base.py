@@ -39,6 +39,10 @@ FORWARD = ((relay.FORWARD, "1"),)  # asks a member to forward the call to the ow
 MIN_PATIENCE = 1.0  # seconds an idempotent try waits before the map is looked at (at least)
 
 
+def _same(m: Any) -> Any:
+    return m
+
+
 class ClientBase:
     """``target``: the seeds, ``host:port``, ``"a:1,b:2"`` or a list of those; ``token`` a
     bearer token; ``timeout`` the default deadline per try in seconds; ``retries`` and
@@ -160,12 +164,19 @@ class ClientBase:
         with ``future`` the blocking stub's future; ``forward``: with the header that asks the
         server to forward the call to the stream's owner. A request over
         ``max_message_bytes`` raises before it is sent."""
-        self._check_size(call)
-        send = getattr(self._stub(address), call.method)
+        method, request = call.method, call.request
+        if isinstance(request, calls.Pieces):
+            if forward:  # a member relays unary calls only: the batch goes whole, as Append
+                method, request = "Append", request.request
+            else:
+                request = iter(request)
+        self._check_size(
+            call if method == call.method else calls.Call(method, request, _same, False)
+        )
+        send = getattr(self._stub(address), method)
         if future:
             send = send.future
         metadata = self.metadata + FORWARD if forward else self.metadata
-        request = iter(call.request) if isinstance(call.request, calls.Pieces) else call.request
         return send(request, timeout=timeout or self.timeout, metadata=metadata)
 
     def _watched(self, course: calls.Course | None) -> bool:

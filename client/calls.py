@@ -213,11 +213,14 @@ class Pieces:
     """The messages of an AppendStream for the Arrow batch of ``request``: the first is the
     request with the first rows (and ``rows``, the batch's rows in all), each later one only
     the next rows' ``arrow_ipc``, about ``piece_bytes`` each. Iterable again for each try;
-    a piece is encoded when gRPC asks for it."""
+    a piece is encoded when gRPC asks for it. A try relayed through another member (the
+    owner cut off from this client) sends ``request`` whole as an Append instead: members
+    relay unary calls only."""
 
     def __init__(self, request: pb.AppendRequest, piece_bytes: int) -> None:
         import pyarrow as pa
 
+        self.request = request  # whole: what a relay through another member sends (Append)
         self.table = pa.ipc.open_stream(pa.py_buffer(request.arrow_ipc)).read_all()
         self.head = pb.AppendRequest()
         self.head.CopyFrom(request)
@@ -513,7 +516,8 @@ class Course:
         self.chain: list[str] = []  # addresses since the last pause (redirects followed)
         self.path: list[str] = []  # every address tried, for the loop's error
         self.lookup = False  # ask the map for this stream's owner before the next try
-        self.relay = call.method in FORWARDABLE  # may go through a member to its owner
+        # may go through a member to its owner (an AppendStream's batch then goes whole)
+        self.relay = call.method in FORWARDABLE or isinstance(call.request, Pieces)
         self.forward = False  # the last try asks its server to forward it (a relay)
         self.aim = ""  # the server the last try means to reach (the owner behind a relay)
         self.last = ""  # where the last try went

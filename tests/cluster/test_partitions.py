@@ -56,6 +56,7 @@ from mtawindows.client import (
     StreamSpec,
     WindowClient,
     WindowSpec,
+    calls,
 )
 from mtawindows.client.calls import append_request
 from mtawindows.server.storage import EmbeddedRedis
@@ -313,6 +314,38 @@ def test_a_client_cut_off_from_the_owner_reaches_it_through_another_member(
         assert cluster.owner(name) is a  # it never moved
         with cluster.client() as c:
             check_exactly_once(c, [name], log)
+
+
+def test_a_large_arrow_batch_reaches_an_owner_cut_off_from_its_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An Arrow batch the SDK sends as AppendStream pieces, from a client cut off from the
+    stream's owner (its proxy silent): members relay unary calls only, so the try through
+    another member sends the batch whole, as an Append; it is applied once, per-row results
+    and all."""
+    monkeypatch.setattr(calls, "STREAM_BYTES", 2_000)
+    monkeypatch.setattr(calls, "PIECE_BYTES", 500)
+    with LocalCluster(3, "--lease-ms", str(LEASE_MS), data_dir=tmp_path / "c") as cluster:
+        a = cluster.servers[0]
+        name = placed_on(a.target, cluster.targets, "big")
+        with cluster.client() as c:
+            make(c, name)
+        rows = pa.table({"ts": pa.array(range(1, 401), pa.int64()), "x": [1.0] * 400})
+        with FaultProxy(a.target) as proxy:
+            seeds = ",".join(s.target for s in cluster.servers[1:])
+            with WindowClient(seeds, address_map={a.target: proxy.address}, timeout=5) as client:
+                got = client.append(name, rows[:200], producer_id="p", sequence=1)  # pieces, to A
+                assert got.rows_applied == 200
+                proxy.blackhole()
+                res = client.append(
+                    name, rows[200:], producer_id="p", sequence=2, results="per_row", arrow=True
+                )
+                proxy.heal()
+        assert res.rows_applied == 200 and not res.duplicate
+        assert res.row_tables["n"].column("n").to_pylist() == list(range(201, 401))
+        assert cluster.owner(name) is a
+        with cluster.client() as c:
+            assert c.query(name, "n").values["n"] == 400
 
 
 # --------------------------------------------------------------------------- forwarding's contract

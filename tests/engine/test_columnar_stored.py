@@ -480,6 +480,7 @@ def test_the_slices_where_the_window_starts_are_read_ahead(redis_url: str) -> No
     mem = ColumnarWindow(m, policy, slice_rows=64)
     try:
         for cols in _sliding(30, 5):
+            w.store.sync()  # the read ahead of the batch before done (not a race with it)
             a = w.apply(cols, per_row=True)
             b = mem.apply(cols, per_row=True)
             assert a.rows is not None and b.rows is not None and a.rows.equals(b.rows)

@@ -180,7 +180,7 @@ def append_request(
             f"got results={results!r}"
         )
         raise ValueError(msg)
-    columns, ipc, _ = encode_rows(rows, schema)
+    columns, ipc, _ = encode_rows(_arrow_if_large(rows), schema)
     return pb.AppendRequest(
         stream=stream,
         columns=columns,
@@ -206,6 +206,25 @@ def append(request: pb.AppendRequest) -> Call[pb.AppendResponse, AppendResult]:
 
 
 STREAM_BYTES = 4 << 20  # an Arrow batch larger than this goes as AppendStream pieces
+
+
+def _arrow_if_large(rows: Rows) -> Rows:
+    """A pandas DataFrame of more than :data:`STREAM_BYTES` as a pyarrow Table (sent as
+    AppendStream pieces, as an Arrow batch that large is); as it is when Arrow cannot take
+    it (mixed object columns: protobuf columns then, as for a small one)."""
+    usage = getattr(rows, "memory_usage", None)
+    if usage is None or not hasattr(rows, "columns") or hasattr(rows, "schema"):
+        return rows
+    try:
+        if int(usage(index=False, deep=True).sum()) <= STREAM_BYTES:
+            return rows
+        import pyarrow as pa
+
+        return pa.Table.from_pandas(rows, preserve_index=False)
+    except (TypeError, ValueError, ImportError):  # pyarrow's ArrowInvalid is a ValueError
+        return rows
+
+
 PIECE_BYTES = 1 << 18  # of about this many bytes each (gRPC holds each about three times)
 
 
@@ -232,10 +251,13 @@ class Pieces:
 
     def __iter__(self) -> Iterator[pb.AppendRequest]:
         n = self.table.num_rows
-        for i, at in enumerate(range(0, max(n, 1), self.per)):
+        starts = range(0, max(n, 1), self.per)
+        for i, at in enumerate(starts):
             piece = pb.AppendRequest()
             if i == 0:
                 piece.CopyFrom(self.head)
+            elif i == len(starts) - 1:
+                piece.rows = n  # the end mark: a stream cut before it applies nothing
             piece.arrow_ipc = _arrow_ipc(self.table.slice(at, self.per))
             yield piece
 

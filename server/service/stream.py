@@ -245,6 +245,14 @@ class Stream:
             self._apply(batch, nonblocking=False)
             return self._finish(batch)
 
+    def inline_arrays_ok(self) -> bool:
+        """Whether a small Arrow batch may be tried on the event loop: the stream takes it as
+        arrays (every window columnar: each applies the batch in one vectorized step, and
+        defers it when it would read a slice from Redis), no journal, nothing reloading."""
+        if self.journal is not None or self.stale or not self.takes_arrays:
+            return False
+        return all(w.inline_ok for w in self.windows.values())
+
     def inline_ok(self, n_rows: int, mode: str) -> bool:
         """Whether a batch may be tried on the event loop: small, no reorder buffer, no window
         that journals (a Redis round trip per batch) or is reloading, and either one row or

@@ -237,14 +237,16 @@ def columns_of(
     caller on the handler's task: a worker thread does not see :data:`ARROW`)."""
     if payload is None:
         payload = arrow_payload(request)  # read once: the field's every read is a copy
-    if payload and request.columns:
+    # Arrow when given: bytes (none: b""), or a table already read (of 0 rows, too)
+    arrow = hasattr(payload, "num_rows") or bool(payload)
+    if arrow and request.columns:
         raise ServiceError(
             "INVALID_ARGUMENT",
             Reason.AMBIGUOUS_BATCH,
             "give the rows either as columns or as arrow_ipc, not both",
             [("arrow_ipc", "set together with columns")],
         )
-    if payload:
+    if arrow:
         return arrow_columns(payload, max_rows, arrays=arrays, key_bytes=key_bytes)
     out: Columns = {}
     for i, col in enumerate(request.columns):
@@ -299,11 +301,16 @@ def arrow_table(payload: Any, max_rows: int) -> Any:
             raise batch_too_large(payload.num_rows, max_rows)
         return payload
     try:
-        reader = pa.ipc.open_stream(pa.py_buffer(payload))
+        buffer = pa.py_buffer(payload)
+        source = pa.BufferReader(buffer)
+        reader = pa.ipc.open_stream(source)
         _check_arrow_names(reader.schema.names)
         table = reader.read_all()
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as ex:
         raise bad_arrow(ex) from None
+    extra = buffer.size - source.tell()
+    if extra:  # a second stream, or junk, after the end: not one Arrow IPC stream
+        raise bad_arrow(ValueError(f"{extra} bytes after the end of the stream"))
     if table.num_rows > max_rows:
         raise batch_too_large(table.num_rows, max_rows)
     return table

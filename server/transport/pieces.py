@@ -90,7 +90,7 @@ class Assembly:
                     self._fill[j] = 0
                 else:
                     self._arrays[j] = []
-        elif not table.schema.equals(self.schema):
+        elif _fields(table.schema) != _fields(self.schema):  # nullable or not: the same
             raise ServiceError(
                 "INVALID_ARGUMENT",
                 Reason.SCHEMA_MISMATCH,
@@ -126,16 +126,25 @@ class Assembly:
         data = self._bytes[j][: n * self._width[j]]
         return pa.Array.from_buffers(self.schema.field(j).type, n, [None, pa.py_buffer(data)])
 
-    def table(self) -> pa.Table | None:
-        """The batch (None: no piece held a row or a schema), once the client half-closed:
-        refused unless the pieces held the rows told. A cancelled call's stream of messages
-        ends as a whole one does (gRPC tells the handler no difference); the count tells a
-        whole batch from a cut one, so a batch cut short is never applied."""
+    def table(self, marked: bool) -> pa.Table | None:
+        """The batch (None: no piece held a row or a schema), once the messages ended:
+        refused unless the pieces held the rows told and the stream was ``marked`` ended (its
+        last message repeats ``rows``; a stream of one message needs no mark). A cancelled
+        call's, or a dead client's, messages end as a whole stream's do (gRPC tells the
+        handler no difference): the count and the mark tell a whole batch from a cut one, so
+        a batch cut short is never applied."""
         if self.rows != self.told:
             raise invalid(
                 "rows",
                 f"the AppendStream ended after {self.rows} of the {self.told} rows its first "
                 "message told (cancelled, or its producer stopped): nothing was applied",
+            )
+        if not marked:
+            raise invalid(
+                "rows",
+                f"the AppendStream's {self.pieces} messages ended without its end mark (the "
+                "last message repeats rows): cancelled, or its producer stopped before the "
+                "end; nothing was applied",
             )
         if self.schema is None:
             return None
@@ -148,15 +157,25 @@ class Assembly:
         return pa.Table.from_arrays(cols, schema=self.schema)
 
 
-def later_piece(message: Any, index: int) -> None:
-    """A message after the first holds only its rows (arrow_ipc): refuse any other field."""
-    given = [fd.name for fd, _ in message.ListFields()]
+def later_piece(message: Any, index: int, told: int) -> bool:
+    """A message after the first holds only its rows (arrow_ipc), and the last one repeats
+    ``rows`` (the end mark: whether this is it); refuse any other field."""
+    given = [fd.name for fd, _ in message.ListFields() if fd.name != "rows"]
     if given:
         raise invalid(
             given[0],
-            f"message {index} of an AppendStream holds only arrow_ipc (the next rows); "
-            f"the first message says the rest, got {', '.join(given)}",
+            f"message {index} of an AppendStream holds only arrow_ipc (the next rows) and, "
+            f"the last one, rows; the first message says the rest, got {', '.join(given)}",
         )
+    if not message.rows:  # (a batch of 0 rows needs no mark: nothing to apply)
+        return False
+    if message.rows != told:
+        raise invalid(
+            "rows",
+            f"message {index} of an AppendStream marks its end with rows {message.rows}; "
+            f"expected the {told} rows its first message told",
+        )
+    return True
 
 
 def _byte_width(t: pa.DataType) -> int:
@@ -164,6 +183,10 @@ def _byte_width(t: pa.DataType) -> int:
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_timestamp(t):
         return int(t.bit_width) // 8
     return 0
+
+
+def _fields(schema: pa.Schema) -> list[tuple[str, pa.DataType]]:
+    return [(f.name, f.type) for f in schema]
 
 
 def _names(schema: pa.Schema) -> str:

@@ -78,6 +78,9 @@ NEEDS_STORE = frozenset(
 )
 # the calls about one stream: a cut-off member (Ownership.isolated) refuses them at once
 STREAM_CALLS = FORWARDABLE | {"Subscribe", "AppendStream"}
+# an Arrow batch of at most this many rows into a stream of columnar windows runs on the
+# event loop (Stream.inline_arrays_ok): a few milliseconds at most
+INLINE_ARROW_ROWS = 16_384
 MAX_OWNER_LOOKUPS = 1000  # streams one GetClusterMap may ask about
 
 
@@ -427,7 +430,20 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
                 except Deferred as d:
                     self.metrics.deferred.labels(stream.spec.name).inc()
                     return await self.run(self._resume, stream, d.batch, request.arrow_results)
-            return await self.run(self._append, stream, request, mode, decode.ARROW.get())
+            payload = decode.ARROW.get()
+            if payload and stream.inline_arrays_ok() and not request.columns:
+                # an Arrow batch into columnar windows only: read here (no copy), and a
+                # small one applied here as a small batch is (each window one vectorized
+                # step, a millisecond or so; the hop to a worker thread and back cost about
+                # as much), unless a window would wait for Redis
+                payload = decode.arrow_table(payload, self.registry.limits.max_batch_rows)
+                if payload.num_rows <= INLINE_ARROW_ROWS:
+                    try:
+                        return self._append(stream, request, mode, payload, nonblocking=True)
+                    except Deferred as d:
+                        self.metrics.deferred.labels(stream.spec.name).inc()
+                        return await self.run(self._resume, stream, d.batch, request.arrow_results)
+            return await self.run(self._append, stream, request, mode, payload)
 
     async def append_pieces(
         self, first: pb.AppendRequest, payload: Any, rest: AsyncIterator[Any], context: Any
@@ -449,6 +465,7 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         )
         batch.add(payload)
         index = 1
+        marked = False  # the last message repeats rows (a stream of one needs no mark)
         while True:
             try:
                 piece = await asyncio.wait_for(anext(rest), IDLE)
@@ -464,14 +481,21 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
             index += 1
             if isinstance(piece, decode.Malformed | ServiceError):
                 raise piece
+            if marked:
+                raise invalid(
+                    "rows",
+                    f"message {index} of an AppendStream came after its end mark (the "
+                    "message that repeats rows): the end mark is the last message",
+                )
             message, data = (
                 (piece.message, piece.payload)
                 if isinstance(piece, decode.Carried)
                 else (piece, b"")
             )
-            later_piece(message, index)
+            marked = later_piece(message, index, first.rows)
             batch.add(data)
-        table = batch.table()  # refused unless every row told came
+        # refused unless every row told came and the stream was marked ended
+        table = batch.table(marked or index == 1 or first.rows == 0)
         if context.cancelled():
             raise asyncio.CancelledError
         mode = decode.result_mode(first)

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pytest
 
 from mtawindows.client import Field, Policy, StreamSpec, WindowClient, WindowSpec, calls
-from mtawindows.client.errors import from_rpc_error
+from mtawindows.client.errors import MtaWindowsError, from_rpc_error
 from mtawindows.client.rows import _arrow_ipc
 from mtawindows.testing import LocalServer
 from mtawindows.v1 import windows_pb2 as pb
@@ -59,6 +59,8 @@ def pieces(rng: random.Random, table: pa.Table, first: pb.AppendRequest) -> list
             m.rows = table.num_rows
         m.arrow_ipc = _arrow_ipc(table.slice(a, b - a))
         out.append(m)
+    if len(out) > 1:
+        out[-1].rows = table.num_rows  # the end mark
     return out
 
 
@@ -187,7 +189,7 @@ def test_wrong_pieces_are_refused_and_change_nothing(tmp_path: Path) -> None:
         # a null in a number column of a later piece: Append's own refusal
         holed = good.set_column(1, "x", pa.array([None, *good["x"].to_pylist()[1:]], pa.float64()))
         ms = [*pieces(rng, holed.slice(0, 0), head), pb.AppendRequest(arrow_ipc=_arrow_ipc(holed))]
-        ms[0].rows = len(holed)
+        ms[0].rows = ms[-1].rows = len(holed)
         e = refused(srv.target, ms)
         unary = calls.append_request("s", holed, None, None, None, "none", ())
         with pytest.raises(Exception) as u:
@@ -206,12 +208,89 @@ def test_wrong_pieces_are_refused_and_change_nothing(tmp_path: Path) -> None:
         with pytest.raises(grpc.RpcError):
             send(srv.target, stalls())
         assert state(c, "s") == before
+        # every row, but no end mark: half-closed so, or the producer dead before the end
+        ms = pieces(rng, good, head)
+        ms[-1].ClearField("rows")
+        check(ms, "INVALID_ARGUMENT", "without its end mark")
+
+        def dies_before_the_mark() -> Iterator[pb.AppendRequest]:
+            yield from ms
+            raise RuntimeError("killed after its last rows, before the end mark")
+
+        with pytest.raises(grpc.RpcError):
+            send(srv.target, dies_before_the_mark())
+        assert state(c, "s") == before
+        # an end mark of other rows, a message after the end mark
+        ms = pieces(rng, good, head)
+        ms[-1].rows = 17
+        check(ms, "INVALID_ARGUMENT", "marks its end with rows 17")
+        ms = [*pieces(rng, good, head), pb.AppendRequest()]
+        check(ms, "INVALID_ARGUMENT", "after its end mark")
+        # bytes after the end of a piece's Arrow stream (a second stream, junk): not one stream
+        ms = pieces(rng, good, head)
+        ms[1].arrow_ipc += _arrow_ipc(good.slice(0, 3))
+        check(ms, "BAD_ARROW", "bytes after the end")
         # and the whole batch, once: a resend with its key is a duplicate
         keyed = pb.AppendRequest(stream="s", producer_id="p", sequence=1)
         first = send(srv.target, pieces(rng, good, keyed))
         again = send(srv.target, pieces(rng, good, keyed))
         assert first.rows_applied == 3000 and not first.duplicate and again.duplicate
         assert srv.health() == "SERVING"
+
+
+def test_edges_as_append_takes_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch of 0 rows (one message, or pieces) is acknowledged, as an Append of it is; a
+    piece whose columns differ from the first's only in being nullable is taken; bytes after
+    the end of a unary Append's Arrow stream are refused; a DataFrame of more than
+    STREAM_BYTES goes in pieces too."""
+    sent = []
+    real_iter = calls.Pieces.__iter__
+
+    def counting(self: calls.Pieces) -> Iterator[pb.AppendRequest]:
+        for m in real_iter(self):
+            sent.append(m)
+            yield m
+
+    monkeypatch.setattr(calls.Pieces, "__iter__", counting)
+    rng = random.Random(11)
+    with LocalServer(tmp_path / "d") as srv, srv.client() as c:
+        for s in ("s", "t"):
+            make_stream(c, s)
+            c.create_window(WindowSpec(s, "w", AGGS, Policy.count(100)))
+        batch, t = random_batch(rng, 0, 500)
+        table = table_of(batch)
+        empty = table.slice(0, 0)
+        assert c.append("s", empty).rows_applied == 0
+        one = pb.AppendRequest(stream="s", rows=0, arrow_ipc=_arrow_ipc(empty))
+        assert send(srv.target, [one]).rows_applied == 0
+        two = [one, pb.AppendRequest(arrow_ipc=_arrow_ipc(empty))]
+        assert send(srv.target, two).rows_applied == 0
+        # nullable or not, the same columns
+        strict = pa.schema([f.with_nullable(False) for f in table.schema])
+        ms = [
+            pb.AppendRequest(stream="s", rows=500, arrow_ipc=_arrow_ipc(table.slice(0, 300))),
+            pb.AppendRequest(rows=500, arrow_ipc=_arrow_ipc(table.slice(300).cast(strict))),
+        ]
+        assert send(srv.target, ms).rows_applied == 500
+        # a unary Append of two Arrow streams back to back: refused, nothing applied
+        before = state(c, "s")
+        doubled = pb.AppendRequest(
+            stream="s", arrow_ipc=_arrow_ipc(table_of(random_batch(rng, t, 5)[0])) * 2
+        )
+        with pytest.raises(MtaWindowsError) as e:
+            c._run(calls.Call("Append", doubled, lambda m: m, False, "s"), None)
+        assert e.value.reason == "BAD_ARROW" and "bytes after the end" in str(e.value)
+        assert state(c, "s") == before
+        # a DataFrame as large as an Arrow batch that goes in pieces goes in pieces
+        more, _ = random_batch(rng, t, 3000)
+        monkeypatch.setattr(calls, "STREAM_BYTES", 20_000)
+        monkeypatch.setattr(calls, "PIECE_BYTES", 5_000)
+        c.append("t", batch)
+        del sent[:]
+        got = c.append("t", table_of(more).to_pandas())
+        assert got.rows_applied == 3000 and len(sent) > 1
+        c.append("s", more)
+        assert state(c, "s") == state(c, "t")
 
 
 def test_the_pieces_bytes_are_bounded_too(tmp_path: Path) -> None:
@@ -236,7 +315,7 @@ def test_the_pieces_bytes_are_bounded_too(tmp_path: Path) -> None:
         assert e.metadata["limit_bytes"] == str(4 << 20), e.metadata
         assert state(c, "s") == before
         ok = ms[:3]  # under four messages' worth: taken
-        ok[0].rows = 30
+        ok[0].rows = ok[-1].rows = 30
         assert send(srv.target, ok).rows_applied == 30
         assert state(c, "s") != before
 

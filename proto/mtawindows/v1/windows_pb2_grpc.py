@@ -277,21 +277,21 @@ class WindowServiceServicer:
 
     def AppendStream(self, request_iterator, context):
         """Append for a batch sent in pieces (gRPC client streaming). Returns what Append returns:
-        one batch, applied as Append applies it (atomically, the same reply) when the client
-        half-closes. The first message is the AppendRequest of the batch with its
-        first rows as arrow_ipc and `rows`, the batch's rows in all; each later message
-        holds only arrow_ipc, the next rows, as an Arrow IPC stream of the same schema. A unary
-        request is held about three times over while gRPC hands it to the server; pieces are
-        not: a batch of any size up to --max-batch-rows costs about its own size in server
-        memory. The SDK sends Arrow batches larger than a few MB this way by itself.
+        one batch, applied as Append applies it (atomically, the same reply) once its last
+        message came. The first message is the AppendRequest of the batch with its first rows
+        as arrow_ipc and `rows`, the batch's rows in all; each later message holds only
+        arrow_ipc, the next rows, as an Arrow IPC stream of the same columns (names and types);
+        the last message also repeats `rows`: the end mark (one message alone needs none). A
+        unary request is held about three times over while gRPC hands it to the server; pieces
+        are not: a batch up to --max-batch-rows costs about twice its size in server memory.
+        The SDK sends Arrow batches (and DataFrames) larger than 4 MB this way by itself.
         Errors: those of Append, and INVALID_ARGUMENT INVALID_ARGUMENT (no message; protobuf
-        columns; a later message with other fields than arrow_ipc; other rows than `rows` told:
-        a stream cut short applies nothing),
-        SCHEMA_MISMATCH (a piece's schema differs from the first's); DEADLINE_EXCEEDED
-        (no piece for a minute); RESOURCE_EXHAUSTED BATCH_TOO_LARGE (more rows than
-        --max-batch-rows), MESSAGE_TOO_LARGE (a piece over the message limit, or the pieces'
-        Arrow bytes over four times it in all). A call that fails or is cancelled before it ends
-        applies nothing.
+        columns; a later message with other fields; other rows than `rows` told; no end mark; a
+        message after it), SCHEMA_MISMATCH (a piece's columns differ from the first's);
+        DEADLINE_EXCEEDED (no piece for a minute); RESOURCE_EXHAUSTED BATCH_TOO_LARGE (more
+        rows than --max-batch-rows), MESSAGE_TOO_LARGE (a piece over the message limit, or the
+        pieces' Arrow bytes over four times it in all). A stream cut before its end mark
+        (cancelled, its client dead) applies nothing.
         Idempotent only with a producer_id and sequence (in the first message).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

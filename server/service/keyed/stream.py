@@ -842,6 +842,9 @@ class KeyedStream:
     def inline_ok(self, n_rows: int, mode: str) -> bool:
         return False
 
+    def inline_arrays_ok(self) -> bool:
+        return False
+
     def decode(self, columns: Columns) -> tuple[int, list[list[Any]]]:
         return self.schema.decode(columns)
 

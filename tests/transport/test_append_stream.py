@@ -79,19 +79,27 @@ def state(c: WindowClient, stream: str) -> dict[str, Any]:
     return {w.spec.name: c.query(stream, w.spec.name).values for w in c.list_windows(stream)}
 
 
-def test_pieces_equal_one_append(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = random.Random(2210)
-    sent = []
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[pb.AppendRequest]:
+    """The AppendStream messages the SDK sends, as it sends them."""
+    out: list[pb.AppendRequest] = []
     real_iter = calls.Pieces.__iter__
 
     def counting(self: calls.Pieces) -> Iterator[pb.AppendRequest]:
         for m in real_iter(self):
-            sent.append(m)
+            out.append(m)
             yield m
 
+    monkeypatch.setattr(calls.Pieces, "__iter__", counting)
+    return out
+
+
+def test_pieces_equal_one_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sent: list[pb.AppendRequest]
+) -> None:
+    rng = random.Random(2210)
     monkeypatch.setattr(calls, "STREAM_BYTES", 20_000)
     monkeypatch.setattr(calls, "PIECE_BYTES", 5_000)
-    monkeypatch.setattr(calls.Pieces, "__iter__", counting)
     with LocalServer(tmp_path / "d") as srv, srv.client() as c:
         for s in ("unary", "sdk", "raw"):
             make_stream(c, s)
@@ -238,20 +246,13 @@ def test_wrong_pieces_are_refused_and_change_nothing(tmp_path: Path) -> None:
         assert srv.health() == "SERVING"
 
 
-def test_edges_as_append_takes_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_edges_as_append_takes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sent: list[pb.AppendRequest]
+) -> None:
     """A batch of 0 rows (one message, or pieces) is acknowledged, as an Append of it is; a
     piece whose columns differ from the first's only in being nullable is taken; bytes after
     the end of a unary Append's Arrow stream are refused; a DataFrame of more than
     STREAM_BYTES goes in pieces too."""
-    sent = []
-    real_iter = calls.Pieces.__iter__
-
-    def counting(self: calls.Pieces) -> Iterator[pb.AppendRequest]:
-        for m in real_iter(self):
-            sent.append(m)
-            yield m
-
-    monkeypatch.setattr(calls.Pieces, "__iter__", counting)
     rng = random.Random(11)
     with LocalServer(tmp_path / "d") as srv, srv.client() as c:
         for s in ("s", "t"):

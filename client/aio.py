@@ -25,6 +25,7 @@ import grpc
 
 from mtawindows.v1 import convert
 from mtawindows.v1 import windows_pb2 as pb
+from mtawindows.v1.keepalive import KEEPALIVE_MS
 from mtawindows.v1.types import (
     AppendResult,
     KeyInfo,
@@ -117,6 +118,7 @@ class AsyncWindowClient(ClientBase):
         refresh_interval: float = 30.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         address_map: Mapping[str, str] | None = None,
+        keepalive_ms: int = KEEPALIVE_MS,
     ) -> None:
         super().__init__(
             target,
@@ -127,6 +129,7 @@ class AsyncWindowClient(ClientBase):
             refresh_interval,
             max_message_bytes,
             address_map,
+            keepalive_ms,
         )
         self._creds = credentials(tls)
         first = self.seeds[0]
@@ -134,7 +137,9 @@ class AsyncWindowClient(ClientBase):
         self.stub = self._adopt(first, self.channel)  # the first seed's: raw calls
 
     def _open(self, address: str) -> grpc.aio.Channel:
-        return open_aio_channel(self._dial(address), self._creds, self.max_message_bytes)
+        return open_aio_channel(
+            self._dial(address), self._creds, self.max_message_bytes, self.keepalive_ms
+        )
 
     async def __aenter__(self) -> AsyncWindowClient:
         return self

@@ -17,12 +17,18 @@ import grpc
 from mtawindows.v1 import relay
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1 import windows_pb2_grpc as pb_grpc
+from mtawindows.v1.keepalive import KEEPALIVE_MS
 from mtawindows.v1.keys import DEFAULT_KEY_GROUPS, key_group
 from mtawindows.v1.reasons import Reason
 from mtawindows.v1.types import StreamInfo
 
 from . import calls
-from .channel import DEFAULT_MAX_MESSAGE_BYTES, auth_metadata, check_max_message_bytes
+from .channel import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    auth_metadata,
+    check_keepalive_ms,
+    check_max_message_bytes,
+)
 from .cluster_map import ClusterMap, Topology, seeds_of
 from .errors import (
     MessageTooLargeError,
@@ -64,8 +70,10 @@ class ClientBase:
         refresh_interval: float = 30.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         address_map: Mapping[str, str] | None = None,
+        keepalive_ms: int = KEEPALIVE_MS,
     ) -> None:
         self.metadata = auth_metadata(token)  # first: a bad token opens no channel
+        self.keepalive_ms = check_keepalive_ms(keepalive_ms)
         self.address_map = dict(address_map or {})
         self.max_message_bytes = check_max_message_bytes(max_message_bytes)
         self.seeds = seeds_of(target)

@@ -22,6 +22,7 @@ import grpc
 
 from mtawindows.v1 import convert
 from mtawindows.v1 import windows_pb2 as pb
+from mtawindows.v1.keepalive import KEEPALIVE_MS
 from mtawindows.v1.types import (
     AppendResult,
     KeyInfo,
@@ -129,7 +130,9 @@ class WindowClient(ClientBase):
     another member, which forwards the call (:mod:`.cluster_map`). An idempotent try that
     waits on a server looks at the map every half lease (from another member) and is given
     up once the map says the stream left that server. Every channel pings its server every
-    second: a silent connection fails its calls in about two seconds (:mod:`.channel`).
+    ``keepalive_ms`` (default 1,000): a silent connection fails its calls in about twice that
+    (:mod:`.channel`); on a link slower than a large request needs, raise it (the ping waits
+    behind the request's bytes: a 16 MB append over 2 MB/s needs more than 8,000).
     ``refresh_interval``: the cluster map's longest life in seconds. ``address_map``: where
     this client dials a member's advertised address, ``{"10.0.0.5:50051": "localhost:15051"}``
     (a tunnel, a NAT, a proxy); the map and the errors keep the advertised address.
@@ -151,6 +154,7 @@ class WindowClient(ClientBase):
         refresh_interval: float = 30.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         address_map: Mapping[str, str] | None = None,
+        keepalive_ms: int = KEEPALIVE_MS,
     ) -> None:
         super().__init__(
             target,
@@ -161,6 +165,7 @@ class WindowClient(ClientBase):
             refresh_interval,
             max_message_bytes,
             address_map,
+            keepalive_ms,
         )
         self._creds = credentials(tls)
         first = self.seeds[0]
@@ -169,7 +174,9 @@ class WindowClient(ClientBase):
         self._executor: ThreadPoolExecutor | None = None
 
     def _open(self, address: str) -> grpc.Channel:
-        return open_channel(self._dial(address), self._creds, self.max_message_bytes)
+        return open_channel(
+            self._dial(address), self._creds, self.max_message_bytes, self.keepalive_ms
+        )
 
     def __enter__(self) -> WindowClient:
         return self

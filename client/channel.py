@@ -20,9 +20,12 @@ DEFAULT_TARGET = "localhost:50051"
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # the server's default limit too
 
 
-def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
+def channel_options(
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, keepalive_ms: int = keepalive.KEEPALIVE_MS
+) -> list[tuple[str, int]]:
     """gRPC channel options: messages up to ``max_message_bytes`` both ways, the keepalive of
-    :func:`mtawindows.v1.keepalive.channel_options`, and reconnection paced for a server
+    :func:`mtawindows.v1.keepalive.channel_options` (a ping every ``keepalive_ms``, answered
+    within as long), and reconnection paced for a server
     that restarts: gRPC's own backoff (1 s, then growing to 120 s) would refuse calls
     ("failed to connect to all addresses") for seconds after the server is back, longer
     than the SDK's retries wait; here a lost connection is tried again every 0.1 s, growing
@@ -33,7 +36,7 @@ def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[
         ("grpc.initial_reconnect_backoff_ms", RECONNECT_MIN_MS),
         ("grpc.min_reconnect_backoff_ms", RECONNECT_MIN_MS),
         ("grpc.max_reconnect_backoff_ms", RECONNECT_MAX_MS),
-        *keepalive.channel_options(),
+        *keepalive.channel_options(keepalive_ms),
     ]
 
 
@@ -63,6 +66,16 @@ def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),)
 
 
+def check_keepalive_ms(value: int) -> int:
+    """``value`` if it is a keepalive interval the servers take (at least
+    :data:`~mtawindows.v1.keepalive.KEEPALIVE_MS`, at most a day); ValueError."""
+    low = keepalive.KEEPALIVE_MS
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 86_400_000:
+        msg = f"keepalive_ms: expected milliseconds {low}..86400000, got {value!r}"
+        raise ValueError(msg)
+    return value
+
+
 def check_max_message_bytes(value: int) -> int:
     """``value`` if it is a message limit gRPC takes (1 byte to 2 GiB - 1); ValueError."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**31:
@@ -75,26 +88,32 @@ def open_channel(
     target: str,
     creds: grpc.ChannelCredentials | None,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    keepalive_ms: int = keepalive.KEEPALIVE_MS,
 ) -> grpc.Channel:
     """A blocking channel to ``target``: TLS with ``creds``, plaintext without; messages up
-    to ``max_message_bytes`` both ways."""
-    return _open(grpc, target, creds, max_message_bytes)
+    to ``max_message_bytes`` both ways; a keepalive ping every ``keepalive_ms``."""
+    return _open(grpc, target, creds, max_message_bytes, keepalive_ms)
 
 
 def open_aio_channel(
     target: str,
     creds: grpc.ChannelCredentials | None,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    keepalive_ms: int = keepalive.KEEPALIVE_MS,
 ) -> grpc.aio.Channel:
     """The asyncio (grpc.aio) channel to ``target``: TLS with ``creds``, plaintext without;
-    messages up to ``max_message_bytes`` both ways."""
-    return _open(grpc.aio, target, creds, max_message_bytes)
+    messages up to ``max_message_bytes`` both ways; a keepalive ping every ``keepalive_ms``."""
+    return _open(grpc.aio, target, creds, max_message_bytes, keepalive_ms)
 
 
 def _open(
-    kind: ModuleType, target: str, creds: grpc.ChannelCredentials | None, max_message_bytes: int
+    kind: ModuleType,
+    target: str,
+    creds: grpc.ChannelCredentials | None,
+    max_message_bytes: int,
+    keepalive_ms: int,
 ) -> object:
-    opts = channel_options(max_message_bytes)
+    opts = channel_options(max_message_bytes, keepalive_ms)
     if creds is not None:
         return kind.secure_channel(target, creds, opts)
     return kind.insecure_channel(target, opts)
@@ -105,6 +124,7 @@ __all__ = [
     "DEFAULT_TARGET",
     "auth_metadata",
     "channel_options",
+    "check_keepalive_ms",
     "check_max_message_bytes",
     "credentials",
     "open_aio_channel",

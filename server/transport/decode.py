@@ -306,6 +306,9 @@ def arrow_table(payload: Any, max_rows: int) -> Any:
         reader = pa.ipc.open_stream(source)
         _check_arrow_names(reader.schema.names)
         table = reader.read_all()
+        # the data itself, before anything reads it: offsets within their buffers, text
+        # UTF-8, dictionary indices in range (reading past a buffer crashed the server)
+        table.validate(full=True)
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as ex:
         raise bad_arrow(ex) from None
     extra = buffer.size - source.tell()

@@ -45,3 +45,20 @@ def test_a_number_out_of_range_stops_serve_with_a_clear_line(flag: str, value: s
 def test_the_defaults_are_in_range() -> None:
     check_ranges(build_parser().parse_args([]))
     assert len({flag for flag, _, _ in RANGES}) == len(RANGES)
+
+
+def test_the_server_pins_mallocs_mmap_threshold() -> None:
+    """glibc: pinned at 128 KiB (a freed large block would raise it and keep AppendStream's
+    pieces in the heap); left alone when MALLOC_MMAP_THRESHOLD_ is set. In a child process:
+    it changes the process for good."""
+    import os
+    import platform
+
+    code = "from mtawindows.server.serve_command import pin_mmap_threshold as p; print(p())"
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    glibc = platform.libc_ver()[0] == "glibc"
+    assert got.stdout.strip() == str(glibc), got.stderr
+    env["MALLOC_MMAP_THRESHOLD_"] = "65536"
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert got.stdout.strip() == "False", got.stderr

@@ -1116,6 +1116,7 @@ def _decode(data: bytes, names: list[str], n: int) -> dict[str, np.ndarray]:
     """Inverse of :func:`_encode`: the columns ``names`` of ``n`` rows (text as objects)."""
     try:
         table = pa.ipc.open_stream(data).read_all()
+        table.validate(full=True)  # offsets in bounds, text UTF-8: before it is read
         cols = {c: np.array(table.column(c).to_numpy(zero_copy_only=False)) for c in names}
     except (pa.ArrowException, KeyError) as ex:
         msg = f"a stored slice is not readable ({type(ex).__name__}: {ex})"

@@ -114,7 +114,10 @@ class Reason(StrEnum):
     CEL_TOO_DEEP = "CEL_TOO_DEEP", "a CEL policy expression nests deeper than the limit"
     # -- appends
     AMBIGUOUS_BATCH = "AMBIGUOUS_BATCH", "a batch gives its rows both as columns and as arrow_ipc"
-    BAD_ARROW = "BAD_ARROW", "arrow_ipc is not a readable Arrow IPC stream"
+    BAD_ARROW = (
+        "BAD_ARROW",
+        "arrow_ipc is not one valid Arrow IPC stream (unreadable, invalid data, bytes after it)",
+    )
     SCHEMA_MISMATCH = (
         "SCHEMA_MISMATCH",
         "a batch's columns do not match the stream's fields (missing, unknown, repeated or of "

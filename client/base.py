@@ -45,10 +45,6 @@ FORWARD = ((relay.FORWARD, "1"),)  # asks a member to forward the call to the ow
 MIN_PATIENCE = 1.0  # seconds an idempotent try waits before the map is looked at (at least)
 
 
-def _same(m: Any) -> Any:
-    return m
-
-
 class ClientBase:
     """``target``: the seeds, ``host:port``, ``"a:1,b:2"`` or a list of those; ``token`` a
     bearer token; ``timeout`` the default deadline per try in seconds; ``retries`` and
@@ -173,14 +169,11 @@ class ClientBase:
         server to forward the call to the stream's owner. A request over
         ``max_message_bytes`` raises before it is sent."""
         method, request = call.method, call.request
+        if isinstance(request, calls.Pieces) and forward:
+            method, request = "Append", request.request  # a member relays unary calls only
+        self._check_size(method, request)
         if isinstance(request, calls.Pieces):
-            if forward:  # a member relays unary calls only: the batch goes whole, as Append
-                method, request = "Append", request.request
-            else:
-                request = iter(request)
-        self._check_size(
-            call if method == call.method else calls.Call(method, request, _same, False)
-        )
+            request = iter(request)
         send = getattr(self._stub(address), method)
         if future:
             send = send.future
@@ -206,14 +199,15 @@ class ClientBase:
         half = cmap.lease_ms / 2000 if cmap is not None else 0.0
         return max(MIN_PATIENCE, half)
 
-    def _check_size(self, call: calls.Call[Any, Any]) -> None:
+    def _check_size(self, method: str, request: Any) -> None:
         """:class:`MessageTooLargeError` for a request gRPC would refuse to send (a bare
-        RESOURCE_EXHAUSTED otherwise), naming the limit and the size."""
-        size = call.request.ByteSize()
+        RESOURCE_EXHAUSTED otherwise), naming the limit and the size (AppendStream's: its
+        largest piece's)."""
+        size = request.ByteSize()
         limit = self.max_message_bytes
         if size > limit:
             msg = (
-                f"{call.method}: the request is {size} bytes, over this client's limit of "
+                f"{method}: the request is {size} bytes, over this client's limit of "
                 f"{limit} bytes (max_message_bytes); send fewer rows per call"
             )
             raise MessageTooLargeError(

@@ -247,7 +247,6 @@ class Pieces:
         n = self.table.num_rows
         self.head.rows = n
         self.per = max(1, piece_bytes * n // max(1, self.table.nbytes))
-        self.stream = request.stream
 
     def __iter__(self) -> Iterator[pb.AppendRequest]:
         n = self.table.num_rows

@@ -4,10 +4,10 @@ gRPC's Python server holds a unary request about three times over while it hands
 handler (its byte buffer, a bytearray of the slices, the bytes made of it: a 16 MB Append
 grows the process by 48 MB before any work, measured on an echo server). A client stream's
 messages come one at a time: each piece's columns are copied into columns reserved once for
-the whole batch (``AppendRequest.rows``) and the piece
-is let go, so a batch costs about its own size. The first message must tell the batch's rows
-in all (``AppendRequest.rows``): a call cancelled midway ends its messages as a whole one
-does, and only the count tells them apart. Fixed-width columns without nulls are copied
+the whole batch (``AppendRequest.rows``, told by the first message) and the piece is let
+go, so a batch costs about its own size. The last message repeats ``rows`` (the end mark): a
+call cancelled midway, or a dead client's, ends its messages as a whole one does, and only
+the count and the mark tell them apart. Fixed-width columns without nulls are copied
 as bytes; any other column (text, bools, a column with nulls) keeps its pieces' Arrow arrays
 and is read as Append reads it. The table made at the end is what an Append of the same rows
 would have decoded: every check and refusal after it is Append's own.
@@ -25,7 +25,7 @@ from mtawindows.v1.reasons import Reason
 from ..service.refusals import ServiceError, batch_too_large, invalid
 from . import decode
 
-__all__ = ["IDLE", "Assembly", "later_piece"]
+__all__ = ["IDLE", "PIECES_MESSAGES", "Assembly", "later_piece"]
 
 IDLE = 60.0  # seconds an AppendStream may wait for its next piece
 PIECES_MESSAGES = 4  # an AppendStream's pieces hold at most this many messages' bytes in all
@@ -84,9 +84,9 @@ class Assembly:
             self.schema = table.schema
             for j, field in enumerate(table.schema):
                 width = _byte_width(field.type)
-                if width:
+                if width:  # the told rows, reserved once (pages taken as they fill)
                     self._width[j] = width
-                    self._bytes[j] = np.empty(0, dtype=np.uint8)
+                    self._bytes[j] = np.empty(self.told * width, dtype=np.uint8)
                     self._fill[j] = 0
                 else:
                     self._arrays[j] = []
@@ -113,8 +113,6 @@ class Assembly:
         buf = self._bytes[j]
         at = self._fill[j]
         end = at + len(chunk)
-        if not len(buf):  # the told rows, reserved once
-            self._bytes[j] = buf = np.empty(self.told * w, dtype=np.uint8)
         data = chunk.buffers()[1]
         src = np.frombuffer(data, dtype=np.uint8, count=len(chunk) * w, offset=chunk.offset * w)
         buf[at * w : end * w] = src

@@ -368,6 +368,9 @@ class HostedWindow:
                 s["size"] if self.columnar else -1 if self.shadow is None else len(self.shadow)
             ),
             "columnar_batches": self.shadow_results,
+            "columnar_slices": s.get("slices", 0) if self.columnar else 0,
+            "columnar_local_slices": s.get("local_slices", 0) if self.columnar else 0,
+            "columnar_unwritten_slices": s.get("unwritten_slices", 0) if self.columnar else 0,
         }
 
     def info(self, late_rows: int) -> WindowInfo:

@@ -323,9 +323,13 @@ def test_a_small_append_runs_on_the_event_loop_unless_it_must_read_a_slice(
                 rows_ts.extend(ts)
                 rows_v.extend(vs)
                 t += 10_000
-            # the sealed slices are written (and their columns dropped but the oldest few) at
-            # the flush timer's checkpoint, every 0.2 s: let it run before the jump
-            time.sleep(1.0)
+            # the sealed slices are written at the flush timer's checkpoint (every 0.2 s) or
+            # 32 at a time; their columns leave memory (but the oldest few) at the next batch
+            deadline = time.monotonic() + 30
+            while (st := c.get_window("e", "w").stats)["columnar_unwritten_slices"]:
+                assert time.monotonic() < deadline, st
+                time.sleep(0.05)
+            assert st["columnar_slices"] >= 20, st
             before = _deferred(port)
             for step in (1, 3, 2):  # the start moves a few rows: the slices held locally
                 t += step
@@ -335,6 +339,8 @@ def test_a_small_append_runs_on_the_event_loop_unless_it_must_read_a_slice(
                 rows_v.append(v)
                 check(res, len(rows_ts) - 1)
             assert _deferred(port) == before  # all three on the event loop
+            st = c.get_window("e", "w").stats
+            assert st["columnar_local_slices"] < st["columnar_slices"] - 8, st
             t += 40_000  # the start jumps 40,000 rows: into slices only Redis holds
             res = c.append("e", {"ts": [t], "v": [2.5]}, results="per_row")
             rows_ts.append(t)

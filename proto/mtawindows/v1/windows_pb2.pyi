@@ -346,7 +346,7 @@ class WindowSpec(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., name: _Optional[str] = ..., algorithm: _Optional[_Union[Algorithm, str]] = ..., aggregations: _Optional[_Iterable[_Union[Aggregation, _Mapping]]] = ..., policy: _Optional[_Union[SlidePolicy, _Mapping]] = ..., storage: _Optional[_Union[Storage, _Mapping]] = ..., slide: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., slide_rows: _Optional[int] = ...) -> None: ...
 
 class WindowStats(_message.Message):
-    __slots__ = ("size", "levels", "inserted", "evicted", "bulk_evictions", "store_round_trips", "cache_misses", "late_rows", "policy_errors", "store_bytes_read", "store_bytes_written", "columnar_rows", "columnar_batches")
+    __slots__ = ("size", "levels", "inserted", "evicted", "bulk_evictions", "store_round_trips", "cache_misses", "late_rows", "policy_errors", "store_bytes_read", "store_bytes_written", "columnar_rows", "columnar_batches", "columnar_slices", "columnar_local_slices", "columnar_unwritten_slices")
     SIZE_FIELD_NUMBER: _ClassVar[int]
     LEVELS_FIELD_NUMBER: _ClassVar[int]
     INSERTED_FIELD_NUMBER: _ClassVar[int]
@@ -360,6 +360,9 @@ class WindowStats(_message.Message):
     STORE_BYTES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
     COLUMNAR_ROWS_FIELD_NUMBER: _ClassVar[int]
     COLUMNAR_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    COLUMNAR_SLICES_FIELD_NUMBER: _ClassVar[int]
+    COLUMNAR_LOCAL_SLICES_FIELD_NUMBER: _ClassVar[int]
+    COLUMNAR_UNWRITTEN_SLICES_FIELD_NUMBER: _ClassVar[int]
     size: int
     levels: int
     inserted: int
@@ -373,7 +376,10 @@ class WindowStats(_message.Message):
     store_bytes_written: int
     columnar_rows: int
     columnar_batches: int
-    def __init__(self, size: _Optional[int] = ..., levels: _Optional[int] = ..., inserted: _Optional[int] = ..., evicted: _Optional[int] = ..., bulk_evictions: _Optional[int] = ..., store_round_trips: _Optional[int] = ..., cache_misses: _Optional[int] = ..., late_rows: _Optional[int] = ..., policy_errors: _Optional[int] = ..., store_bytes_read: _Optional[int] = ..., store_bytes_written: _Optional[int] = ..., columnar_rows: _Optional[int] = ..., columnar_batches: _Optional[int] = ...) -> None: ...
+    columnar_slices: int
+    columnar_local_slices: int
+    columnar_unwritten_slices: int
+    def __init__(self, size: _Optional[int] = ..., levels: _Optional[int] = ..., inserted: _Optional[int] = ..., evicted: _Optional[int] = ..., bulk_evictions: _Optional[int] = ..., store_round_trips: _Optional[int] = ..., cache_misses: _Optional[int] = ..., late_rows: _Optional[int] = ..., policy_errors: _Optional[int] = ..., store_bytes_read: _Optional[int] = ..., store_bytes_written: _Optional[int] = ..., columnar_rows: _Optional[int] = ..., columnar_batches: _Optional[int] = ..., columnar_slices: _Optional[int] = ..., columnar_local_slices: _Optional[int] = ..., columnar_unwritten_slices: _Optional[int] = ...) -> None: ...
 
 class WindowInfo(_message.Message):
     __slots__ = ("spec", "stats", "outputs", "path", "storage", "plan")

@@ -1041,7 +1041,8 @@ class ColumnarWindow:
             self.store.close(wait=wait)
 
     def stats(self) -> dict[str, Any]:
-        """Rows, slices (and how many hold their columns in memory), counters, the store's."""
+        """Rows, slices (how many hold their columns in memory, how many are not written
+        yet), counters, the store's."""
         held = [sl for sl in (self.head, *self.slices) if sl is not None]
         out: dict[str, Any] = {
             "size": len(self),
@@ -1049,6 +1050,11 @@ class ColumnarWindow:
             "evicted": self.evicted,
             "slices": len(held),
             "local_slices": sum(sl.cols is not None for sl in held),
+            # sealed, their write not done yet (not queued, or queued and on its way)
+            "unwritten_slices": sum(
+                sl.pending is UNWRITTEN or (sl.pending is not None and not sl.pending.done())
+                for sl in held
+            ),
             "tail_rows": self.tail.n,
             "read_ahead": self.read_ahead,
         }

@@ -475,7 +475,7 @@ class _Positional(Kernel):
 
     def to_lifted(self, comps: Comps, i: int, values: Any) -> Any:
         p = int(comps[0][i])
-        return NOTHING if p == -1 else values.one(self.field, p)
+        return NOTHING if p == -1 else values.one(self.field, p, arg=self)
 
     def from_lifted(self, agg: Any) -> Comps:
         return (np.array([-1 if agg is NOTHING else FOREIGN], dtype=np.int64),)

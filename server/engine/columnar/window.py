@@ -449,10 +449,12 @@ class ColumnarWindow:
             if view is not None:
                 rest = self.tree.aggregate()[0] if len(self.tree) else None
                 m_agg = view.middle(self.monoid.combine, rest)
-                result.rows, result.sizes = self._per_row(
+                result.rows, result.sizes, total = self._per_row(
                     cols, lifted, starts, g0, n, old_tail, view, m_agg
                 )
             self._append(cols, n, cut, ts)
+            if view is not None:
+                self._total = total  # the last row's result is the window's aggregate
         self.evicted += evicted
         if self.store is not None:
             self._release()
@@ -651,7 +653,9 @@ class ColumnarWindow:
         tail: _Slice,
         view: _View,
         m_agg: Any,
-    ) -> tuple[pa.Table, np.ndarray]:
+    ) -> tuple[pa.Table, np.ndarray, Any]:
+        """The batch's per-row results (a table), the window's size after each row, and its
+        lifted aggregate after the last (that row's result)."""
         g = np.arange(g0, g0 + n, dtype=np.int64)
         empty = starts > g
         x0 = tail.start if tail.n else g0
@@ -666,9 +670,12 @@ class ColumnarWindow:
         zcols = _concat([ycols, xcols], self.reads) if ny and positional else xcols
         values = _Values(zcols)
         arrays: list[pa.Array] = []
+        lasts: list[Any] = []  # each field's lifted aggregate after the last row
         for i, k in enumerate(self.kernels):
             if i == self._ts_field:
-                arrays.append(pa.array(cols[self.ts_col]))  # type: ignore[index]
+                newest = cols[self.ts_col]  # type: ignore[index]
+                arrays.append(pa.array(newest))
+                lasts.append(_py(newest[n - 1]))  # Max or Last of the timestamps: the newest
                 continue
             tl = k.lift(self._cols(tail), nt) if nt else None
             xc = (
@@ -687,40 +694,47 @@ class ColumnarWindow:
             if inx.any():
                 pieces.append((inx, range_aggregates(k, xc, starts[inx] - x0, ex[inx])))
             if old.any():
-                fx = scan_all(k, xc)
-                fx_rows = tuple(c[ex[old]] for c in fx)
+                # a row whose range starts before X: (Y from its start) ⊕ M ⊕ (X to it), M
+                # the slices between Y and X; M folds into X's first row (one scan of X
+                # gives M ⊕ each prefix), so a row costs one combine
                 s_old = starts[old]
-                in_y = s_old < y_end
-                part: Comps | None = None
+                mc: Comps | None = None
                 if m_agg is not None:
                     mf = self._field(m_agg, i)
                     mc = k.from_lifted(mf)
                     if k.pos_comp is not None:
                         values.foreign[id(k)] = _foreign(k, mf)
-                    part = tuple(np.broadcast_to(c, (len(s_old),)) for c in mc)
+                fx = scan_all(k, xc if mc is None else _fold_first(k, mc, xc))
+                if len(s_old) == n:  # every row (a long window's batch): X's last n rows
+                    fx_rows = tuple(c[len(c) - n :] for c in fx)
+                else:
+                    fx_rows = tuple(c[ex[old]] for c in fx)
                 if ny:
                     ry = scan_all(k, _shift(k.lift(ycols, ny), k.pos_comp, 0), reverse=True)
                     ry_rows = tuple(c[np.minimum(s_old - y0, ny - 1)] for c in ry)
-                    if part is None:
-                        left = ry_rows
-                    else:
-                        joined = k.combine(ry_rows, part)
-                        left = tuple(
-                            np.where(in_y, a, b) for a, b in zip(joined, part, strict=True)
-                        )
-                    if not in_y.all() and part is None:  # pragma: no cover - s == y_end needs M
-                        msg = "a range starts after Y with no slices there"
-                        raise AssertionError(msg)
+                    got = k.combine(ry_rows, fx_rows)
+                    in_y = s_old < y_end
+                    if not in_y.all():  # pragma: no cover - Y holds every old start
+                        if mc is None:
+                            msg = "a range starts after Y with no slices there"
+                            raise AssertionError(msg)
+                        got = tuple(np.where(in_y, a, b) for a, b in zip(got, fx_rows, strict=True))
                 else:
-                    assert part is not None
-                    left = part
-                pieces.append((old, k.combine(left, fx_rows)))
-            arrays.append(k.lower(_assemble(xc, pieces, n, k.pos_comp), values))
+                    assert mc is not None
+                    got = fx_rows
+                pieces.append((old, got))
+            comps = _assemble(xc, pieces, n, k.pos_comp)
+            arrays.append(k.lower(comps, values))
+            lasts.append(k.to_lifted(comps, n - 1, values))
         table = self._table(arrays, n)
         if empty.any():
             table = self._patch_empty(table, empty)
         sizes = np.maximum(g - starts + 1, 0)
-        return table, sizes
+        if empty[-1]:
+            total = self.monoid.identity
+        else:
+            total = tuple(lasts) if self.record else lasts[0]
+        return table, sizes, total
 
     def _field(self, agg: Any, i: int) -> Any:
         return agg[i] if self.record else agg
@@ -1069,6 +1083,8 @@ def _assemble(
     """The results of all ``n`` rows from the pieces computed for some of them, in the type
     they all fit (a column that was integers in older batches and floats in this one gives
     floats); rows of no piece (an empty window) hold zeros, and no position."""
+    if len(pieces) == 1 and len(pieces[0][0]) == n and pieces[0][0].all():
+        return pieces[0][1]  # one piece holds every row (the common case)
     out = []
     for j, c in enumerate(like):
         dtype = np.result_type(*(pc[j] for _, pc in pieces)) if pieces else c.dtype
@@ -1077,6 +1093,15 @@ def _assemble(
             r[rows] = pc[j]
         out.append(r)
     return tuple(out)
+
+
+def _fold_first(k: Kernel, m: Comps, xc: Comps) -> Comps:
+    """``xc`` with its first row replaced by ``m ⊕ it``: a scan of it is ``m ⊕`` each prefix."""
+    first = k.combine(m, tuple(c[:1] for c in xc))
+    return tuple(
+        np.concatenate([f, c[1:].astype(np.result_type(f, c), copy=False)])
+        for f, c in zip(first, xc, strict=True)
+    )
 
 
 def _py(x: Any) -> Any:

@@ -730,11 +730,8 @@ class ColumnarWindow:
         if empty.any():
             table = self._patch_empty(table, empty)
         sizes = np.maximum(g - starts + 1, 0)
-        if empty[-1]:
-            total = self.monoid.identity
-        else:
-            total = tuple(lasts) if self.record else lasts[0]
-        return table, sizes, total
+        total = tuple(lasts) if self.record else lasts[0]
+        return table, sizes, self.monoid.identity if empty[-1] else total
 
     def _field(self, agg: Any, i: int) -> Any:
         return agg[i] if self.record else agg

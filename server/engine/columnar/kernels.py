@@ -79,6 +79,24 @@ def _dd_scan(hi: np.ndarray, lo: np.ndarray, out_hi: np.ndarray, out_lo: np.ndar
 
 
 @numba.njit(cache=True, nogil=True)
+def _dd_total(hi: np.ndarray, lo: np.ndarray) -> tuple[float, float]:
+    """The double-double sum of all of ``hi`` + ``lo``: the last element of :func:`_dd_scan`
+    over one row, step for step (the same value), without the scan's arrays."""
+    s = 0.0
+    e = 0.0
+    for j in range(hi.shape[0]):
+        x = hi[j]
+        t = s + x
+        bp = t - s
+        err = (s - (t - bp)) + (x - bp)
+        if not math.isfinite(err):
+            err = 0.0
+        s = t
+        e += lo[j] + err
+    return s, e
+
+
+@numba.njit(cache=True, nogil=True)
 def _dd_add(
     ahi: np.ndarray,
     alo: np.ndarray,
@@ -297,7 +315,9 @@ class SumKernel(Kernel):
     def total(self, comps: Comps) -> Comps:
         if comps[0].dtype.kind == "i":
             return comps[0].sum(keepdims=True), np.zeros(1, dtype=np.int64)
-        return tuple(c[:, -1] for c in _dd_cumsum(comps[0].reshape(1, -1), comps[1].reshape(1, -1)))
+        f = np.float64
+        hi, lo = _dd_total(comps[0].astype(f, copy=False), comps[1].astype(f, copy=False))
+        return np.array([hi]), np.array([lo])
 
     def value(self, comps: Comps) -> np.ndarray:
         hi, lo = comps[0], comps[1]
@@ -306,7 +326,10 @@ class SumKernel(Kernel):
         return np.where(np.isfinite(hi), hi + lo, hi)
 
     def to_lifted(self, comps: Comps, i: int, values: Any) -> Any:
-        return self.value((comps[0][i : i + 1], comps[1][i : i + 1]))[0].item()
+        hi = comps[0][i].item()
+        if comps[0].dtype.kind == "i":
+            return hi
+        return hi + comps[1][i].item() if math.isfinite(hi) else hi  # as value() rounds
 
     def from_lifted(self, agg: Any) -> Comps:
         if isinstance(agg, int) and abs(agg) <= _INT64_MAX:

@@ -53,7 +53,7 @@ def run_results(
         msg = f"skip: expected 0..{n} rows, got {skip}"
         raise ValueError(msg)
     if n == 0:
-        return BatchResult(0, w._table([], 0), np.empty(0, np.int64))
+        return BatchResult(0, w._table(w.own, [], 0), np.empty(0, np.int64))
     first = np.zeros(n, dtype=np.int64)  # each row's run start
     first[runs] = runs
     np.maximum.accumulate(first, out=first)
@@ -86,9 +86,11 @@ def run_results(
             arrays.append(k.lower(res, values))
     import pyarrow as pa
 
-    table = w._table([a if isinstance(a, pa.Array) else pa.array(a) for a in arrays], n - skip)
+    table = w._table(
+        w.own, [a if isinstance(a, pa.Array) else pa.array(a) for a in arrays], n - skip
+    )
     if empty[skip:].any():
-        table = w._patch_empty(table, empty[skip:])
+        table = w._patch_empty(w.own, table, empty[skip:])
     sizes = np.maximum(g - starts + 1, 0)[skip:]
     return BatchResult(0, table, sizes)
 

@@ -34,7 +34,7 @@ import math
 import numbers
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -101,6 +101,38 @@ class _Slice:
         return self.start + self.n
 
 
+@dataclass(eq=False)
+class Member:
+    """A window over some of a columnar window's fields under a count or time-range policy of
+    its own, sharing the rows: its results are the window's rows from ``head_from`` on. The
+    window's own policy is its member ``own``; :meth:`ColumnarWindow.attach` adds others (the
+    window then keeps every row a member still holds)."""
+
+    name: str
+    monoid: Any
+    policy: Any
+    record: bool
+    names: tuple[str, ...]
+    fields: list[int]  # the window's kernel of each of its fields
+    count: int | None  # its policy: a count, or a time range (``range``)
+    range: int
+    ts_field: int | None  # which of its fields holds the newest timestamp (a time range)
+    created: int  # global position of its first row
+    head_from: int  # global position of its first row still in it
+    evicted: int = 0
+    total: Any = None  # its lifted aggregate, when known
+    schema: pa.Schema | None = None  # of its last per-row results
+
+    def project(self, agg: Any, record: bool) -> Any:
+        """Its fields of an aggregate of the window's fields (``record``: the window's is a
+        Record)."""
+        if not record:
+            return agg
+        if self.record:
+            return tuple(agg[i] for i in self.fields)
+        return agg[self.fields[0]]
+
+
 class _View:
     """The rows before the tail a batch's per-row results read: ``parts`` (Y: the head from
     the window's start ``y0``, then whole slices, up to global position ``end``) and the
@@ -141,6 +173,7 @@ class BatchResult:
     evicted: int
     rows: pa.Table | None = None
     sizes: np.ndarray | None = None
+    members: dict[str, BatchResult] = field(default_factory=dict)  # each member's (attach)
 
 
 class _Values:
@@ -216,6 +249,22 @@ class ColumnarWindow:
         if self.ts_col is not None and self.ts_col not in self.reads:
             self.reads.append(self.ts_col)
         self.slice_rows = int(slice_rows)
+        # the window's own policy as a member; others share its rows (attach)
+        self.own = Member(
+            "",
+            monoid,
+            policy,
+            self.record,
+            tuple(self.names),
+            list(range(len(self.kernels))),
+            self.count,
+            getattr(self, "range", 0),
+            self._ts_field,
+            0,
+            0,
+        )
+        self.members: dict[str, Member] = {}
+        self._stored_members: dict[str, Any] = {}  # the members of the last checkpoint loaded
         # the tree over slices: (the slice's aggregate, its start); a prefix of slices leaves
         # when every one starts before the window's start
         self._cut = 0
@@ -225,13 +274,15 @@ class ColumnarWindow:
         )
         self.slices: deque[_Slice] = deque()  # the tree's slices, oldest first
         self.head: _Slice | None = None
-        self.head_from = 0  # global position of the window's first row (in the head, or not)
+        # global position of the first row held (in the head, or not): the window's own first
+        # row, or an older one a member still holds
+        self.head_from = 0
         self.tail = _Slice(0, {c: np.empty(0) for c in self.reads}, 0)
         self.next = 0  # global position of the next row
         self.newest_ts: Any = None
         self.evicted = 0
         self._total: Any = None
-        self._schema: pa.Schema | None = None
+        self._tail_aggs: dict[int, Any] = {}  # the tail's aggregates from offsets (_tail_total)
         # the Redis tier (a SliceStore: sealed slices written once, their columns dropped
         # from memory but for the ``local_slices`` oldest, where the window starts); None:
         # everything in memory
@@ -253,16 +304,22 @@ class ColumnarWindow:
 
     # -- reading
     def __len__(self) -> int:
-        return self.next - self.head_from
+        return self.next - self.own.head_from
 
     def aggregate(self) -> Any:
         """The window's lifted aggregate, in the per-row engine's form."""
         if self._total is None:
             with np.errstate(all="ignore"):
-                self._total = self._aggregate()
+                self._total = self._aggregate_from(self.own.head_from)
         return self._total
 
-    def _aggregate(self) -> Any:
+    def _aggregate_from(self, s: int) -> Any:
+        """The lifted aggregate (of the window's fields) of its rows from global position
+        ``s`` (at least the first held)."""
+        if s >= self.next:
+            return self.monoid.identity
+        if s > self.head_from:
+            return self._suffix(s)
         combine = self.monoid.combine
         total = self.monoid.identity
         if self.head is not None:
@@ -270,9 +327,7 @@ class ColumnarWindow:
         if len(self.tree):
             total = combine(total, self.tree.aggregate()[0])
         if self.tail.n:
-            total = combine(
-                total, self._reduce(self.tail, max(0, self.head_from - self.tail.start))
-            )
+            total = combine(total, self._tail_total(max(0, self.head_from - self.tail.start)))
         return total
 
     def query(self) -> Any:
@@ -289,20 +344,27 @@ class ColumnarWindow:
         return tuple(parts) if self.record else parts[0]
 
     def aggregate_range(
-        self, *, count: int | None = None, time_range: Any = None, field: str | None = None
+        self,
+        *,
+        count: int | None = None,
+        time_range: Any = None,
+        field: str | None = None,
+        member: str | None = None,
     ) -> tuple[Any, int]:
-        """The lifted aggregate of a suffix of the window and its rows: the newest ``count``,
-        or those a time range of ``time_range`` would keep (a time window's; ``field``: its
-        record field of the newest timestamp). The slice where the suffix starts is reduced
-        from there, the slices after it are a suffix of the tree (O(log n)), then the tail."""
+        """The lifted aggregate of a suffix of the window (of ``member``, by name) and its
+        rows: the newest ``count``, or those a time range of ``time_range`` would keep (a
+        time window's; ``field``: its record field of the newest timestamp). The slice where
+        the suffix starts is reduced from there, the slices after it are a suffix of the
+        tree (O(log n)), then the tail."""
         from ..suffix import RangeNotSupportedError, check_suffix
 
+        m = self.own if member is None else self.members[member]
         q = check_suffix("ColumnarWindow.aggregate_range", count, time_range, field)
-        n = len(self)
+        n = self.next - m.head_from
         if q.count is not None:
             s = self.next - min(n, q.count)
         else:
-            if self.ts_col is None or (field is not None and field != self._ts_name()):
+            if m.count is not None or (field is not None and field != self._ts_name(m)):
                 msg = (
                     "a columnar window answers time ranges over the timestamps its time-range "
                     "policy reads; ask a count"
@@ -312,30 +374,112 @@ class ColumnarWindow:
                 msg = "a time range over integer timestamps is a number, not a timedelta"
                 raise RangeNotSupportedError(self.tree.algorithm, msg)
             if not n:
-                return self.monoid.identity, 0
+                return m.monoid.identity, 0
             s = self._first_newer(self.newest_ts - math.ceil(q.time_range))
-        if s <= self.head_from:
-            return self.aggregate(), n
+        if s <= m.head_from:
+            whole = self.aggregate() if member is None else self.member_aggregate(member)
+            return whole, n
         if s >= self.next:
-            return self.monoid.identity, 0
+            return m.monoid.identity, 0
         with np.errstate(all="ignore"):
-            out = self._suffix(s), self.next - s
+            out = m.project(self._suffix(s), self.record), self.next - s
         if self.store is not None:
             self._trim()  # a slice read for the suffix does not stay
         return out
 
-    def _ts_name(self) -> str | None:
-        names = self.names if self.record else (None,)
-        return names[self._ts_field] if self._ts_field is not None else None
+    # -- members: windows sharing the rows
+    def attach(self, name: str, monoid: Any, policy: Any) -> Member:
+        """A member ``name``: ``monoid`` (each of its fields one of the window's) under
+        ``policy`` (a count, or a time range over the window's timestamps), over the rows
+        from now on, or from where the last checkpoint loaded had it. Its results:
+        :meth:`member_aggregate`, ``apply``'s ``members``; it holds its rows in the window
+        (the window keeps every row a member holds) until :meth:`detach`."""
+        if not name or name in self.members:
+            msg = f"ColumnarWindow.attach: member name {name!r} is empty or taken"
+            raise ValueError(msg)
+        why = columnar_refusal(monoid, policy)
+        if why is not None:
+            msg = f"ColumnarWindow.attach: {why}"
+            raise TypeError(msg)
+        record = isinstance(monoid, Record)
+        mine = self.monoid.monoids if self.record else (self.monoid,)
+        fields = []
+        for f in monoid.monoids if record else (monoid,):
+            if f not in mine:
+                msg = f"ColumnarWindow.attach: the window has no field {f!r} (it has {list(mine)})"
+                raise ValueError(msg)
+            fields.append(mine.index(f))
+        count: int | None = None
+        rng = 0
+        ts_field: int | None = None
+        if isinstance(policy, TimeRangePolicy):
+            i = _getter("TimeRangePolicy", monoid, policy.field, (Max, Last), "newest timestamp")
+            j = 0 if i is None else i
+            got = (monoid.monoids if record else (monoid,))[j]
+            if self.ts_col is None or got.field != self.ts_col:
+                msg = (
+                    f"ColumnarWindow.attach: a time range over {got.field!r}; the window's "
+                    f"timestamps are {self.ts_col!r}"
+                )
+                raise ValueError(msg)
+            r = policy.range
+            rng = int(r) if isinstance(r, int) else math.ceil(r)
+            ts_field = j
+        else:
+            count = policy.size
+        m = Member(
+            name,
+            monoid,
+            policy,
+            record,
+            tuple(monoid.names) if record else ("value",),
+            fields,
+            count,
+            rng,
+            ts_field,
+            self.next,
+            self.next,
+        )
+        stored = self._stored_members.get(name)
+        if stored is not None and stored[3] == _describe(monoid, policy):
+            m.created, m.head_from, m.evicted = (int(x) for x in stored[:3])
+        self.members[name] = m
+        return m
 
-    def _first_newer(self, bound: int, g0: int | None = None, ts: np.ndarray | None = None) -> int:
-        """The global position of the first row newer than ``bound`` (``next`` if none): of
-        the window, or with ``ts`` of the window and a batch from global position ``g0``.
-        A bound below every int64 (a range of centuries, timestamps near the minimum) keeps
-        every row."""
+    def detach(self, name: str) -> None:
+        """Member ``name`` leaves: its rows are no longer held for it."""
+        del self.members[name]
+
+    def member_aggregate(self, name: str) -> Any:
+        """Member ``name``'s lifted aggregate (its fields, in the per-row engine's form)."""
+        m = self.members[name]
+        if m.total is None:
+            with np.errstate(all="ignore"):
+                m.total = m.project(self._aggregate_from(m.head_from), self.record)
+        return m.total
+
+    def member_size(self, name: str) -> int:
+        return self.next - self.members[name].head_from
+
+    def _views(self) -> list[Member]:
+        return [self.own, *self.members.values()]
+
+    def _ts_name(self, m: Member | None = None) -> str | None:
+        m = self.own if m is None else m
+        names = m.names if m.record else (None,)
+        return names[m.ts_field] if m.ts_field is not None else None
+
+    def _first_newer(
+        self, bound: int, g0: int | None = None, ts: np.ndarray | None = None, since: int = 0
+    ) -> int:
+        """The global position of the first row newer than ``bound`` (``next`` if none) from
+        global position ``since`` (at least the first held) on: of the window, or with ``ts``
+        of the window and a batch from global position ``g0``. A bound below every int64 (a
+        range of centuries, timestamps near the minimum) keeps every row."""
+        since = max(since, self.head_from)
         if bound < _INT64_MIN:
-            return self.head_from
-        for base, last, t in self._parts_ts(self.next if g0 is None else g0, ts):
+            return since
+        for base, last, t in self._parts_ts(self.next if g0 is None else g0, ts, since):
             if last > bound:
                 if isinstance(t, _Slice):
                     t = self._cols(t)[self.ts_col][base - t.start :]  # type: ignore[index]
@@ -347,16 +491,45 @@ class ColumnarWindow:
         combine = self.monoid.combine
         tail = self.tail
         if tail.n and s >= tail.start:
-            return self._reduce(tail, s - tail.start)
-        held = [sl for sl in (self.head, *self.slices) if sl is not None]
-        i = next(j for j, sl in enumerate(held) if sl.end > s)
-        total = self._reduce(held[i], s - held[i].start)
-        later = len(held) - i - 1  # all in the tree (only the head is not)
+            return self._tail_total(s - tail.start)
+        i = self._part_index(s)
+        sl = next(self._held_from(s))
+        total = self._reduce(sl, s - sl.start)
+        later = self._held_count() - i - 1  # all in the tree (only the head is not)
         if later:
             total = combine(total, self.tree.aggregate_range(count=later)[0][0])
         if tail.n:
-            total = combine(total, self._reduce(tail, max(0, self.head_from - tail.start)))
+            total = combine(total, self._tail_total(max(0, self.head_from - tail.start)))
         return total
+
+    def _tail_total(self, offset: int) -> Any:
+        """:meth:`_reduce` of the tail from ``offset``, once per batch (the window and its
+        members ask it alike)."""
+        got = self._tail_aggs.get(offset)
+        if got is None:
+            got = self._tail_aggs[offset] = self._reduce(self.tail, offset)
+        return got
+
+    # the sealed slices held (the head, then the tree's), all of ``slice_rows`` rows in a row
+    def _held_count(self) -> int:
+        return len(self.slices) + (self.head is not None)
+
+    def _part_index(self, p: int) -> int:
+        """The index among the held slices of the one holding global position ``p`` (0 for a
+        position before them)."""
+        first = self.head if self.head is not None else (self.slices[0] if self.slices else None)
+        if first is None:
+            return 0
+        return max(0, (p - first.start) // self.slice_rows)
+
+    def _held_from(self, p: int) -> Iterator[_Slice]:
+        """The held slices from the one holding global position ``p``, oldest first."""
+        k = self._part_index(p)
+        if self.head is None:
+            return itertools.islice(self.slices, k, None)
+        if k == 0:
+            return itertools.chain((self.head,), self.slices)
+        return itertools.islice(self.slices, k - 1, None)
 
     # -- writing
     def prepare(self, columns: dict[str, Any]) -> Prepared:
@@ -383,28 +556,37 @@ class ColumnarWindow:
 
     def would_block(self, batch: Prepared) -> bool:
         """Whether :meth:`apply` of ``batch`` would wait for Redis: a sealed slice where a
-        row's window start may fall holds its columns only in the store, or the slice writes
-        queued would pass :data:`MAX_PENDING`. Nothing is read; a few parts are looked at
-        (from the window's start to the part where the last row's window starts)."""
+        row's window start (the window's or a member's) may fall holds its columns only in
+        the store, or the slice writes queued would pass :data:`MAX_PENDING`. Nothing is
+        read; a few parts are looked at (from each start to the part where the last row's
+        start falls)."""
         if self.store is None or batch.n == 0:
             return False
         seals = (self.tail.n + batch.n) // self.slice_rows
         if seals and self._pending() + seals > MAX_PENDING:
             return True
         last = batch.at + batch.n - 1
-        bound = None
-        if self.count is None:
-            assert batch.ts is not None
-            if self.range > _INT64_MAX or int(batch.ts[-1]) < _INT64_MIN + self.range:
-                return self.head is not None and self.head.cols is None
-            bound = int(batch.ts[-1]) - self.range
-        for sl in itertools.chain((self.head,) if self.head is not None else (), self.slices):
-            if sl.cols is None and self._ahead is not None and any(sl is a for a in self._ahead[0]):
-                self._take_ahead(wait=False)  # the read ahead done: its columns now
-            if sl.cols is None:
-                return True
-            if (sl.newest > bound) if bound is not None else (sl.end > last - self.count + 1):  # type: ignore[operator]
-                break
+        for m in self._views():
+            bound = None
+            if m.count is None:
+                assert batch.ts is not None
+                if m.range > _INT64_MAX or int(batch.ts[-1]) < _INT64_MIN + m.range:
+                    bound = _INT64_MIN  # every row stays: only the first part is read
+                else:
+                    bound = int(batch.ts[-1]) - m.range
+            for sl in self._held_from(m.head_from):
+                if (
+                    sl.cols is None
+                    and self._ahead is not None
+                    and any(sl is a for a in self._ahead[0])
+                ):
+                    self._take_ahead(wait=False)  # the read ahead done: its columns now
+                if sl.cols is None:
+                    return True
+                if (
+                    (sl.newest > bound) if bound is not None else (sl.end > last - m.count + 1)  # type: ignore[operator]
+                ):
+                    break
         return False
 
     def _pending(self) -> int:
@@ -416,58 +598,79 @@ class ColumnarWindow:
         *,
         per_row: bool = False,
         nonblocking: bool = False,
+        member_rows: frozenset[str] | set[str] = frozenset(),
     ) -> BatchResult:
         """Append a batch (``columns``: name -> array, timestamps in order and not older
         than the window's newest; or what :meth:`prepare` made of them) and enforce the
-        policy; with ``per_row``, the window's result after each row. All or nothing: a
-        refused batch changes nothing. ``nonblocking``: the caller must not wait (the
-        service's event loop); it asked :meth:`would_block` first, and nothing here waits
-        for Redis then (the slices where the window starts next are read ahead in the
+        policy; with ``per_row``, the window's result after each row (``member_rows``: the
+        members whose per-row results are wanted too; every member's in ``members``). All or
+        nothing: a refused batch changes nothing. ``nonblocking``: the caller must not wait
+        (the service's event loop); it asked :meth:`would_block` first, and nothing here
+        waits for Redis then (the slices where the window starts next are read ahead in the
         background either way)."""
         batch = columns if isinstance(columns, Prepared) else self.prepare(columns)
         if batch.at != self.next:
             msg = "ColumnarWindow.apply: the window changed since the batch was prepared"
             raise RuntimeError(msg)
         if batch.n > CHUNK_ROWS and not nonblocking:
-            return self._apply_chunks(batch, per_row)
+            return self._apply_chunks(batch, per_row, member_rows)
         cols, n, lifted, ts = batch.cols, batch.n, batch.lifted, batch.ts
+        views = self._views()
+        wants = [(m is self.own and per_row) or m.name in member_rows for m in views]
         if n == 0:
-            return BatchResult(
-                0,
-                self._table([], 0) if per_row else None,
-                np.empty(0, np.int64) if per_row else None,
-            )
-        g0 = self.next
-        starts = self._starts(ts, g0, n, per_row)
-        cut = max(self.head_from, int(starts[-1]))
-        with np.errstate(all="ignore"):
-            view = self._view(starts, cut, g0) if per_row else None
-            old_tail = self.tail
-            evicted = max(0, cut - self.head_from)
-            self._evict(cut)
-            result = BatchResult(evicted)
-            if view is not None:
-                rest = self.tree.aggregate()[0] if len(self.tree) else None
-                m_agg = view.middle(self.monoid.combine, rest)
-                result.rows, result.sizes, total = self._per_row(
-                    cols, lifted, starts, g0, n, old_tail, view, m_agg
+            out = [
+                BatchResult(
+                    0,
+                    self._table(m, [], 0) if want else None,
+                    np.empty(0, np.int64) if want else None,
                 )
+                for m, want in zip(views, wants, strict=True)
+            ]
+            out[0].members = {m.name: r for m, r in zip(views[1:], out[1:], strict=True)}
+            return out[0]
+        g0 = self.next
+        starts = [self._starts(m, ts, g0, n, want) for m, want in zip(views, wants, strict=True)]
+        cut = max(self.head_from, min(int(st[-1]) for st in starts))
+        with np.errstate(all="ignore"):
+            # what each member's per-row results read of the rows before the tail: before
+            # anything changes
+            seen = [
+                self._view(m, st, g0) if want else None
+                for m, st, want in zip(views, starts, wants, strict=True)
+            ]
+            old_tail = self.tail
+            self._evict(cut)
+            out = []
+            totals = []
+            for m, st, view in zip(views, starts, seen, strict=True):
+                result = BatchResult(max(0, int(st[-1]) - m.head_from))
+                total = None
+                if view is not None:
+                    result.rows, result.sizes, total = self._per_row(
+                        m, cols, lifted, st, g0, n, old_tail, view
+                    )
+                out.append(result)
+                totals.append(total)
             self._append(cols, n, cut, ts)
-            if view is not None:
-                self._total = total  # the last row's result is the window's aggregate
-        self.evicted += evicted
+        for m, st, result, total in zip(views, starts, out, totals, strict=True):
+            m.head_from = max(m.head_from, int(st[-1]))
+            m.evicted += result.evicted
+            m.total = total  # the last row's result is its aggregate (None: not known)
+        self._total = self.own.total
+        self.evicted = self.own.evicted
         if self.store is not None:
             self._release()
-        return result
+        out[0].members = {m.name: r for m, r in zip(views[1:], out[1:], strict=True)}
+        return out[0]
 
-    def _apply_chunks(self, batch: Prepared, per_row: bool) -> BatchResult:
+    def _apply_chunks(
+        self, batch: Prepared, per_row: bool, member_rows: frozenset[str] | set[str]
+    ) -> BatchResult:
         """A large batch (checked whole by :meth:`prepare`) as consecutive chunks of
         :data:`CHUNK_ROWS` rows: the same state and results as one call, with the scans'
         temporaries of a chunk at a time (a batch of 10^6 rows took hundreds of MB at once).
         A store failure midway leaves the window to reload its checkpoint, as in one call."""
-        evicted = 0
-        tables: list[pa.Table] = []
-        sizes: list[np.ndarray] = []
+        got: list[BatchResult] = []
         for a in range(0, batch.n, CHUNK_ROWS):
             b = min(batch.n, a + CHUNK_ROWS)
             part = Prepared(
@@ -480,47 +683,39 @@ class ColumnarWindow:
                 None if batch.ts is None else batch.ts[a:b],
                 self.next,
             )
-            got = self.apply(part, per_row=per_row)
-            evicted += got.evicted
-            if per_row:
-                assert got.rows is not None and got.sizes is not None
-                tables.append(got.rows)
-                sizes.append(got.sizes)
-        if not per_row:
-            return BatchResult(evicted)
-        # one chunk per part (no copy into one array: the results may be most of the memory)
-        rows = pa.concat_tables(tables, promote_options="default")
-        return BatchResult(evicted, rows, np.concatenate(sizes))
+            got.append(self.apply(part, per_row=per_row, member_rows=member_rows))
+        out = _joined(got, per_row)
+        out.members = {
+            name: _joined([g.members[name] for g in got], name in member_rows)
+            for name in got[0].members
+        }
+        return out
 
-    def _view(self, starts: np.ndarray, cut: int, g0: int) -> _View:
-        """What the batch's per-row results read of the rows before the tail, taken before
-        anything changes: the head and the slices its ranges start in (Y), and the
-        aggregates of the slices after them that the batch evicts."""
+    def _view(self, m: Member, starts: np.ndarray, g0: int) -> _View:
+        """What member ``m``'s per-row results read of the rows before the tail, taken before
+        anything changes: the parts its ranges start in, from its start (Y), and the
+        aggregate of the slices after them (the tree's suffix: O(log n))."""
         x0 = self.tail.start if self.tail.n else g0
-        view = _View(self.head_from)
+        view = _View(m.head_from)
         old = starts < x0
         if not old.any():
             return view
         smax = int(starts[old].max())
         reads: list[_Slice] = []
-        end = view.end
-        if self.head is not None:
-            reads.append(self.head)
-            end = self.head.end
-        for sl in self.slices:
-            if sl.start >= cut:
+        after = 0  # the slices after Y (all in the tree)
+        for sl in self._held_from(m.head_from):
+            reads.append(sl)
+            if sl.end > smax:
+                after = self._held_count() - self._part_index(sl.start) - 1
                 break
-            if end <= smax:
-                reads.append(sl)
-                end = sl.end
-            else:
-                view.later.append(sl.agg)
         self._fetch(reads)
         for sl in reads:
-            off = max(0, self.head_from - sl.start)
+            off = max(0, m.head_from - sl.start)
             cols = self._cols(sl)
             view.parts.append({c: v[off:] for c, v in cols.items()} if off else cols)
             view.end = sl.end
+        if after:
+            view.later.append(self.tree.aggregate_range(count=after)[0][0])
         return view
 
     def _columns(self, columns: dict[str, Any]) -> tuple[dict[str, np.ndarray], int]:
@@ -576,38 +771,40 @@ class ColumnarWindow:
             msg = f"ColumnarWindow: row 0 at {ts[0].item()!r} is older than the window's newest {self.newest_ts!r}"
             raise ValueError(msg)
 
-    def _starts(self, ts: np.ndarray | None, g0: int, n: int, per_row: bool) -> np.ndarray:
-        """The global position of the window's first row after each row of the batch (after
-        the last only, without ``per_row``)."""
+    def _starts(
+        self, m: Member, ts: np.ndarray | None, g0: int, n: int, per_row: bool
+    ) -> np.ndarray:
+        """The global position of member ``m``'s first row after each row of the batch
+        (after the last only, without ``per_row``)."""
         if per_row:
             g = np.arange(g0, g0 + n, dtype=np.int64)
         else:
             g = np.array([g0 + n - 1], dtype=np.int64)
-        if self.count is not None:
-            return np.maximum(g - self.count + 1, self.head_from)
+        if m.count is not None:
+            return np.maximum(g - m.count + 1, m.head_from)
         assert ts is not None
         if not per_row:  # one bound: a scalar search (a small batch's cost is mostly this)
-            if self.range > _INT64_MAX:  # as the rows' bounds below
-                return np.array([self.head_from], dtype=np.int64)
-            s = self._first_newer(int(ts[-1]) - self.range, g0, ts)
-            return np.array([max(s, self.head_from)], dtype=np.int64)
+            if m.range > _INT64_MAX:  # as the rows' bounds below
+                return np.array([m.head_from], dtype=np.int64)
+            s = self._first_newer(int(ts[-1]) - m.range, g0, ts, since=m.head_from)
+            return np.array([max(s, m.head_from)], dtype=np.int64)
         newest = ts
         # rows older than ``newest - range`` leave; where that is below every int64 (a range
         # of centuries, timestamps near the minimum) none does
         low = (
             np.ones(len(newest), dtype=bool)
-            if self.range > _INT64_MAX
-            else newest < _INT64_MIN + self.range
+            if m.range > _INT64_MAX
+            else newest < _INT64_MIN + m.range
         )
         if low.all():
-            return np.full(len(g), self.head_from, dtype=np.int64)
+            return np.full(len(g), m.head_from, dtype=np.int64)
         with np.errstate(over="ignore"):
-            bound = np.where(low, _INT64_MIN, newest - min(self.range, _INT64_MAX))
+            bound = np.where(low, _INT64_MIN, newest - min(m.range, _INT64_MAX))
         # the first row newer than ``bound`` (a row itself always is: range > 0): which part
         # holds it, by the parts' newest timestamps, then where in it; oldest part first
         top = bound.max()
         parts = []
-        for part in self._parts_ts(g0, ts):
+        for part in self._parts_ts(g0, ts, since=m.head_from):
             parts.append(part)
             if part[1] > top:  # every start is in a part so far: no need to look further
                 break
@@ -622,20 +819,22 @@ class ColumnarWindow:
             if isinstance(t, _Slice):  # a sealed slice: its timestamps now (fetched above)
                 t = self._cols(t)[self.ts_col][base - t.start :]  # type: ignore[index]
             out[lo:hi] = base + search_sorted(t, bound[lo:hi])
-        out[low] = self.head_from
-        return np.maximum(out, self.head_from)
+        out[low] = m.head_from
+        return np.maximum(out, m.head_from)
 
-    def _parts_ts(self, g0: int, ts: np.ndarray | None) -> Iterator[tuple[int, Any, Any]]:
+    def _parts_ts(
+        self, g0: int, ts: np.ndarray | None, since: int = 0
+    ) -> Iterator[tuple[int, Any, Any]]:
         """(global start, newest timestamp, timestamps) of the rows of the head, the slices,
-        the tail and the batch that have any, oldest first; a sealed slice's timestamps as
-        the slice (read only when a start falls in it: they may be in the store)."""
+        the tail and the batch that have any, from global position ``since`` (at least the
+        first held), oldest first; a sealed slice's timestamps as the slice (read only when
+        a start falls in it: they may be in the store)."""
         col = self.ts_col
         assert col is not None
-        if self.head is not None:
-            yield self.head_from, self.head.newest, self.head
-        for sl in self.slices:
-            yield sl.start, sl.newest, sl
-        off = max(0, self.head_from - self.tail.start)
+        since = max(since, self.head_from)
+        for sl in self._held_from(since):
+            yield max(since, sl.start), sl.newest, sl
+        off = max(0, since - self.tail.start)
         t = self.tail.cols[col][off:]  # type: ignore[index]
         if len(t):
             yield self.tail.start + off, t[-1], t
@@ -645,6 +844,7 @@ class ColumnarWindow:
     # -- per-row results
     def _per_row(
         self,
+        m: Member,
         cols: dict[str, np.ndarray],
         lifted: list[Comps],
         starts: np.ndarray,
@@ -652,10 +852,11 @@ class ColumnarWindow:
         n: int,
         tail: _Slice,
         view: _View,
-        m_agg: Any,
     ) -> tuple[pa.Table, np.ndarray, Any]:
-        """The batch's per-row results (a table), the window's size after each row, and its
-        lifted aggregate after the last (that row's result)."""
+        """Member ``m``'s per-row results of the batch (a table), its size after each row,
+        and its lifted aggregate after the last (that row's result)."""
+        m_agg = view.middle(self.monoid.combine, None)
+        kernels = [(i, self.kernels[i]) for i in m.fields]
         g = np.arange(g0, g0 + n, dtype=np.int64)
         empty = starts > g
         x0 = tail.start if tail.n else g0
@@ -664,15 +865,15 @@ class ColumnarWindow:
         ny = y_end - y0
         ycols = _concat(view.parts, self.reads)
         # the rows positions point into (First, Last, arg-* keys): Y then X
-        positional = any(k.pos_comp is not None for k in self.kernels)
+        positional = any(k.pos_comp is not None for _, k in kernels)
         nt = tail.n
         xcols = _concat([self._cols(tail), cols], self.reads) if nt and positional else cols
         zcols = _concat([ycols, xcols], self.reads) if ny and positional else xcols
         values = _Values(zcols)
         arrays: list[pa.Array] = []
         lasts: list[Any] = []  # each field's lifted aggregate after the last row
-        for i, k in enumerate(self.kernels):
-            if i == self._ts_field:
+        for j, (i, k) in enumerate(kernels):
+            if j == m.ts_field:
                 newest = cols[self.ts_col]  # type: ignore[index]
                 arrays.append(pa.array(newest))
                 lasts.append(_py(newest[n - 1]))  # Max or Last of the timestamps: the newest
@@ -726,36 +927,36 @@ class ColumnarWindow:
             comps = _assemble(xc, pieces, n, k.pos_comp)
             arrays.append(k.lower(comps, values))
             lasts.append(k.to_lifted(comps, n - 1, values))
-        table = self._table(arrays, n)
+        table = self._table(m, arrays, n)
         if empty.any():
-            table = self._patch_empty(table, empty)
+            table = self._patch_empty(m, table, empty)
         sizes = np.maximum(g - starts + 1, 0)
-        total = tuple(lasts) if self.record else lasts[0]
-        return table, sizes, self.monoid.identity if empty[-1] else total
+        total = tuple(lasts) if m.record else lasts[0]
+        return table, sizes, m.monoid.identity if empty[-1] else total
 
     def _field(self, agg: Any, i: int) -> Any:
         return agg[i] if self.record else agg
 
-    def _table(self, arrays: list[pa.Array], n: int) -> pa.Table:
+    def _table(self, m: Member, arrays: list[pa.Array], n: int) -> pa.Table:
         if not arrays:  # an empty batch: the columns of the last results (null before any)
-            if self._schema is not None:
-                return self._schema.empty_table()
-            arrays = [pa.array([], type=pa.null()) for _ in self.names]
-        table = pa.Table.from_arrays(arrays, names=list(self.names))
-        self._schema = table.schema
+            if m.schema is not None:
+                return m.schema.empty_table()
+            arrays = [pa.array([], type=pa.null()) for _ in m.names]
+        table = pa.Table.from_arrays(arrays, names=list(m.names))
+        m.schema = table.schema
         return table
 
-    def _patch_empty(self, table: pa.Table, empty: np.ndarray) -> pa.Table:
+    def _patch_empty(self, m: Member, table: pa.Table, empty: np.ndarray) -> pa.Table:
         """Rows whose window is empty (a count of 0): the identity, lowered."""
-        low = self.monoid.lower(self.monoid.identity)
+        low = m.monoid.lower(m.monoid.identity)
         cols = []
-        for name in self.names:
-            v = low[name] if self.record else low
+        for name in m.names:
+            v = low[name] if m.record else low
             col = table.column(name).to_pylist()
             for j in np.flatnonzero(empty):
                 col[j] = v
             cols.append(pa.array(col))
-        return pa.Table.from_arrays(cols, names=list(self.names))
+        return pa.Table.from_arrays(cols, names=list(m.names))
 
     # -- state
     def _evict(self, cut: int) -> None:
@@ -805,6 +1006,7 @@ class ColumnarWindow:
         self.head_from = max(self.head_from, cut)
         self._seal()
         self._total = None
+        self._tail_aggs = {}
 
     def _seal(self) -> None:
         width = self.slice_rows
@@ -925,12 +1127,11 @@ class ColumnarWindow:
         self._trim()
         if self._ahead is not None and not self._take_ahead(wait=False):
             return  # the last read ahead is still on its way
-        # as many as the last batch's start moved through (the next one's likely), at least
-        # ``local_slices``
-        ahead = list(itertools.islice(self.slices, max(self.local_slices, self._moved + 1)))
+        # from each start, as many as the last batch's start moved through (the next one's
+        # likely), at least ``local_slices``
         want = [
             sl
-            for sl in ([self.head, *ahead] if self.head is not None else ahead)
+            for sl in self._hot(max(self.local_slices, self._moved + 1)).values()
             if sl.cols is None
         ]
         if not want:
@@ -939,10 +1140,20 @@ class ColumnarWindow:
         self._ahead = (want, self.store.prefetch_slices([sl.index for sl in want]))
 
     def _trim(self) -> None:
-        """The columns of written slices past the oldest ``local_slices`` leave memory."""
-        for i, sl in enumerate(self.slices):
-            if i >= self.local_slices and sl.cols is not None and sl.pending is None:
+        """The columns of written slices leave memory but for those where a start (the
+        window's, a member's) falls and the ``local_slices`` - 1 after each."""
+        hot = self._hot(self.local_slices)
+        for sl in self.slices:
+            if sl.cols is not None and sl.pending is None and id(sl) not in hot:
                 sl.cols = None
+
+    def _hot(self, k: int) -> dict[int, _Slice]:
+        """The slices where each start falls and the ``k`` - 1 after each, by id."""
+        hot: dict[int, _Slice] = {}
+        for m in self._views():
+            for sl in itertools.islice(self._held_from(m.head_from), k):
+                hot[id(sl)] = sl
+        return hot
 
     def checkpoint(self, *, wait: bool = True, meta: dict[str, Any] | None = None) -> Any:
         """Make everything applied so far durable in the store (behind the slices' writes):
@@ -954,7 +1165,19 @@ class ColumnarWindow:
             raise RuntimeError(msg)
         # an idle window's checkpoint is the one already written (or queued): not again
         # (it holds the tail's rows: up to a slice's worth of columns every flush interval)
-        mark = (self.head_from, self.next, self.sealed, self.evicted, meta)
+        members = {
+            m.name: [m.created, m.head_from, m.evicted, _describe(m.monoid, m.policy)]
+            for m in self.members.values()
+        }
+        mark = (
+            self.head_from,
+            self.own.head_from,
+            self.next,
+            self.sealed,
+            self.evicted,
+            members,
+            meta,
+        )
         last = self._written
         if not self._dropped and last is not None and last[0] == mark and self.store.failed is None:
             if wait:
@@ -965,6 +1188,8 @@ class ColumnarWindow:
         state = {
             "window": self._description,
             "head_from": self.head_from,
+            "own_from": self.own.head_from,
+            "members": members,
             "next": self.next,
             "newest_ts": self.newest_ts,
             "evicted": self.evicted,
@@ -1010,6 +1235,7 @@ class ColumnarWindow:
         self.slices.extend(live)
         self.tree.load_lifted([(sl.agg, sl.start) for sl in live])
         self.head_from = int(state["head_from"])
+        self.own.head_from = int(state.get("own_from", self.head_from))
         self._cut = self.head_from
         self.next = int(state["next"])
         self.newest_ts = state["newest_ts"]
@@ -1019,6 +1245,9 @@ class ColumnarWindow:
         self.tail = _Slice(int(state["tail_start"]), _decode(state["tail"], self.reads, n), n)
         meta = state.get("meta")
         self.checkpoint_meta = meta if isinstance(meta, dict) else None
+        self.own.evicted = self.evicted
+        self._stored_members = dict(state.get("members") or {})
+        self._restore_members()
         self._release()
 
     def _reset(self) -> None:
@@ -1030,11 +1259,27 @@ class ColumnarWindow:
         self.tail = _Slice(0, {c: np.empty(0) for c in self.reads}, 0)
         self.newest_ts = None
         self._total = None
+        self._tail_aggs = {}
         self._dropped = []
         self._written = None
         self._ahead = None
         self._unwritten = 0
         self.checkpoint_meta = None
+        self.own.head_from = self.own.evicted = 0
+        self._stored_members = {}
+        self._restore_members()
+
+    def _restore_members(self) -> None:
+        """The members' positions as the last checkpoint loaded has them; a member it does
+        not name (or names with another definition) starts at the window's next row."""
+        for m in self.members.values():
+            stored = self._stored_members.get(m.name)
+            if stored is not None and stored[3] == _describe(m.monoid, m.policy):
+                m.created, m.head_from, m.evicted = (int(x) for x in stored[:3])
+            else:
+                m.created = m.head_from = self.next
+                m.evicted = 0
+            m.total = None
 
     def reload(self) -> None:
         """After a store failure: drop the queued writes and load the last checkpoint."""
@@ -1090,6 +1335,21 @@ def _assemble(
             r[rows] = pc[j]
         out.append(r)
     return tuple(out)
+
+
+def _describe(monoid: Any, policy: Any) -> str:
+    """A member's definition as its checkpoint names it."""
+    return f"{monoid!r} under {policy!r}"
+
+
+def _joined(got: list[BatchResult], per_row: bool) -> BatchResult:
+    """The results of consecutive chunks of a batch as one batch's."""
+    evicted = sum(g.evicted for g in got)
+    if not per_row:
+        return BatchResult(evicted)
+    # one chunk per part (no copy into one array: the results may be most of the memory)
+    rows = pa.concat_tables([g.rows for g in got], promote_options="default")
+    return BatchResult(evicted, rows, np.concatenate([g.sizes for g in got]))
 
 
 def _fold_first(k: Kernel, m: Comps, xc: Comps) -> Comps:

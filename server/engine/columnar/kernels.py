@@ -58,6 +58,18 @@ FOREIGN = -2  # a position standing for a value held by a stored slices' aggrega
 Comps = tuple[np.ndarray, ...]
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _two_sum(s: float, x: float) -> tuple[float, float]:
+    """Knuth's TwoSum: ``s + x`` rounded and its rounding error (0 for an inf or a NaN: it
+    is the answer, no error term)."""
+    t = s + x
+    bp = t - s
+    err = (s - (t - bp)) + (x - bp)
+    if not math.isfinite(err):
+        err = 0.0
+    return t, err
+
+
 @numba.njit(cache=True, nogil=True)
 def _dd_scan(hi: np.ndarray, lo: np.ndarray, out_hi: np.ndarray, out_lo: np.ndarray) -> None:
     """Row by row, the running double-double sum (one fused loop: in numpy each TwoSum step
@@ -66,13 +78,7 @@ def _dd_scan(hi: np.ndarray, lo: np.ndarray, out_hi: np.ndarray, out_lo: np.ndar
         s = 0.0
         e = 0.0
         for j in range(hi.shape[1]):
-            x = hi[i, j]
-            t = s + x
-            bp = t - s
-            err = (s - (t - bp)) + (x - bp)
-            if not math.isfinite(err):  # an inf or a NaN: it is the answer, no error term
-                err = 0.0
-            s = t
+            s, err = _two_sum(s, hi[i, j])
             e += lo[i, j] + err
             out_hi[i, j] = s
             out_lo[i, j] = e
@@ -85,13 +91,7 @@ def _dd_total(hi: np.ndarray, lo: np.ndarray) -> tuple[float, float]:
     s = 0.0
     e = 0.0
     for j in range(hi.shape[0]):
-        x = hi[j]
-        t = s + x
-        bp = t - s
-        err = (s - (t - bp)) + (x - bp)
-        if not math.isfinite(err):
-            err = 0.0
-        s = t
+        s, err = _two_sum(s, hi[j])
         e += lo[j] + err
     return s, e
 
@@ -107,13 +107,7 @@ def _dd_add(
 ) -> None:
     """Element by element, the double-double sum of ``a`` and ``b`` (TwoSum, fused)."""
     for i in range(ahi.shape[0]):
-        x = ahi[i]
-        y = bhi[i]
-        t = x + y
-        bp = t - x
-        err = (x - (t - bp)) + (y - bp)
-        if not math.isfinite(err):
-            err = 0.0
+        t, err = _two_sum(ahi[i], bhi[i])
         out_hi[i] = t
         out_lo[i] = alo[i] + blo[i] + err
 

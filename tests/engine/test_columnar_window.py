@@ -420,3 +420,55 @@ def test_what_an_outsider_broke_is_refused_and_changes_nothing() -> None:
         columnar_refusal(Record(n=Count(), ts=Max("ts")), TimeRangePolicy(5, field="x"))
     )
     assert columnar_refusal(Record(s=Sum("v")), CountPolicy(3)) is not None
+
+
+def test_sums_keep_their_precision_across_many_slices() -> None:
+    """A window spanning several sealed slices (an outsider's case: a count window of 9,000
+    rows, 3,000-row batches, N(0, 100) values, sums cancelling to a few units): every per-row
+    sum is math.fsum's answer to the ulp and every mean its correctly rounded quotient, and
+    so are the results after batches without per-row results (the slices' aggregates keep
+    the scans' double-double pairs in the tree: rounded to one float each, they were off by
+    up to 485 ulps). A mean is that sum divided by the count (the kernels' lowering)."""
+    rng = np.random.default_rng(7)
+    v = rng.normal(0, 100, 24_000)
+    ts = np.arange(1, len(v) + 1, dtype=np.int64)
+    size = 9_000
+    for batch in (3_000, 7_000, 24_000):
+        fast = ColumnarWindow(
+            Record(n=Count(), s=Sum("v"), me=Mean("v")), CountPolicy(size, field="n")
+        )
+        for lo in range(0, len(v), batch):
+            hi = min(len(v), lo + batch)
+            per_row = (lo // batch) % 2 == 0
+            got = fast.apply({"ts": ts[lo:hi], "v": v[lo:hi]}, per_row=per_row)
+            if per_row:
+                assert got.rows is not None
+                sums = got.rows.column("s").to_pylist()
+                means = got.rows.column("me").to_pylist()
+                for j in range(lo, hi, 7):
+                    window = v[max(0, j + 1 - size) : j + 1].tolist()
+                    assert sums[j - lo] == math.fsum(window), (batch, j)
+                    assert means[j - lo] == math.fsum(window) / len(window), (batch, j)
+            window = v[max(0, hi - size) : hi].tolist()
+            final = fast.query()
+            assert final["s"] == math.fsum(window), (batch, hi)
+            assert final["me"] == math.fsum(window) / len(window), (batch, hi)
+            got_s, _ = fast.aggregate_range(count=size // 3)
+            assert got_s[1] == math.fsum(v[hi - min(hi, size // 3) : hi].tolist())
+
+
+def test_a_slice_sum_stored_as_one_float_still_reads() -> None:
+    """Slices stored before sums were pairs hold one float (a sum) and (count, mean) (a
+    mean): the tree's monoids and the kernels take them as pairs with no low part."""
+    from mtawindows.server.engine.columnar.kernels import DD_MEAN, DD_SUM, kernel_for
+
+    assert DD_SUM.combine(2, 3) == 5  # integers stay exact
+    assert DD_SUM.combine(1.5, (2.0, 1e-20)) == (3.5, 1e-20)
+    assert DD_SUM.combine([1e16, 1.0], 1.0) == (1e16, 2.0)  # a list: as the codec reads it
+    assert DD_MEAN.combine((2, 1.5), (1, 3.0, 0.0)) == (3, 6.0, 0.0)
+    s, me = kernel_for(Sum("v")), kernel_for(Mean("v"))
+    assert s is not None and me is not None
+    assert [c.tolist() for c in s.from_slice(2.5)] == [[2.5], [0.0]]
+    assert s.slice_to_lifted((1e16, 1.0)) == 1e16 + 1.0
+    assert me.slice_to_lifted((4, 2.0)) == (4, 2.0)
+    assert me.slice_to_lifted((4, 10.0, 0.0)) == (4, 2.5)

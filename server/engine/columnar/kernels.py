@@ -178,6 +178,23 @@ class Kernel:
     def from_lifted(self, agg: Any) -> Comps:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    # A sealed slice's aggregate in the window's tree: the per-row engine's form, but for sums
+    # of floats, carried as their double-double pair (rounded to one float only when a
+    # result leaves the window): the tree's combines keep the scans' precision
+    def slice_monoid(self, m: Any) -> Any:
+        """The monoid the window's tree combines this field's slice aggregates with."""
+        return m
+
+    def to_slice(self, comps: Comps, i: int, values: Any) -> Any:
+        return self.to_lifted(comps, i, values)
+
+    def from_slice(self, agg: Any) -> Comps:
+        return self.from_lifted(agg)
+
+    def slice_to_lifted(self, agg: Any) -> Any:
+        """A slice-form aggregate in the per-row engine's form."""
+        return agg
+
     def lower(self, comps: Comps, values: Any) -> pa.Array:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -330,6 +347,23 @@ class SumKernel(Kernel):
             return np.array([agg], dtype=np.int64), np.zeros(1, dtype=np.int64)
         return np.array([float(agg)]), np.zeros(1)
 
+    def slice_monoid(self, m: Any) -> Any:
+        return DD_SUM
+
+    def to_slice(self, comps: Comps, i: int, values: Any) -> Any:
+        hi = comps[0][i].item()
+        if comps[0].dtype.kind == "i":
+            return hi
+        return (hi, comps[1][i].item())
+
+    def from_slice(self, agg: Any) -> Comps:
+        if isinstance(agg, tuple | list):
+            return np.array([float(agg[0])]), np.array([float(agg[1])])
+        return self.from_lifted(agg)  # an integer, or a float a window stored before pairs
+
+    def slice_to_lifted(self, agg: Any) -> Any:
+        return _dd_value(agg) if isinstance(agg, tuple | list) else agg
+
     def lower(self, comps: Comps, values: Any) -> pa.Array:
         return pa.array(self.value(comps))
 
@@ -396,6 +430,20 @@ class MeanKernel(SumKernel):
     def from_lifted(self, agg: Any) -> Comps:
         n, m = agg
         return np.array([n], dtype=np.int64), np.array([float(m) * n]), np.zeros(1)
+
+    def slice_monoid(self, m: Any) -> Any:
+        return DD_MEAN
+
+    def to_slice(self, comps: Comps, i: int, values: Any) -> Any:
+        return (int(comps[0][i]), float(comps[1][i]), float(comps[2][i]))
+
+    def from_slice(self, agg: Any) -> Comps:
+        n, hi, lo = _mean_triple(agg)
+        return np.array([n], dtype=np.int64), np.array([hi]), np.array([lo])
+
+    def slice_to_lifted(self, agg: Any) -> Any:
+        n, hi, lo = _mean_triple(agg)
+        return (n, _dd_value((hi, lo)) / n if n > 0 else 0.0)
 
     def lower(self, comps: Comps, values: Any) -> pa.Array:
         has, m = self._mean(comps)
@@ -611,6 +659,86 @@ class MaxCountKernel(Kernel):
             ["max", "count"],
             mask=pa.array(c == 0),
         )
+
+
+def _dd_value(pair: Any) -> float:
+    """A double-double pair rounded to one float (as :meth:`SumKernel.value`)."""
+    hi, lo = float(pair[0]), float(pair[1])
+    return hi + lo if math.isfinite(hi) else hi
+
+
+def _dd_pair(x: Any) -> tuple[float, float]:
+    """A slice sum (an int, a float, or a pair) as a double-double pair (an int exactly,
+    below 2^106)."""
+    if isinstance(x, tuple | list):
+        return float(x[0]), float(x[1])
+    if isinstance(x, int):
+        hi = float(x)
+        return hi, float(x - int(hi)) if math.isfinite(hi) else 0.0
+    return float(x), 0.0
+
+
+def _dd_plus(a: Any, b: Any) -> tuple[float, float]:
+    """``a + b`` of double-double pairs: TwoSum of the high parts, the low parts and its
+    error added (as the kernels' element-wise sum)."""
+    ah, al = _dd_pair(a)
+    bh, bl = _dd_pair(b)
+    t = ah + bh
+    bp = t - ah
+    err = (ah - (t - bp)) + (bh - bp)
+    if not math.isfinite(err):
+        err = 0.0
+    return t, al + bl + err
+
+
+def _mean_triple(agg: Any) -> tuple[int, float, float]:
+    """A slice's mean as (count, double-double sum); a window stored before pairs kept
+    (count, mean)."""
+    if len(agg) == 2:
+        n, m = agg
+        return int(n), float(m) * int(n), 0.0
+    n, hi, lo = agg
+    return int(n), float(hi), float(lo)
+
+
+class _DDSum:
+    """Slice sums in the window's tree: integers exactly, floats as double-double pairs."""
+
+    identity: Any = 0
+    commutative = True
+
+    def lift(self, x: Any) -> Any:  # pragma: no cover - the tree takes lifted slices
+        return x
+
+    def combine(self, a: Any, b: Any) -> Any:
+        if type(a) is int and type(b) is int:
+            return a + b
+        return _dd_plus(a, b)
+
+    def lower(self, a: Any) -> Any:  # pragma: no cover - the window lowers
+        return a
+
+
+class _DDMean:
+    """Slice means in the window's tree: (count, double-double sum)."""
+
+    identity: Any = (0, 0.0, 0.0)
+    commutative = True
+
+    def lift(self, x: Any) -> Any:  # pragma: no cover - the tree takes lifted slices
+        return x
+
+    def combine(self, a: Any, b: Any) -> Any:
+        na, ha, la = _mean_triple(a)
+        nb, hb, lb = _mean_triple(b)
+        return (na + nb, *_dd_plus((ha, la), (hb, lb)))
+
+    def lower(self, a: Any) -> Any:  # pragma: no cover - the window lowers
+        return a
+
+
+DD_SUM = _DDSum()
+DD_MEAN = _DDMean()
 
 
 def kernel_for(m: Any) -> Kernel | None:

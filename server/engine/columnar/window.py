@@ -7,7 +7,8 @@ Structure (stream slicing, as Scotty and Cutty do; the slices enter the MTA):
          local, an offset          payloads in order; one MTA item per slice               local
 
 Rows arrive as columns and are kept as columns. Every ``slice_rows`` rows the tail is sealed
-into a slice: its aggregate (one lifted value in the per-row engine's own form) goes into an
+into a slice: its aggregate (in the per-row engine's own form, but for sums of floats, kept as
+the scans' double-double pairs and rounded only when a result leaves) goes into an
 :class:`~mtawindows.server.engine.amta.AmortizedMTA` over slices, whose policy lets a prefix of
 slices go when every slice of it starts before the window's new start: bulk eviction stays
 O(log n) in slices. The slice a window's start falls inside leaves the tree and becomes the
@@ -268,8 +269,19 @@ class ColumnarWindow:
         # the tree over slices: (the slice's aggregate, its start); a prefix of slices leaves
         # when every one starts before the window's start
         self._cut = 0
+        # the slices' aggregates as the tree holds them (sums as double-double pairs)
+        self._slice: Any = (
+            Record(
+                **{
+                    name: k.slice_monoid(m)
+                    for name, k, m in zip(self.names, self.kernels, fields, strict=True)
+                }
+            )
+            if self.record
+            else self.kernels[0].slice_monoid(monoid)
+        )
         self.tree = AmortizedMTA(
-            Record(agg=monoid, start=Max()),
+            Record(agg=self._slice, start=Max()),
             lambda total, old: old[1] < self._cut,
         )
         self.slices: deque[_Slice] = deque()  # the tree's slices, oldest first
@@ -310,18 +322,25 @@ class ColumnarWindow:
         """The window's lifted aggregate, in the per-row engine's form."""
         if self._total is None:
             with np.errstate(all="ignore"):
-                self._total = self._aggregate_from(self.own.head_from)
+                self._total = self._lifted(self.own, self._aggregate_from(self.own.head_from))
         return self._total
 
+    def _lifted(self, m: Member, agg: Any) -> Any:
+        """Member ``m``'s aggregate in the per-row engine's form, from the tree's form of its
+        fields (sums rounded to one float)."""
+        if not m.record:
+            return self.kernels[m.fields[0]].slice_to_lifted(agg)
+        return tuple(self.kernels[i].slice_to_lifted(a) for i, a in zip(m.fields, agg, strict=True))
+
     def _aggregate_from(self, s: int) -> Any:
-        """The lifted aggregate (of the window's fields) of its rows from global position
-        ``s`` (at least the first held)."""
+        """The aggregate (of the window's fields, in the tree's form) of its rows from global
+        position ``s`` (at least the first held)."""
         if s >= self.next:
-            return self.monoid.identity
+            return self._slice.identity
         if s > self.head_from:
             return self._suffix(s)
-        combine = self.monoid.combine
-        total = self.monoid.identity
+        combine = self._slice.combine
+        total = self._slice.identity
         if self.head is not None:
             total = self._reduce(self.head, self.head_from - self.head.start)
         if len(self.tree):
@@ -334,13 +353,13 @@ class ColumnarWindow:
         return self.monoid.lower(self.aggregate())
 
     def _reduce(self, sl: _Slice, offset: int) -> Any:
-        """The lifted aggregate of ``sl``'s rows from ``offset``."""
+        """The aggregate (in the tree's form) of ``sl``'s rows from ``offset``."""
         cols = {c: v[offset:] for c, v in self._cols(sl).items()}
         n = sl.n - offset
         if n <= 0:
-            return self.monoid.identity
+            return self._slice.identity
         values = _Values(cols)
-        parts = [k.to_lifted(k.total(k.lift(cols, n)), 0, values) for k in self.kernels]
+        parts = [k.to_slice(k.total(k.lift(cols, n)), 0, values) for k in self.kernels]
         return tuple(parts) if self.record else parts[0]
 
     def aggregate_range(
@@ -382,7 +401,7 @@ class ColumnarWindow:
         if s >= self.next:
             return m.monoid.identity, 0
         with np.errstate(all="ignore"):
-            out = m.project(self._suffix(s), self.record), self.next - s
+            out = self._lifted(m, m.project(self._suffix(s), self.record)), self.next - s
         if self.store is not None:
             self._trim()  # a slice read for the suffix does not stay
         return out
@@ -455,7 +474,7 @@ class ColumnarWindow:
         m = self.members[name]
         if m.total is None:
             with np.errstate(all="ignore"):
-                m.total = m.project(self._aggregate_from(m.head_from), self.record)
+                m.total = self._lifted(m, m.project(self._aggregate_from(m.head_from), self.record))
         return m.total
 
     def member_size(self, name: str) -> int:
@@ -487,8 +506,9 @@ class ColumnarWindow:
         return self.next if g0 is None or ts is None else g0 + len(ts)
 
     def _suffix(self, s: int) -> Any:
-        """The lifted aggregate of the rows from global position ``s`` (inside the window)."""
-        combine = self.monoid.combine
+        """The aggregate (in the tree's form) of the rows from global position ``s`` (inside
+        the window)."""
+        combine = self._slice.combine
         tail = self.tail
         if tail.n and s >= tail.start:
             return self._tail_total(s - tail.start)
@@ -855,7 +875,7 @@ class ColumnarWindow:
     ) -> tuple[pa.Table, np.ndarray, Any]:
         """Member ``m``'s per-row results of the batch (a table), its size after each row,
         and its lifted aggregate after the last (that row's result)."""
-        m_agg = view.middle(self.monoid.combine, None)
+        m_agg = view.middle(self._slice.combine, None)
         kernels = [(i, self.kernels[i]) for i in m.fields]
         g = np.arange(g0, g0 + n, dtype=np.int64)
         empty = starts > g
@@ -902,7 +922,7 @@ class ColumnarWindow:
                 mc: Comps | None = None
                 if m_agg is not None:
                     mf = self._field(m_agg, i)
-                    mc = k.from_lifted(mf)
+                    mc = k.from_slice(mf)
                     if k.pos_comp is not None:
                         values.foreign[id(k)] = _foreign(k, mf)
                 fx = scan_all(k, xc if mc is None else _fold_first(k, mc, xc))

@@ -266,3 +266,20 @@ def test_a_stored_window_gives_its_members_back_after_a_crash(
         assert fast.store is not None
         fast.store.delete_window()
         fast.close()
+
+
+def test_a_member_of_a_window_of_one_field() -> None:
+    """A window whose monoid is one built-in (not a Record) shares it with a member that is
+    that built-in alone or a Record of it."""
+    w = ColumnarWindow(Max("ts"), TimeRangePolicy(10, field=None))
+    w.attach("alone", Max("ts"), TimeRangePolicy(3, field=None))
+    w.attach("record", Record(ts=Max("ts")), TimeRangePolicy(5, field="ts"))
+    got = w.apply({"ts": np.array([1, 4, 6, 9])}, per_row=True, member_rows={"alone", "record"})
+    assert got.members["alone"].sizes.tolist() == [1, 1, 2, 1]  # type: ignore[union-attr]
+    assert got.members["record"].sizes.tolist() == [1, 2, 2, 2]  # type: ignore[union-attr]
+    assert w.member_aggregate("alone") == 9 and w.member_aggregate("record") == (9,)
+    assert w.member_size("record") == 2 and len(w) == 4
+    w.apply({"ts": np.array([12])})  # no per-row results: the aggregates from the rows
+    assert w.member_aggregate("alone") == 12 and w.member_aggregate("record") == (12,)
+    assert w.aggregate_range(count=2, member="record") == ((12,), 2)
+    assert w.aggregate_range(count=2, member="alone") == (12, 1)  # it holds one row

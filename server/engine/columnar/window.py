@@ -127,11 +127,10 @@ class Member:
     def project(self, agg: Any, record: bool) -> Any:
         """Its fields of an aggregate of the window's fields (``record``: the window's is a
         Record)."""
-        if not record:
-            return agg
+        parts = agg if record else (agg,)
         if self.record:
-            return tuple(agg[i] for i in self.fields)
-        return agg[self.fields[0]]
+            return tuple(parts[i] for i in self.fields)
+        return parts[self.fields[0]]
 
 
 class _View:

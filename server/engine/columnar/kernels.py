@@ -340,7 +340,7 @@ class SumKernel(Kernel):
         hi = comps[0][i].item()
         if comps[0].dtype.kind == "i":
             return hi
-        return hi + comps[1][i].item() if math.isfinite(hi) else hi  # as value() rounds
+        return _dd_value((hi, comps[1][i].item()))  # as value() rounds
 
     def from_lifted(self, agg: Any) -> Comps:
         if isinstance(agg, int) and abs(agg) <= _INT64_MAX:

@@ -78,7 +78,7 @@ def run_results(
     values = _Values(cols)
     with np.errstate(all="ignore"):
         for i, k in enumerate(w.kernels):
-            if i == w._ts_field:  # the newest timestamp after a row is the row's own
+            if i == w.own.ts_field:  # the newest timestamp after a row is the row's own
                 assert ts is not None
                 arrays.append(ts[skip:])
                 continue
@@ -208,10 +208,10 @@ def _starts(
     w: ColumnarWindow, ts: np.ndarray | None, runs: np.ndarray, first: np.ndarray, g: np.ndarray
 ) -> np.ndarray:
     """Each row's window start (a row index; above the row itself: an empty window)."""
-    if w.count is not None:
-        return np.asarray(np.maximum(g - w.count + 1, first), dtype=np.int64)
+    if w.own.count is not None:
+        return np.asarray(np.maximum(g - w.own.count + 1, first), dtype=np.int64)
     assert ts is not None
-    rng = w.range
+    rng = w.own.range
     # rows at or before ``ts - range`` leave; where that is below every int64 none does
     if rng > _INT64_MAX:
         return first.copy()

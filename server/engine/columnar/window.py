@@ -29,7 +29,6 @@ from double-double scans (within an ulp of ``math.fsum``), variances from Chan's
 from __future__ import annotations
 
 import concurrent.futures
-import datetime as _dt
 import itertools
 import math
 import numbers
@@ -134,23 +133,15 @@ class Member:
 
 
 class _View:
-    """The rows before the tail a batch's per-row results read: ``parts`` (Y: the head from
-    the window's start ``y0``, then whole slices, up to global position ``end``) and the
-    aggregates of the slices after Y that the batch evicts (``later``)."""
+    """The rows before the tail a batch's per-row results read: ``parts`` (Y: from the
+    member's start ``y0``, whole slices up to global position ``end``) and ``middle``, the
+    aggregate (in the tree's form) of the slices between Y and the tail (None: none)."""
 
     def __init__(self, y0: int) -> None:
         self.y0 = y0
         self.end = y0
         self.parts: list[dict[str, np.ndarray]] = []
-        self.later: list[Any] = []
-
-    def middle(self, combine: Any, rest: Any) -> Any:
-        """The aggregate of the rows between Y and the tail (None: there are none)."""
-        out = None
-        for a in [*self.later, rest]:
-            if a is not None:
-                out = a if out is None else combine(out, a)
-        return out
+        self.middle: Any = None
 
 
 @dataclass
@@ -229,40 +220,11 @@ class ColumnarWindow:
         self.names = monoid.names if self.record else ("value",)
         self.kernels: list[Kernel] = [kernel_for(m) for m in fields]  # type: ignore[misc]
         self.reads = sorted({c for k in self.kernels for c in k.reads})
-        self.ts_col: str | None = None
-        self.count: int | None = None
-        if isinstance(policy, TimeRangePolicy):
-            i = _getter("TimeRangePolicy", monoid, policy.field, (Max, Last), "newest timestamp")
-            self.ts_col = fields[0 if i is None else i].field
-            # ``newest - ts >= range`` over integer timestamps is ``newest - ts >= ceil(range)``
-            rng = policy.range
-            if isinstance(rng, _dt.timedelta):
-                msg = "ColumnarWindow: a time range over integer timestamps is a number, not a timedelta"
-                raise TypeError(msg)
-            self.range = int(rng) if isinstance(rng, int) else math.ceil(rng)
-            # the newest timestamp after a row is the row's own (timestamps never go back)
-            self._ts_field: int | None = 0 if i is None else i
-        else:
-            _getter("CountPolicy", monoid, policy.field, (Count,), "item count")
-            self.count = policy.size
-            self._ts_field = None
+        # the window's own policy as a member; others share its rows (attach)
+        self.own, self.ts_col = self._member("", monoid, policy, 0)
         if self.ts_col is not None and self.ts_col not in self.reads:
             self.reads.append(self.ts_col)
         self.slice_rows = int(slice_rows)
-        # the window's own policy as a member; others share its rows (attach)
-        self.own = Member(
-            "",
-            monoid,
-            policy,
-            self.record,
-            tuple(self.names),
-            list(range(len(self.kernels))),
-            self.count,
-            getattr(self, "range", 0),
-            self._ts_field,
-            0,
-            0,
-        )
         self.members: dict[str, Member] = {}
         self._stored_members: dict[str, Any] = {}  # the members of the last checkpoint loaded
         # the tree over slices: (the slice's aggregate, its start); a prefix of slices leaves
@@ -291,8 +253,6 @@ class ColumnarWindow:
         self.tail = _Slice(0, {c: np.empty(0) for c in self.reads}, 0)
         self.next = 0  # global position of the next row
         self.newest_ts: Any = None
-        self.evicted = 0
-        self._total: Any = None
         self._tail_aggs: dict[int, Any] = {}  # the tail's aggregates from offsets (_tail_total)
         # the Redis tier (a SliceStore: sealed slices written once, their columns dropped
         # from memory but for the ``local_slices`` oldest, where the window starts); None:
@@ -317,12 +277,21 @@ class ColumnarWindow:
     def __len__(self) -> int:
         return self.next - self.own.head_from
 
+    @property
+    def evicted(self) -> int:
+        """Rows that left the window (its own policy's)."""
+        return self.own.evicted
+
     def aggregate(self) -> Any:
         """The window's lifted aggregate, in the per-row engine's form."""
-        if self._total is None:
+        return self._total_of(self.own)
+
+    def _total_of(self, m: Member) -> Any:
+        """Member ``m``'s lifted aggregate (known after a per-row batch, else reduced)."""
+        if m.total is None:
             with np.errstate(all="ignore"):
-                self._total = self._lifted(self.own, self._aggregate_from(self.own.head_from))
-        return self._total
+                m.total = self._lifted(m, m.project(self._aggregate_from(m.head_from), self.record))
+        return m.total
 
     def _lifted(self, m: Member, agg: Any) -> Any:
         """Member ``m``'s aggregate in the per-row engine's form, from the tree's form of its
@@ -395,8 +364,7 @@ class ColumnarWindow:
                 return m.monoid.identity, 0
             s = self._first_newer(self.newest_ts - math.ceil(q.time_range))
         if s <= m.head_from:
-            whole = self.aggregate() if member is None else self.member_aggregate(member)
-            return whole, n
+            return self._total_of(m), n
         if s >= self.next:
             return m.monoid.identity, 0
         with np.errstate(all="ignore"):
@@ -419,10 +387,28 @@ class ColumnarWindow:
         if why is not None:
             msg = f"ColumnarWindow.attach: {why}"
             raise TypeError(msg)
+        m, ts_col = self._member(name, monoid, policy, self.next)
+        if m.count is None and (self.ts_col is None or ts_col != self.ts_col):
+            msg = (
+                f"ColumnarWindow.attach: a time range over {ts_col!r}; the window's "
+                f"timestamps are {self.ts_col!r}"
+            )
+            raise ValueError(msg)
+        self._restore(m)
+        self.members[name] = m
+        return m
+
+    def _member(
+        self, name: str, monoid: Any, policy: Any, created: int
+    ) -> tuple[Member, str | None]:
+        """Member ``name`` of ``monoid`` (each of its fields one of the window's) under a
+        count or time-range ``policy`` (checked by :func:`columnar_refusal`), from global
+        position ``created``; and the column of the timestamps it reads (None: a count)."""
         record = isinstance(monoid, Record)
+        theirs = monoid.monoids if record else (monoid,)
         mine = self.monoid.monoids if self.record else (self.monoid,)
         fields = []
-        for f in monoid.monoids if record else (monoid,):
+        for f in theirs:
             if f not in mine:
                 msg = f"ColumnarWindow.attach: the window has no field {f!r} (it has {list(mine)})"
                 raise ValueError(msg)
@@ -430,39 +416,34 @@ class ColumnarWindow:
         count: int | None = None
         rng = 0
         ts_field: int | None = None
+        ts_col = None
         if isinstance(policy, TimeRangePolicy):
             i = _getter("TimeRangePolicy", monoid, policy.field, (Max, Last), "newest timestamp")
-            j = 0 if i is None else i
-            got = (monoid.monoids if record else (monoid,))[j]
-            if self.ts_col is None or got.field != self.ts_col:
-                msg = (
-                    f"ColumnarWindow.attach: a time range over {got.field!r}; the window's "
-                    f"timestamps are {self.ts_col!r}"
-                )
-                raise ValueError(msg)
+            # the newest timestamp after a row is the row's own (timestamps never go back)
+            ts_field = 0 if i is None else i
+            ts_col = theirs[ts_field].field
+            # ``newest - ts >= range`` over integer timestamps is ``newest - ts >= ceil(range)``
             r = policy.range
             rng = int(r) if isinstance(r, int) else math.ceil(r)
-            ts_field = j
         else:
+            _getter("CountPolicy", monoid, policy.field, (Count,), "item count")
             count = policy.size
+        names = tuple(monoid.names) if record else ("value",)
         m = Member(
-            name,
-            monoid,
-            policy,
-            record,
-            tuple(monoid.names) if record else ("value",),
-            fields,
-            count,
-            rng,
-            ts_field,
-            self.next,
-            self.next,
+            name, monoid, policy, record, names, fields, count, rng, ts_field, created, created
         )
-        stored = self._stored_members.get(name)
-        if stored is not None and stored[3] == _describe(monoid, policy):
+        return m, ts_col
+
+    def _restore(self, m: Member) -> None:
+        """Member ``m``'s position as the last checkpoint loaded has it; one it does not name
+        (or names with another definition) starts at the window's next row."""
+        stored = self._stored_members.get(m.name)
+        if stored is not None and stored[3] == _describe(m.monoid, m.policy):
             m.created, m.head_from, m.evicted = (int(x) for x in stored[:3])
-        self.members[name] = m
-        return m
+        else:
+            m.created = m.head_from = self.next
+            m.evicted = 0
+        m.total = None
 
     def detach(self, name: str) -> None:
         """Member ``name`` leaves: its rows are no longer held for it."""
@@ -470,11 +451,7 @@ class ColumnarWindow:
 
     def member_aggregate(self, name: str) -> Any:
         """Member ``name``'s lifted aggregate (its fields, in the per-row engine's form)."""
-        m = self.members[name]
-        if m.total is None:
-            with np.errstate(all="ignore"):
-                m.total = self._lifted(m, m.project(self._aggregate_from(m.head_from), self.record))
-        return m.total
+        return self._total_of(self.members[name])
 
     def member_size(self, name: str) -> int:
         return self.next - self.members[name].head_from
@@ -675,8 +652,6 @@ class ColumnarWindow:
             m.head_from = max(m.head_from, int(st[-1]))
             m.evicted += result.evicted
             m.total = total  # the last row's result is its aggregate (None: not known)
-        self._total = self.own.total
-        self.evicted = self.own.evicted
         if self.store is not None:
             self._release()
         out[0].members = {m.name: r for m, r in zip(views[1:], out[1:], strict=True)}
@@ -734,7 +709,7 @@ class ColumnarWindow:
             view.parts.append({c: v[off:] for c, v in cols.items()} if off else cols)
             view.end = sl.end
         if after:
-            view.later.append(self.tree.aggregate_range(count=after)[0][0])
+            view.middle = self.tree.aggregate_range(count=after)[0][0]
         return view
 
     def _columns(self, columns: dict[str, Any]) -> tuple[dict[str, np.ndarray], int]:
@@ -874,7 +849,7 @@ class ColumnarWindow:
     ) -> tuple[pa.Table, np.ndarray, Any]:
         """Member ``m``'s per-row results of the batch (a table), its size after each row,
         and its lifted aggregate after the last (that row's result)."""
-        m_agg = view.middle(self._slice.combine, None)
+        m_agg = view.middle
         kernels = [(i, self.kernels[i]) for i in m.fields]
         g = np.arange(g0, g0 + n, dtype=np.int64)
         empty = starts > g
@@ -1024,7 +999,6 @@ class ColumnarWindow:
             self.newest_ts = ts[-1].item()
         self.head_from = max(self.head_from, cut)
         self._seal()
-        self._total = None
         self._tail_aggs = {}
 
     def _seal(self) -> None:
@@ -1258,13 +1232,12 @@ class ColumnarWindow:
         self._cut = self.head_from
         self.next = int(state["next"])
         self.newest_ts = state["newest_ts"]
-        self.evicted = int(state["evicted"])
+        self.own.evicted = int(state["evicted"])
         self.sealed = sealed
         n = int(state["tail_rows"])
         self.tail = _Slice(int(state["tail_start"]), _decode(state["tail"], self.reads, n), n)
         meta = state.get("meta")
         self.checkpoint_meta = meta if isinstance(meta, dict) else None
-        self.own.evicted = self.evicted
         self._stored_members = dict(state.get("members") or {})
         self._restore_members()
         self._release()
@@ -1273,11 +1246,11 @@ class ColumnarWindow:
         self.tree.clear()
         self.slices.clear()
         self.head = None
-        self.head_from = self.next = self.evicted = self.sealed = 0
+        self.head_from = self.next = self.sealed = 0
         self._cut = 0
         self.tail = _Slice(0, {c: np.empty(0) for c in self.reads}, 0)
         self.newest_ts = None
-        self._total = None
+        self.own.total = None
         self._tail_aggs = {}
         self._dropped = []
         self._written = None
@@ -1289,16 +1262,8 @@ class ColumnarWindow:
         self._restore_members()
 
     def _restore_members(self) -> None:
-        """The members' positions as the last checkpoint loaded has them; a member it does
-        not name (or names with another definition) starts at the window's next row."""
         for m in self.members.values():
-            stored = self._stored_members.get(m.name)
-            if stored is not None and stored[3] == _describe(m.monoid, m.policy):
-                m.created, m.head_from, m.evicted = (int(x) for x in stored[:3])
-            else:
-                m.created = m.head_from = self.next
-                m.evicted = 0
-            m.total = None
+            self._restore(m)
 
     def reload(self) -> None:
         """After a store failure: drop the queued writes and load the last checkpoint."""

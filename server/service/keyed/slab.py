@@ -103,12 +103,12 @@ def slab_plan(
             cw = ColumnarWindow(built.monoid, built.policy)
         except (TypeError, ValueError) as ex:
             return f"window {name!r}: {ex}"
-        if cw.count is not None:
-            reaches.append(Reach(name, cw.count, None))
+        if cw.own.count is not None:
+            reaches.append(Reach(name, cw.own.count, None))
         else:
             if cw.ts_col != timestamp_field:
                 return f"window {name!r}'s time range reads {cw.ts_col!r}, not the timestamps"
-            reaches.append(Reach(name, None, cw.range))
+            reaches.append(Reach(name, None, cw.own.range))
         reads.update(cw.reads)
     reads.discard(timestamp_field)
     columns: dict[str, np.dtype] = {timestamp_field: _DTYPES["TIMESTAMP"]}

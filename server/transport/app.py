@@ -476,10 +476,11 @@ class Server:
         The server's own stall is not Redis's: when the watchdog wakes later than it asked to
         (the process was paused, SIGSTOP or a VM freeze, or starved of CPU), the time it did
         not run does not count against Redis (the clock of the silence moves on by it), and
-        after a stall of more than :data:`STALL` the PING in flight gets at least one interval
-        more to report an answer that came while the process was stopped (its thread wakes
-        with the loop, in no set order: once per PING, so that a starved process still sees a
-        frozen Redis)."""
+        after a stall of more than :data:`STALL` the silence is measured from the wake: the
+        PING in flight (its answer may have come while the process was stopped; its thread
+        wakes with the loop, in no set order) or the first one sent after it gets the whole
+        bound, as any PING does. Once until Redis answers again, so that a process starved
+        all the time still sees a frozen Redis (within about twice the bound)."""
         cfg = self.config
         bound = cfg.redis_ping_timeout
         every = min(cfg.redis_ping_interval, bound / 4)
@@ -487,25 +488,24 @@ class Server:
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtaw-ping")
         clients: list[Any] = []  # made on the ping thread (a cluster client asks its seeds)
         last_ok = time.monotonic()
-        graced = False  # the PING in flight had its grace after a stall
+        graced = False  # a stall had its grace since Redis last answered
 
         def after_wake(due: float) -> float:
-            """``last_ok`` moved on by the time the process did not run past ``due``."""
+            """``last_ok`` moved on by the time the process did not run past ``due``; after a
+            stall, the silence starts again at the wake (once until Redis answers)."""
             nonlocal graced
             now = time.monotonic()
             late = now - due
             if late <= 0:
                 return last_ok
-            moved = min(now, last_ok + late)
             if late > STALL and not graced:
                 graced = True
-                moved = max(moved, now - bound + every)
-            return moved
+                return now
+            return min(now, last_ok + late)
 
         try:
             while True:
                 started = time.monotonic()
-                graced = False
                 if not self._store_watched():
                     last_ok = started
                     await asyncio.sleep(every)
@@ -524,6 +524,7 @@ class Server:
                 now = time.monotonic()
                 if failed is None:
                     last_ok = now
+                    graced = False
                     if "ping" in self._down:
                         await self._answers(now - started)
                 elif now - last_ok >= bound and self._store_watched():

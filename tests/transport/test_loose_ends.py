@@ -169,6 +169,63 @@ def test_a_paused_server_does_not_blame_its_redis() -> None:
 @pytest.mark.server
 @pytest.mark.redis
 @pytest.mark.slow
+@pytest.mark.skipif(not LINUX, reason="SIGSTOP of the embedded valkey")
+def test_after_its_own_pause_a_server_gives_redis_the_whole_bound() -> None:
+    """The server paused past the watchdog's bound while its Redis is silent a little before
+    and after: Redis frozen 0.3 s before the pause (a PING is in flight: one every quarter
+    of the bound) or as the server resumes, thawed 0.4 s after it resumes. Redis was silent
+    for less than the bound while the server ran, so it is not blamed (before the fix, a PING
+    in flight at the pause counted the whole wait the pause cut short, and had a quarter of
+    the bound after the wake: ``store_unresponsive``). Then Redis frozen for good after the
+    same pause: seen within twice the bound."""
+    srv = LocalServer(None, "--redis-ping-timeout-ms", "1000").start()
+    assert srv.proc is not None
+    redis = valkey_pid(srv)
+    try:
+        with WindowClient(srv.target, timeout=20, retries=1) as c:
+            c.create_stream(StreamSpec("m", (Field("x"),), wall_clock=False))
+            c.create_window(WindowSpec("m", "w", AGGS, Policy.count(10**9)))
+            c.append("m", batch(1))
+            for before, pause in ((0.3, 2.0), (0.0, 1.5), (0.3, 1.5)):
+                try:
+                    if before:
+                        os.kill(redis, signal.SIGSTOP)
+                        time.sleep(before)
+                    os.kill(srv.proc.pid, signal.SIGSTOP)
+                    time.sleep(pause)
+                    os.kill(redis, signal.SIGSTOP)
+                finally:
+                    os.kill(srv.proc.pid, signal.SIGCONT)
+                try:
+                    time.sleep(0.4)
+                finally:
+                    os.kill(redis, signal.SIGCONT)
+                wait_until(lambda: srv.health() == "SERVING", "SERVING after the pause", timeout=10)
+                assert '"store_unresponsive"' not in srv.log.read_text()
+            assert c.query("m", "w").values == {"n": ROWS, "s": 1.0 * ROWS}
+            os.kill(srv.proc.pid, signal.SIGSTOP)
+            try:
+                time.sleep(1.5)
+                os.kill(redis, signal.SIGSTOP)
+            finally:
+                os.kill(srv.proc.pid, signal.SIGCONT)
+            t0 = time.monotonic()
+            try:
+                wait_until(lambda: '"store_unresponsive"' in srv.log.read_text(), "seen", 10)
+                assert time.monotonic() - t0 < 2.5
+            finally:
+                os.kill(redis, signal.SIGCONT)
+            wait_until(lambda: srv.health() == "SERVING", "SERVING once thawed", timeout=20)
+            assert c.query("m", "w").values == {"n": ROWS, "s": 1.0 * ROWS}
+    finally:
+        os.kill(srv.proc.pid, signal.SIGCONT)
+        os.kill(redis, signal.SIGCONT)
+        srv.close()
+
+
+@pytest.mark.server
+@pytest.mark.redis
+@pytest.mark.slow
 def test_a_frozen_primary_of_a_redis_cluster_is_seen_too() -> None:
     """``--redis-url`` to a Redis Cluster (three primaries, no replica: nothing fails over):
     the watchdog PINGs every primary, so freezing any one of them makes the server

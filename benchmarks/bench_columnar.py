@@ -169,6 +169,7 @@ def time_service(
     arrow: bool = False,
     state: bool = False,
     windows: int = 1,
+    shared: bool = True,
 ) -> tuple[float, float]:
     """Seconds for the rows after the first :data:`WARM` batches through gRPC into one
     server (its own embedded Redis), and the first batch's own: a server's first batches
@@ -179,12 +180,15 @@ def time_service(
     (``MTAWINDOWS_COLUMNAR=0``); with ``arrow`` the batches go as Arrow tables (IPC) and
     per-row results come back as Arrow tables (``arrow=True``), else as lists and protobuf;
     with ``state`` the window's state is columnar (``MTAWINDOWS_COLUMNAR_STATE=1``: no engine
-    over lifted rows); ``windows`` 4: the four windows of the in-process case."""
+    over lifted rows); ``windows`` 4: the four windows of the in-process case, sharing the
+    first one's rows (the default) or, without ``shared``, each with rows of its own
+    (``--no-shared-rows``)."""
     import pyarrow as pa
 
     env = {
         "MTAWINDOWS_COLUMNAR": "1" if columnar else "0",
         "MTAWINDOWS_COLUMNAR_STATE": "1" if state else "0",
+        "MTAWINDOWS_SHARED_ROWS": "1" if shared else "0",
     }
     with (
         tempfile.TemporaryDirectory(prefix="mtaw-bc-") as d,
@@ -226,6 +230,9 @@ def time_service(
             assert c.get_window("s", "w").stats["columnar_batches"] > 0
         if state:
             assert "columnar" in c.get_window("s", "w").storage
+        if windows > 1:  # the later windows share the first one's rows, or not
+            shares = [c.get_window("s", f"w{j}").storage for j in range(1, windows)]
+            assert all(("rows of window 'w'" in t) == (shared and state) for t in shares), shares
         return took, first
 
 
@@ -357,20 +364,24 @@ def main() -> None:
         report.add(
             "through gRPC", case, f"batched ingest (no results), {name}", k / t, "rows/s", n=timed
         )
-    # four windows on one stream through the service, the state columnar: against one
+    # four windows on one stream through the service, the state columnar: against one; the
+    # three later windows sharing the first one's rows (the default), or rows of their own
     for mode in ("per_row", "none"):
         one = time_service(ts[:k], v[:k], True, mode, True, state=True)[0]
-        four = time_service(ts[:k], v[:k], True, mode, True, state=True, windows=4)[0]
-        report.add(
-            "four windows, through gRPC",
-            "10 s, 60 s, 600 s, count 1,000; columnar state, Arrow",
-            f"four / one, {'per-row results' if mode == 'per_row' else 'batched ingest'}",
-            four / one,
-            "x",
-            n=k,
-            target="<= 1.5",
-            met=four / one <= 1.5,
-        )
+        for shared, how in ((True, "sharing rows (the default)"), (False, "--no-shared-rows")):
+            four = time_service(
+                ts[:k], v[:k], True, mode, True, state=True, windows=4, shared=shared
+            )[0]
+            report.add(
+                "four windows, through gRPC",
+                f"10 s, 60 s, 600 s, count 1,000; columnar state, Arrow, {how}",
+                f"four / one, {'per-row results' if mode == 'per_row' else 'batched ingest'}",
+                four / one,
+                "x",
+                n=k,
+                target="<= 1.5",
+                met=four / one <= 1.5,
+            )
     header = [
         f"in process, {n:,} rows at ~1,000 rows/s, {BATCH:,}-row batches (and {BIG:,}), per-row results; "
         f"numpy {np.__version__}, pandas {pd.__version__}"

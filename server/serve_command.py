@@ -137,6 +137,15 @@ def add_serve_flags(s: argparse.ArgumentParser) -> None:
         "algorithm's engine (windows keep the form they were made in) "
         "($MTAWINDOWS_COLUMNAR_STATE)",
     )
+    s.add_argument(
+        "--shared-rows",
+        action=argparse.BooleanOptionalAction,
+        default=str(_env("SHARED_ROWS", "1")).strip().lower() not in ("0", "false", "no", "off"),
+        help="a new columnar window whose aggregations are some of an earlier columnar "
+        "window's on its stream (a count or a time range over the same timestamps) shares "
+        "that window's rows: each batch lifted, sliced and stored once for both; "
+        "--no-shared-rows gives every new window rows of its own ($MTAWINDOWS_SHARED_ROWS)",
+    )
     _flag(s, "--redis-url", "Redis URL; none = embedded")
     _flag(s, "--data-dir", "embedded Redis data; one server per directory")
     _flag(
@@ -282,6 +291,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     pin_mmap_threshold()
     # read where windows are made (and by worker processes)
     os.environ["MTAWINDOWS_COLUMNAR_STATE"] = "1" if args.columnar_state else "0"
+    os.environ["MTAWINDOWS_SHARED_ROWS"] = "1" if args.shared_rows else "0"
     if args.workers != 1:  # a supervisor of N server processes (server/workers.py)
         from .workers import run_workers
 

@@ -94,7 +94,10 @@ class Definitions:
         except redis.RedisError as ex:
             raise store_unavailable(stream, ex) from None
 
-    def save_window(self, spec: WindowSpec, window_id: str, fence: Fence | None) -> None:
+    def save_window(
+        self, spec: WindowSpec, window_id: str, fence: Fence | None, *, key: str | None = None
+    ) -> None:
+        """Window ``spec`` under its name (or ``key``: a hidden host's "~<id>")."""
         record = pb.WindowInfo(spec=convert.window_spec_to_proto(spec))
         blob = window_id.encode() + b"\n" + bytes(record.SerializeToString())
         keys = StreamKeys.of(self.prefix, spec.stream)
@@ -102,7 +105,7 @@ class Definitions:
             spec.stream,
             fence,
             [
-                ("HSET", keys.definitions, (f"w:{spec.name}", blob)),
+                ("HSET", keys.definitions, (f"w:{key or spec.name}", blob)),
                 ("INCR", keys.version, ()),
             ],
         )

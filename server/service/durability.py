@@ -42,6 +42,9 @@ def window_meta(s: Stream, w: HostedWindow, state: str) -> dict[str, Any]:
     report them after a restart too), and without a journal to replay the
     stream's state (``state``, its JSON), since recovery then takes the newest saved."""
     meta: dict[str, Any] = {"lsn": w.lsn, "evicted": w.evicted}
+    members = [m for m in getattr(w.engine, "members", ()) if m in s.windows]
+    if members:  # the windows sharing its rows: their last batch's evictions (lsn: its)
+        meta["members"] = {m: s.windows[m].evicted for m in members}
     if w.hopper is not None:  # the open slice, the last boundary: the rest is the engine's
         meta["hop"] = w.hopper.state()
     if s.journal is None:
@@ -78,7 +81,7 @@ def _flush(s: Stream, *, wait: bool, final: bool) -> None:
     futures = []
     blob = state_json(s.state, clean=final)
     try:
-        for w in s.windows.values():
+        for w in s.hosted().values():
             if w.engine.store is not None:
                 futures.append(w.engine.flush(wait=wait, meta=window_meta(s, w, blob)))
         if s.journal is None:
@@ -107,7 +110,7 @@ def recover(s: Stream, *, reload: bool = True) -> None:
         s.saved_state = None  # what Redis holds is read again below; the next flush saves
         try:
             if reload:
-                for w in s.windows.values():
+                for w in s.hosted().values():
                     if w.engine.store is not None:
                         w.engine.reload()
             blob = s.state_store.load_state()
@@ -115,9 +118,15 @@ def recover(s: Stream, *, reload: bool = True) -> None:
             state = state_from_json(blob, journaled=journaled) if blob else StreamState()
             metas = {
                 n: (w.engine.store.checkpoint_meta or {})
-                for n, w in s.windows.items()
+                for n, w in s.hosted().items()
                 if w.engine.store is not None
             }
+            for n, w in s.windows.items():  # a window sharing another's rows: its lsn
+                host = getattr(w.engine, "host", None)
+                if host is not None and host.store is not None:
+                    meta = host.store.checkpoint_meta or {}
+                    evicted = (meta.get("members") or {}).get(n, 0)
+                    metas[n] = {"lsn": meta.get("lsn", state.lsn), "evicted": evicted}
             if not journaled:  # the newest state that reached Redis (never go back)
                 for meta in metas.values():
                     if "state" in meta:
@@ -131,7 +140,7 @@ def recover(s: Stream, *, reload: bool = True) -> None:
             if s.journal is not None:
                 s.journal.first = entries[0].lsn if entries else state.lsn + 1
             end = max(state.lsn, entries[-1].lsn) if entries else state.lsn
-            for n, w in s.windows.items():
+            for n, w in s.hosted().items():
                 if n in metas:
                     w.lsn = int(metas[n].get("lsn", state.lsn))
                     w.evicted = int(metas[n].get("evicted", 0))  # its last batch's

@@ -97,6 +97,8 @@ class HostedWindow:
         # the window's state is columnar (a ColumnarEngine: it takes batches as arrays, and
         # gives per-row results itself; no shadow)
         self.columnar = bool(getattr(engine, "columnar", False))
+        # the window whose rows it shares (a MemberEngine: its host takes every batch for it)
+        self.host: str | None = None
         if self.columnar:
             self._general = ""
         # a hopping window (a slide): its slicer over the engine, the final aggregator
@@ -402,6 +404,12 @@ class HostedWindow:
         if self.spec.storage.kind == "memory":
             return "memory: the server's process only (lost on restart)"
         where = card(self.spec.algorithm).storage
+        if self.host is not None:
+            return (
+                f"redis: columnar, the rows of window {self.host!r} of its stream (shared: "
+                "lifted, sliced and stored once for both); its position in that window's "
+                "checkpoint"
+            )
         if self.columnar:
             return (
                 "redis: columnar; each sealed slice of rows one Redis value, written once; "

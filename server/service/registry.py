@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -204,8 +205,11 @@ class Registry:
         with self.guard:
             s = self.stream(name)
             with s.lock:
-                for wname in list(s.windows):
+                for wname in list(s.windows)[::-1]:  # members before the windows they share
                     self._drop_window(s, wname)
+                for hidden in list(getattr(s, "retired", ())):  # pragma: no cover - gone above
+                    self.definitions.delete_window(name, hidden, s.fence)
+                    self._delete_data(s, s.retired.pop(hidden), hidden)
                 try:
                     s.state_store.delete()
                 except StoreError as ex:
@@ -249,6 +253,9 @@ class Registry:
             # the same for a window whose state is columnar (its slices in Redis)
             kind = "c" if columnar_state(spec, built, s.spec.timestamp_field) else "s"
             window_id = f"{kind}:{uuid.uuid4().hex}" if spec.storage.kind == "redis" else ""
+            host = _host_for(s, spec, built) if kind == "c" and window_id else None
+            if host is not None:  # "m:<the host's id>": it shares the host's rows
+                window_id = f"m:{host.engine.window_id}"
             engine = self._engine(s, spec, built, window_id)
             w = HostedWindow(
                 s.spec,
@@ -261,7 +268,10 @@ class Registry:
             w.timestamp = s.state.newest or 0
             # a window created on a stream with rows joins from now on (at the stream's lsn)
             w.lsn = s.state.lsn
-            if engine.store is not None:  # its first checkpoint says where it joined
+            if host is not None:  # the host's checkpoint says where it joined
+                w.host = host.spec.name
+                host.engine.flush(meta=durability.window_meta(s, host, state_json(s.state)))
+            elif engine.store is not None:  # its first checkpoint says where it joined
                 engine.flush(meta=durability.window_meta(s, w, state_json(s.state)))
             self.definitions.save_window(spec, window_id, s.fence)
             s.windows[spec.name] = w
@@ -307,13 +317,34 @@ class Registry:
                 durability.journal_if_durable(s)
 
     def _drop_window(self, s: Any, name: str) -> None:
+        if not isinstance(s, KeyedStream) and _members(s, s.windows[name]):
+            with s.lock:  # others share its rows: it stays, hidden, until they go
+                self._retire(s, s.windows[name])
+            return
         self.definitions.delete_window(s.spec.name, name, s.fence)
         if isinstance(s, KeyedStream):
             with s.lock:
                 s.drop_window(name)
             return
-        w = s.windows.pop(name)
+        w = s.windows[name]
+        if w.host is not None:  # it leaves the rows it shared; a retired host with it
+            with s.lock:
+                w.engine.detach()
+                del s.windows[name]
+                host = _hosting(s, w.engine.host)
+                if host is None:  # pragma: no cover - a member's host is always there
+                    return
+                if host in s.retired and not _members(s, s.retired[host]):
+                    self.definitions.delete_window(s.spec.name, host, s.fence)
+                    self._delete_data(s, s.retired.pop(host), host)
+                else:
+                    self._flush_host(s, s.hosted()[host])
+            return
+        del s.windows[name]
         s.hop_groups()
+        self._delete_data(s, w, name)
+
+    def _delete_data(self, s: Any, w: HostedWindow, name: str) -> None:
         store = w.engine.store
         if store is not None and hasattr(store, "delete_window"):
             try:
@@ -322,6 +353,30 @@ class Registry:
             except StoreError:  # pragma: no cover - logged, keys expire with the data
                 log.warning("could not delete the data of window %s/%s", s.spec.name, name)
 
+    def _retire(self, s: Stream, w: HostedWindow) -> None:
+        """Window ``w`` is deleted while others share its rows: its own policy holds no row
+        from now on, and it stays as a hidden host ("~<its id>", in the stream's ``retired``
+        and its definitions) that takes every batch for them, until the last of them goes."""
+        hidden = f"~{w.engine.window_id}"
+        # its hidden definition before its own goes: a crash between leaves both (the
+        # window, not deleted yet) or the hidden one, never members without their host
+        self.definitions.save_window(w.spec, f"c:{w.engine.window_id}", s.fence, key=hidden)
+        self.definitions.delete_window(s.spec.name, w.spec.name, s.fence)
+        w.engine.window.retire()
+        del s.windows[w.spec.name]
+        s.retired[hidden] = w
+        for m in _members(s, w):
+            s.windows[m].host = f"{w.spec.name} (deleted)"
+        self._flush_host(s, w)
+
+    def _flush_host(self, s: Stream, host: HostedWindow) -> None:
+        """Checkpoint ``host`` now: its members as they are (joined, left, retired)."""
+        try:
+            host.engine.flush(meta=durability.window_meta(s, host, state_json(s.state)))
+        except StoreError as ex:
+            s.stale = True  # a journaled stream recovers; any other reloads its checkpoint
+            raise store_unavailable(s.spec.name, ex) from None
+
     def _engine(
         self, s: Any, spec: WindowSpec, built: Built, window_id: str, fence: Fence | None = None
     ) -> Any:
@@ -329,6 +384,14 @@ class Registry:
         a keyed stream's key window: its group's). A window whose id says its state is
         columnar ("c:<hex>"), or a memory window that may be one now (:func:`columnar_state`:
         it starts empty either way), is a :class:`~..engine.columnar.engine.ColumnarEngine`."""
+        if window_id.startswith("m:"):  # a window sharing the rows of its host
+            from ..engine.columnar.engine import MemberEngine
+
+            host = _hosting_id(s, window_id[2:])
+            if host is None:
+                msg = f"window {spec.name!r} shares the rows of window {window_id[2:]!r}: gone"
+                raise StoreError(msg)
+            return MemberEngine(s.hosted()[host].engine, spec.name, built.monoid, built.policy)
         memory = spec.storage.kind == "memory"
         columnar = window_id.startswith("c:") or (
             memory and columnar_state(spec, built, s.spec.timestamp_field)
@@ -500,12 +563,23 @@ class Registry:
                 s.defs_version = version
                 return self._adopt_keyed(s, stored, group, fence)
             try:
-                for sw in stored.windows:
+                # hosts first: a window sharing the rows of another ("m:<id>") joins it
+                for sw in sorted(stored.windows, key=lambda sw: sw.window_id.startswith("m:")):
                     built = build_window(s.spec, sw.spec)
                     engine = self._engine(s, sw.spec, built, sw.window_id)
-                    s.windows[sw.name] = HostedWindow(
+                    w = HostedWindow(
                         s.spec, sw.spec, built, engine, history=self.limits.result_history
                     )
+                    if sw.name.startswith("~"):  # a deleted window whose rows others share
+                        engine.window.retire()
+                        s.retired[sw.name] = w
+                        continue
+                    if sw.window_id.startswith("m:"):
+                        host = s.hosted()[_hosting_id(s, sw.window_id[2:]) or ""]
+                        w.host = host.spec.name + (
+                            " (deleted)" if host in s.retired.values() else ""
+                        )
+                    s.windows[sw.name] = w
                 s.hop_groups()
                 if any(w.spec.storage.durable for w in s.windows.values()):
                     s.journal = s.state_store
@@ -639,7 +713,7 @@ class Registry:
     def _abandon(self, s: Stream, *, closing: bool = False) -> None:
         """Close the stores of ``s``'s windows: after their queued writes (``closing``), or
         dropping them unwritten."""
-        for w in s.windows.values():
+        for w in s.hosted().values():
             store = w.engine.store
             if store is None:
                 continue
@@ -661,7 +735,7 @@ class Registry:
                     durability.flush(s, final=True)
                 except Exception:  # pragma: no cover - logged at shutdown
                     log.exception("flush of stream %s failed at shutdown", s.spec.name)
-                for w in s.windows.values():
+                for w in s.hosted().values():
                     if w.engine.store is not None:
                         try:
                             w.engine.close()
@@ -673,3 +747,40 @@ class Registry:
 def _def_id(w: HostedWindow) -> str:
     """A keyed stream's window's definition id ("" for one defined before ids)."""
     return str(getattr(w, "def_id", ""))
+
+
+def _host_for(s: Stream, spec: WindowSpec, built: Built) -> HostedWindow | None:
+    """The window of ``s`` whose rows a new columnar window of ``spec`` shares: the first
+    columnar window in Redis (not itself sharing another's) whose aggregations include the
+    new one's, under a count or a time range over the same timestamps; None when none fits
+    or sharing is off (``$MTAWINDOWS_SHARED_ROWS=0``, ``serve --no-shared-rows``)."""
+    if os.environ.get("MTAWINDOWS_SHARED_ROWS", "1") == "0":
+        return None
+    for w in s.windows.values():
+        engine = w.engine
+        if w.host is not None or not w.columnar or engine.store is None:
+            continue
+        if w.spec.storage.kind != spec.storage.kind or engine.stale:
+            continue
+        if engine.window.fits(built.monoid, built.policy) is None:
+            return w
+    return None
+
+
+def _hosting_id(s: Stream, window_id: str) -> str | None:
+    """The name (in ``s.hosted()``) of the columnar window whose store is ``window_id``."""
+    for name, w in s.hosted().items():
+        stored = w.host is None and w.columnar and w.engine.store is not None
+        if stored and str(w.engine.window_id) == window_id:
+            return name
+    return None
+
+
+def _hosting(s: Stream, engine: Any) -> str | None:
+    """The name (in ``s.hosted()``) of the window whose engine is ``engine``."""
+    return next((n for n, w in s.hosted().items() if w.engine is engine), None)
+
+
+def _members(s: Stream, w: HostedWindow) -> list[str]:
+    """The windows of ``s`` sharing ``w``'s rows."""
+    return [m for m in getattr(w.engine, "members", ()) if m in s.windows]

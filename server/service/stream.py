@@ -102,6 +102,9 @@ class Stream:
         self.spec = spec
         self.schema = Schema(spec)
         self.windows: dict[str, HostedWindow] = {}
+        # deleted windows whose rows other windows still share (their hosts, hidden: they
+        # take every batch, answer no one), by a name no window can have ("~<id>")
+        self.retired: dict[str, HostedWindow] = {}
         self.state = StreamState()
         self.reorder = Reorder(spec)
         self.batches = 0
@@ -140,6 +143,11 @@ class Stream:
         return not self.reorder.lateness and all(
             w.columnar and w.hopper is None for w in self.windows.values()
         )
+
+    def hosted(self) -> dict[str, HostedWindow]:
+        """Every window that takes batches: the retired hosts (first: their members' rows are
+        theirs), then the windows."""
+        return {**self.retired, **self.windows} if self.retired else self.windows
 
     @property
     def rows_late(self) -> int:
@@ -214,7 +222,7 @@ class Stream:
             raise fenced_out(self.spec.name)
         if self.journal is None:
             return
-        if self.stale or any(w.engine.stale for w in self.windows.values()):
+        if self.stale or any(w.engine.stale for w in self.hosted().values()):
             self.stale = True
             self.recover()
 
@@ -233,7 +241,7 @@ class Stream:
             raise StoreError(msg)
         batch.lsn = entry.lsn
         batch.replay = True
-        batch.applied = {n for n, w in self.windows.items() if w.lsn >= entry.lsn}
+        batch.applied = {n for n, w in self.hosted().items() if w.lsn >= entry.lsn}
         self._prepare_columnar(batch)
         self._apply(batch, nonblocking=False)
         self._finish(batch)
@@ -251,7 +259,7 @@ class Stream:
         defers it when it would read a slice from Redis), no journal, nothing reloading."""
         if self.journal is not None or self.stale or not self.takes_arrays:
             return False
-        return all(w.inline_ok for w in self.windows.values())
+        return all(w.inline_ok for w in self.hosted().values())
 
     def inline_ok(self, n_rows: int, mode: str) -> bool:
         """Whether a batch may be tried on the event loop: small, no reorder buffer, no window
@@ -264,7 +272,7 @@ class Stream:
         one_step = n_rows == 1 or (
             mode != PER_ROW and all(w.built.batch_safe for w in self.windows.values())
         )
-        return one_step and all(w.inline_ok for w in self.windows.values())
+        return one_step and all(w.inline_ok for w in self.hosted().values())
 
     # -- the steps of an append
     def prepare(self, request: Append, *, replay: bool = False) -> Batch:
@@ -299,9 +307,12 @@ class Stream:
 
     def _prepare_columnar(self, batch: Batch) -> None:
         """Each columnar window checks and lifts the batch's arrays before anything changes:
-        a value it refuses refuses the batch here (BAD_VALUES), as a lift does."""
-        for name, win in self.windows.items():
+        a value it refuses refuses the batch here (BAD_VALUES), as a lift does (a window
+        sharing another's rows: that one's)."""
+        for name, win in self.hosted().items():
             if not win.columnar or not len(batch.released_ts) or name in batch.applied:
+                continue
+            if win.host is not None:
                 continue
             try:
                 batch.prepared[name] = win.engine.prepare(win.arrays(batch))
@@ -459,14 +470,20 @@ class Stream:
         request = batch.request
         pid = request.producer_id or None
         seq = request.sequence if request.producer_id else None
-        for name, win in self.windows.items():
+        for name, win in self.hosted().items():
             if name in batch.applied:
                 continue
             per_row: tuple[list[Any], list[int]] | None = None
-            if request.mode == PER_ROW and (not request.which or name in request.which):
+            if self._wants_rows(request, name):
                 per_row = ([], [])
             if win.hopper is not None:
                 self._apply_hopping(batch, name, request)
+                continue
+            if win.host is not None:  # its host took the batch for it (it comes first)
+                if per_row is not None:  # pragma: no cover - hosts are applied first
+                    batch.per_row[name] = per_row
+                batch.applied.add(name)
+                win.lsn = batch.lsn
                 continue
             if win.columnar:
                 self._apply_columnar(batch, name, per_row is not None, nonblocking)
@@ -513,35 +530,59 @@ class Stream:
             batch.applied.add(name)
             win.lsn = batch.lsn
 
+    def _wants_rows(self, request: Append, name: str) -> bool:
+        """Whether window ``name`` answers ``request`` with per-row results (a retired host
+        answers no one)."""
+        return (
+            request.mode == PER_ROW
+            and (not request.which or name in request.which)
+            and name in self.windows
+        )
+
     def _apply_columnar(
         self, batch: Batch, name: str, per_row: bool, nonblocking: bool = False
     ) -> None:
-        """A columnar window takes the batch as it prepared it. It waits for Redis only to
-        read the few slices where its start moves (or when its slice writes back up): a call
-        that must not wait (the event loop) defers the batch then, before this window
-        changes (``Deferred``)."""
-        win = self.windows[name]
+        """A columnar window takes the batch as it prepared it, for itself and the windows
+        sharing its rows (its members: their results come with its own). It waits for Redis
+        only to read the few slices where a start moves (or when its slice writes back up):
+        a call that must not wait (the event loop) defers the batch then, before this
+        window changes (``Deferred``)."""
+        win = self.hosted()[name]
         prepared = batch.prepared.get(name)
+        members = [m for m in getattr(win.engine, "members", ()) if m in self.windows]
+        replay = batch.replay  # a replayed entry answers no one
+        rows = {m for m in members if not replay and self._wants_rows(batch.request, m)}
         if prepared is not None:
-            per_row = per_row and not batch.replay  # a replayed entry answers no one
+            per_row = per_row and not replay
             try:
                 if prepared.at != win.engine.inserted:  # the window changed since (a reload)
                     prepared = win.engine.prepare(win.arrays(batch))
                 if nonblocking and win.engine.would_block(prepared):
                     raise Deferred(batch)
-                got = win.engine.apply(prepared, per_row=per_row, nonblocking=nonblocking)
+                got = win.engine.apply(
+                    prepared, per_row=per_row, nonblocking=nonblocking, member_rows=rows
+                )
             except StoreError as ex:
                 self._store_failed(batch, name, ex)
             batch.evicted[name] = got.evicted
             if per_row:
                 batch.row_tables[name] = (got.rows, got.sizes)
                 win.shadow_results += 1
-        elif per_row:
-            batch.per_row[name] = ([], [])
+            for m in members:
+                r = got.members[m]
+                batch.evicted[m] = r.evicted
+                if m in rows:
+                    batch.row_tables[m] = (r.rows, r.sizes)
+                    self.windows[m].shadow_results += 1
         else:
-            batch.evicted[name] = 0
-        batch.applied.add(name)
-        win.lsn = batch.lsn
+            for n in (name, *members):
+                if (n == name and per_row) or n in rows:
+                    batch.per_row[n] = ([], [])
+                else:
+                    batch.evicted[n] = 0
+        for n in (name, *members):
+            batch.applied.add(n)
+            self.hosted()[n].lsn = batch.lsn
 
     def _store_failed(self, batch: Batch, name: str, ex: StoreError) -> NoReturn:
         """A window failed on the store while taking ``batch``: what the caller is told."""

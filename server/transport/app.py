@@ -619,7 +619,7 @@ class Server:
                     stream.engine_failed()
                     continue
                 stream.saved_state = None  # Redis may have lost it: the next flush saves it
-                for w in list(stream.windows.values()):
+                for w in list(stream.hosted().values()):
                     w.engine.invalidate(lost)
 
     # -- stop

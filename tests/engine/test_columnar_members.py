@@ -107,14 +107,23 @@ def members(draw: Any, kind: str, window: Any) -> list[tuple[str, list[str], Any
     return out
 
 
+def _window_record(kind: str, policy: Any, counted: bool) -> Record:
+    """The window's record: every field of ``kind``'s, or (``counted``, a time range) all but
+    its Count: a member's Count is then its rows (the window has none to share)."""
+    if not counted or not isinstance(policy, TimeRangePolicy):
+        return RECORDS[kind]()
+    return _record(kind, [x for x in RECORDS[kind]().names if x != "n"])
+
+
 def _drive(
     kind: str,
     policy: Any,
     slice_rows: int,
     data: list[dict[str, np.ndarray]],
     plan: list[tuple[str, list[str], Any, int, int | None]],
+    counted: bool = False,
 ) -> None:
-    monoid = RECORDS[kind]()
+    monoid = _window_record(kind, policy, counted)
     fast = ColumnarWindow(monoid, policy, slice_rows=slice_rows)
     own = _Ref(monoid, policy)
     refs: dict[str, _Ref] = {}
@@ -152,11 +161,19 @@ def _drive(
     slice_rows=st.sampled_from([2, 3, 8, 64, 4096]),
     data=batches(),
     seed=st.data(),
+    counted=st.booleans(),
 )
 def test_every_member_equals_its_own_per_row_engine(
-    kind: str, policy: Any, slice_rows: int, data: list[dict[str, np.ndarray]], seed: Any
+    kind: str,
+    policy: Any,
+    slice_rows: int,
+    data: list[dict[str, np.ndarray]],
+    seed: Any,
+    counted: bool,
 ) -> None:
-    _drive(kind, policy, slice_rows, data, seed.draw(members(kind, policy)))
+    """``counted``: a time window without a Count of its own, its members' counts (a count
+    policy's) their rows."""
+    _drive(kind, policy, slice_rows, data, seed.draw(members(kind, policy)), counted)
 
 
 def test_a_member_reads_only_fields_the_window_has() -> None:
@@ -188,6 +205,7 @@ STEPS = st.sampled_from(["go", "go", "checkpoint", "checkpoint+crash", "crash"])
     slice_rows=st.sampled_from([2, 8, 64]),
     data=batches(),
     seed=st.data(),
+    counted=st.booleans(),
 )
 def test_a_stored_window_gives_its_members_back_after_a_crash(
     redis_url: str,
@@ -196,13 +214,14 @@ def test_a_stored_window_gives_its_members_back_after_a_crash(
     slice_rows: int,
     data: list[dict[str, np.ndarray]],
     seed: Any,
+    counted: bool,
 ) -> None:
     """Members attached again to a window reopened from its store start where its last
     checkpoint had them; the oracles replay what that checkpoint covered."""
     plan = seed.draw(members(kind, policy))
     steps = seed.draw(st.lists(STEPS, min_size=len(data), max_size=len(data)))
     wid = f"test-cm-{uuid.uuid4().hex}"
-    monoid = RECORDS[kind]()
+    monoid = _window_record(kind, policy, counted)
 
     def open_window() -> ColumnarWindow:
         store = SliceStore(redis_url, window_id=wid)

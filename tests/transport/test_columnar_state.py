@@ -51,8 +51,10 @@ WINDOWS = [
 DURABLE = ("d9", "dt")
 
 
-def _check_final(c: WindowClient, name: str, oracle: Oracle, where: str) -> None:
-    got = c.query("s", name)
+def _check_final(
+    c: WindowClient, name: str, oracle: Oracle, where: str, *, stream: str = "s"
+) -> None:
+    got = c.query(stream, name)
     assert got.size == len(oracle.rows), (where, name, got.size, len(oracle.rows))
     if oracle.rows:
         want = expected(oracle.rows)
@@ -61,10 +63,12 @@ def _check_final(c: WindowClient, name: str, oracle: Oracle, where: str) -> None
                 assert _close(got.values[out], v), (where, name, out, got.values[out], v)
 
 
-def _check_ranges(c: WindowClient, name: str, oracle: Oracle, where: str) -> None:
+def _check_ranges(
+    c: WindowClient, name: str, oracle: Oracle, where: str, *, stream: str = "s"
+) -> None:
     rows = oracle.rows
     for count in (1, 3, len(rows)):
-        got = c.query("s", name, count=count)
+        got = c.query(stream, name, count=count)
         part = rows[len(rows) - min(count, len(rows)) :]
         assert got.size == len(part), (where, name, count)
         if part:
@@ -73,7 +77,7 @@ def _check_ranges(c: WindowClient, name: str, oracle: Oracle, where: str) -> Non
     if rows and name.startswith(("t", "dt")):
         newest = rows[-1]["ts"]
         for secs in (1, 2):
-            got = c.query("s", name, range=timedelta(seconds=secs))
+            got = c.query(stream, name, range=timedelta(seconds=secs))
             part = [r for r in rows if newest - r["ts"] < secs * S]
             assert got.size == len(part), (where, name, secs, got.size, len(part))
             if part:
@@ -81,18 +85,36 @@ def _check_ranges(c: WindowClient, name: str, oracle: Oracle, where: str) -> Non
 
 
 def _run(
-    c: WindowClient, oracles: dict[str, Oracle], rng: random.Random, t: int, n: int, where: str
+    c: WindowClient,
+    oracles: dict[str, Oracle],
+    rng: random.Random,
+    t: int,
+    n: int,
+    where: str,
+    *,
+    stream: str = "s",
 ) -> int:
     """The shadow tests' run (per-row results against the oracle), then each window's final
     result, and every fifth batch its query-time ranges."""
 
     def after(b: int, at: str) -> None:
         for name, oracle in oracles.items():
-            _check_final(c, name, oracle, at)
+            _check_final(c, name, oracle, at, stream=stream)
             if b % 5 == 4:
-                _check_ranges(c, name, oracle, at)
+                _check_ranges(c, name, oracle, at, stream=stream)
 
-    return _shadow_run(c, oracles, rng, t, n, where, max_rows=40, skip=("sk", "tsmax"), after=after)
+    return _shadow_run(
+        c,
+        oracles,
+        rng,
+        t,
+        n,
+        where,
+        max_rows=40,
+        skip=("sk", "tsmax"),
+        after=after,
+        stream=stream,
+    )
 
 
 def test_columnar_windows_answer_as_the_oracle_across_restarts_and_kill_9(

@@ -3,7 +3,11 @@ asks of an engine (its size, result, ranges, statistics; flush, reload and close
 store; a store failure makes it reload its last checkpoint before its next call, as an MTA
 window does), over a :class:`~.window.ColumnarWindow` whose sealed slices live in Redis
 (:class:`~mtawindows.server.storage.slice_store.SliceStore`) or, without a store, in memory.
-A batch goes in as columns (:meth:`prepare`, then :meth:`apply`): no Python object per row."""
+A batch goes in as columns (:meth:`prepare`, then :meth:`apply`): no Python object per row.
+
+A window of the same stream whose aggregations are some of a columnar window's, under a count
+or a time range over the same timestamps, shares its rows (:class:`MemberEngine`): a member
+of the host's :class:`ColumnarWindow`; a batch is lifted, sliced and stored once for both."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from typing import Any, ClassVar
 from ...storage.protocol import StoreError
 from .window import BatchResult, ColumnarWindow, Prepared
 
-__all__ = ["ColumnarEngine"]
+__all__ = ["ColumnarEngine", "MemberEngine"]
 
 
 class ColumnarEngine:
@@ -79,13 +83,26 @@ class ColumnarEngine:
         return self.window.would_block(batch)
 
     def apply(
-        self, batch: Prepared, *, per_row: bool = False, nonblocking: bool = False
+        self,
+        batch: Prepared,
+        *,
+        per_row: bool = False,
+        nonblocking: bool = False,
+        member_rows: frozenset[str] | set[str] = frozenset(),
     ) -> BatchResult:
         """Apply a prepared batch (``nonblocking``: :meth:`would_block` said it would not
-        wait). A store failure leaves the window to reload."""
+        wait; ``member_rows``: the members whose per-row results are wanted). A store
+        failure leaves the window to reload."""
         return self._guarded(  # type: ignore[no-any-return]
-            lambda: self.window.apply(batch, per_row=per_row, nonblocking=nonblocking)
+            lambda: self.window.apply(
+                batch, per_row=per_row, nonblocking=nonblocking, member_rows=member_rows
+            )
         )
+
+    @property
+    def members(self) -> list[str]:
+        """The windows sharing its rows (:class:`MemberEngine`), by name."""
+        return list(self.window.members)
 
     # -- the store
     def flush(self, *, wait: bool = True, meta: dict[str, Any] | None = None) -> Any:
@@ -159,3 +176,79 @@ class ColumnarEngine:
         except StoreError:
             self._stale = True
             raise
+
+
+class MemberEngine:
+    """A window sharing the rows of a columnar window of its stream (its ``host``: the
+    :class:`ColumnarEngine` it is a member of, under the window's name). Its state is the
+    host's (the rows, the slices in Redis, the checkpoint that holds its position): it has
+    no store of its own (``store`` None), the host takes every batch for both (the stream
+    applies the host, with the member's per-row results when asked) and reloads for both."""
+
+    algorithm: ClassVar[str] = "AMTA"
+    answers_ranges: ClassVar[bool] = True
+    columnar: ClassVar[bool] = True
+    store: ClassVar[Any] = None
+
+    def __init__(self, host: ColumnarEngine, name: str, monoid: Any, policy: Any) -> None:
+        self.host = host
+        self.name = name
+        self.monoid = monoid
+        self.policy = policy
+        host._usable()
+        host.window.attach(name, monoid, policy)
+
+    @property
+    def window_id(self) -> str | None:
+        return self.host.window_id
+
+    @property
+    def reads(self) -> list[str]:
+        return self.host.reads
+
+    @property
+    def stale(self) -> bool:
+        return self.host.stale
+
+    @property
+    def inserted(self) -> int:
+        return self.host.inserted
+
+    def __len__(self) -> int:
+        self.host._usable()
+        return self.host.window.member_size(self.name)
+
+    def query(self) -> Any:
+        return self.monoid.lower(self.aggregate())
+
+    def aggregate(self) -> Any:
+        return self.host._guarded(lambda: self.host.window.member_aggregate(self.name))
+
+    def aggregate_range(self, **ask: Any) -> tuple[Any, int]:
+        return self.host._guarded(  # type: ignore[no-any-return]
+            lambda: self.host.window.aggregate_range(member=self.name, **ask)
+        )
+
+    def reload(self) -> None:
+        self.host.reload()
+
+    def invalidate(self, ex: BaseException) -> None:
+        self.host.invalidate(ex)
+
+    def detach(self) -> None:
+        """The window is deleted: its rows are no longer held for it."""
+        self.host.window.detach(self.name)
+
+    def close(self) -> None:
+        """Nothing of its own: the host closes the store."""
+
+    def stats(self) -> dict[str, Any]:
+        """The host's statistics, with the member's own rows (the store's counters are the
+        host's alone: not counted twice)."""
+        out = self.host.stats()
+        out.pop("store", None)
+        m = self.host.window.members[self.name]
+        out["size"] = self.host.window.member_size(self.name)
+        out["inserted"] = self.host.window.next - m.created
+        out["evicted"] = m.evicted
+        return out

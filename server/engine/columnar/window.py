@@ -58,6 +58,7 @@ MAX_PENDING = 64  # slice writes queued before sealing waits for the oldest (bou
 CHUNK_ROWS = 1 << 16  # a larger batch is applied in chunks of this many rows (memory)
 WRITE_SLICES = 32  # sealed slices written together (and at every checkpoint)
 UNWRITTEN = "unwritten"  # a sealed slice's write not queued yet (_Slice.pending)
+COUNTED = -1  # a member's Count the window does not have: its rows (Member.fields)
 _INT64_MIN = int(np.iinfo(np.int64).min)
 _INT64_MAX = int(np.iinfo(np.int64).max)
 
@@ -113,7 +114,9 @@ class Member:
     policy: Any
     record: bool
     names: tuple[str, ...]
-    fields: list[int]  # the window's kernel of each of its fields
+    # the window's kernel of each of its fields (COUNTED: a Count the window does not have,
+    # the member's rows: a Count reads nothing)
+    fields: list[int]
     count: int | None  # its policy: a count, or a time range (``range``)
     range: int
     ts_field: int | None  # which of its fields holds the newest timestamp (a time range)
@@ -122,14 +125,14 @@ class Member:
     evicted: int = 0
     total: Any = None  # its lifted aggregate, when known
     schema: pa.Schema | None = None  # of its last per-row results
+    retired: bool = False  # (the window's own) holds no row: only members do (retire)
 
-    def project(self, agg: Any, record: bool) -> Any:
-        """Its fields of an aggregate of the window's fields (``record``: the window's is a
-        Record)."""
+    def project(self, agg: Any, record: bool, rows: int) -> Any:
+        """Its fields of an aggregate of ``rows`` rows of the window's fields (``record``:
+        the window's is a Record)."""
         parts = agg if record else (agg,)
-        if self.record:
-            return tuple(parts[i] for i in self.fields)
-        return parts[self.fields[0]]
+        got = tuple(rows if i == COUNTED else parts[i] for i in self.fields)
+        return got if self.record else got[0]
 
 
 class _View:
@@ -290,15 +293,20 @@ class ColumnarWindow:
         """Member ``m``'s lifted aggregate (known after a per-row batch, else reduced)."""
         if m.total is None:
             with np.errstate(all="ignore"):
-                m.total = self._lifted(m, m.project(self._aggregate_from(m.head_from), self.record))
+                agg = self._aggregate_from(m.head_from)
+                m.total = self._lifted(m, m.project(agg, self.record, self.next - m.head_from))
         return m.total
 
     def _lifted(self, m: Member, agg: Any) -> Any:
         """Member ``m``'s aggregate in the per-row engine's form, from the tree's form of its
         fields (sums rounded to one float)."""
+
+        def one(i: int, a: Any) -> Any:
+            return a if i == COUNTED else self.kernels[i].slice_to_lifted(a)
+
         if not m.record:
-            return self.kernels[m.fields[0]].slice_to_lifted(agg)
-        return tuple(self.kernels[i].slice_to_lifted(a) for i, a in zip(m.fields, agg, strict=True))
+            return one(m.fields[0], agg)
+        return tuple(one(i, a) for i, a in zip(m.fields, agg, strict=True))
 
     def _aggregate_from(self, s: int) -> Any:
         """The aggregate (of the window's fields, in the tree's form) of its rows from global
@@ -368,7 +376,8 @@ class ColumnarWindow:
         if s >= self.next:
             return m.monoid.identity, 0
         with np.errstate(all="ignore"):
-            out = self._lifted(m, m.project(self._suffix(s), self.record)), self.next - s
+            agg = m.project(self._suffix(s), self.record, self.next - s)
+            out = self._lifted(m, agg), self.next - s
         if self.store is not None:
             self._trim()  # a slice read for the suffix does not stay
         return out
@@ -398,6 +407,26 @@ class ColumnarWindow:
         self.members[name] = m
         return m
 
+    def fits(self, monoid: Any, policy: Any) -> str | None:
+        """Why a member of ``monoid`` under ``policy`` cannot share this window's rows (None:
+        it can be attached)."""
+        why = columnar_refusal(monoid, policy)
+        if why is not None:
+            return why
+        try:
+            m, ts_col = self._member("?", monoid, policy, self.next)
+        except (TypeError, ValueError) as ex:
+            return str(ex)
+        if m.count is None and (self.ts_col is None or ts_col != self.ts_col):
+            return f"a time range over {ts_col!r}; the window's timestamps are {self.ts_col!r}"
+        return None
+
+    def retire(self) -> None:
+        """The window's own policy holds no row from the next batch on (its members keep
+        theirs): what is left of a window whose rows others share once it is deleted."""
+        self.own.retired = True
+        self.own.total = None
+
     def _member(
         self, name: str, monoid: Any, policy: Any, created: int
     ) -> tuple[Member, str | None]:
@@ -409,10 +438,13 @@ class ColumnarWindow:
         mine = self.monoid.monoids if self.record else (self.monoid,)
         fields = []
         for f in theirs:
-            if f not in mine:
+            if f in mine:
+                fields.append(mine.index(f))
+            elif isinstance(f, Count):  # the member's rows: a Count reads nothing
+                fields.append(COUNTED)
+            else:
                 msg = f"ColumnarWindow.attach: the window has no field {f!r} (it has {list(mine)})"
                 raise ValueError(msg)
-            fields.append(mine.index(f))
         count: int | None = None
         rng = 0
         ts_field: int | None = None
@@ -612,7 +644,9 @@ class ColumnarWindow:
             return self._apply_chunks(batch, per_row, member_rows)
         cols, n, lifted, ts = batch.cols, batch.n, batch.lifted, batch.ts
         views = self._views()
-        wants = [(m is self.own and per_row) or m.name in member_rows for m in views]
+        wants = [
+            (m is self.own and per_row and not m.retired) or m.name in member_rows for m in views
+        ]
         if n == 0:
             out = [
                 BatchResult(
@@ -769,7 +803,9 @@ class ColumnarWindow:
         self, m: Member, ts: np.ndarray | None, g0: int, n: int, per_row: bool
     ) -> np.ndarray:
         """The global position of member ``m``'s first row after each row of the batch
-        (after the last only, without ``per_row``)."""
+        (after the last only, without ``per_row``); a retired one holds none."""
+        if m.retired:
+            return np.full(n if per_row else 1, g0 + n, dtype=np.int64)
         if per_row:
             g = np.arange(g0, g0 + n, dtype=np.int64)
         else:
@@ -850,16 +886,17 @@ class ColumnarWindow:
         """Member ``m``'s per-row results of the batch (a table), its size after each row,
         and its lifted aggregate after the last (that row's result)."""
         m_agg = view.middle
-        kernels = [(i, self.kernels[i]) for i in m.fields]
+        kernels = [(i, self.kernels[i if i != COUNTED else 0]) for i in m.fields]
         g = np.arange(g0, g0 + n, dtype=np.int64)
         empty = starts > g
+        sizes = np.maximum(g - starts + 1, 0)
         x0 = tail.start if tail.n else g0
         old = (starts < x0) & ~empty
         y0, y_end = view.y0, view.end
         ny = y_end - y0
         ycols = _concat(view.parts, self.reads)
         # the rows positions point into (First, Last, arg-* keys): Y then X
-        positional = any(k.pos_comp is not None for _, k in kernels)
+        positional = any(k.pos_comp is not None for i, k in kernels if i != COUNTED)
         nt = tail.n
         xcols = _concat([self._cols(tail), cols], self.reads) if nt and positional else cols
         zcols = _concat([ycols, xcols], self.reads) if ny and positional else xcols
@@ -867,6 +904,10 @@ class ColumnarWindow:
         arrays: list[pa.Array] = []
         lasts: list[Any] = []  # each field's lifted aggregate after the last row
         for j, (i, k) in enumerate(kernels):
+            if i == COUNTED:  # a Count the window does not have: the rows in the range
+                arrays.append(pa.array(sizes))
+                lasts.append(int(sizes[n - 1]))
+                continue
             if j == m.ts_field:
                 newest = cols[self.ts_col]  # type: ignore[index]
                 arrays.append(pa.array(newest))
@@ -924,7 +965,6 @@ class ColumnarWindow:
         table = self._table(m, arrays, n)
         if empty.any():
             table = self._patch_empty(m, table, empty)
-        sizes = np.maximum(g - starts + 1, 0)
         total = tuple(lasts) if m.record else lasts[0]
         return table, sizes, m.monoid.identity if empty[-1] else total
 
@@ -1165,6 +1205,7 @@ class ColumnarWindow:
         mark = (
             self.head_from,
             self.own.head_from,
+            self.own.retired,
             self.next,
             self.sealed,
             self.evicted,
@@ -1182,6 +1223,7 @@ class ColumnarWindow:
             "window": self._description,
             "head_from": self.head_from,
             "own_from": self.own.head_from,
+            "own_retired": self.own.retired,
             "members": members,
             "next": self.next,
             "newest_ts": self.newest_ts,
@@ -1229,6 +1271,7 @@ class ColumnarWindow:
         self.tree.load_lifted([(sl.agg, sl.start) for sl in live])
         self.head_from = int(state["head_from"])
         self.own.head_from = int(state.get("own_from", self.head_from))
+        self.own.retired = bool(state.get("own_retired", False))
         self._cut = self.head_from
         self.next = int(state["next"])
         self.newest_ts = state["newest_ts"]

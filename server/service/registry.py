@@ -268,12 +268,17 @@ class Registry:
             w.timestamp = s.state.newest or 0
             # a window created on a stream with rows joins from now on (at the stream's lsn)
             w.lsn = s.state.lsn
-            if host is not None:  # the host's checkpoint says where it joined
-                w.host = host.spec.name
-                host.engine.flush(meta=durability.window_meta(s, host, state_json(s.state)))
-            elif engine.store is not None:  # its first checkpoint says where it joined
-                engine.flush(meta=durability.window_meta(s, w, state_json(s.state)))
-            self.definitions.save_window(spec, window_id, s.fence)
+            try:
+                if host is not None:  # the host's checkpoint says where it joined
+                    w.host = host.spec.name
+                    host.engine.flush(meta=durability.window_meta(s, host, state_json(s.state)))
+                elif engine.store is not None:  # its first checkpoint says where it joined
+                    engine.flush(meta=durability.window_meta(s, w, state_json(s.state)))
+                self.definitions.save_window(spec, window_id, s.fence)
+            except BaseException:
+                if host is not None:  # not made: the host holds no rows for it
+                    engine.detach()
+                raise
             s.windows[spec.name] = w
             s.hop_groups()  # a hopping window may share the slices of others
             durability.journal_if_durable(s)

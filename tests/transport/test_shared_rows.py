@@ -23,6 +23,7 @@ import redis
 
 from mtawindows.client import Aggregation, Policy, Storage, WindowClient, WindowSpec
 from mtawindows.testing import LocalServer
+from tests.support.waiting import wait_until
 
 from .test_columnar_state import COLUMNAR_AGGS, COUNT_AGGS, _check_final, _run
 from .test_service_e2e import Oracle, S, _newest, make_stream, random_batch
@@ -128,6 +129,18 @@ def test_shared_windows_answer_as_windows_of_their_own(tmp_path: Path) -> None:
             st_shared, st_own = cs.get_window("s", w.name).stats, co.get_window("s", w.name).stats
             assert st_shared["size"] == st_own["size"], w.name
             assert st_shared["evicted"] == st_own["evicted"], w.name
+
+
+def _serves(c: WindowClient) -> bool:
+    """Whether the server answers a call on stream "s" (not refused for its store)."""
+    from mtawindows.client.errors import MtaWindowsError
+
+    try:
+        c.get_stream("s")
+    except MtaWindowsError as ex:
+        assert ex.code == "UNAVAILABLE", ex
+        return False
+    return True
 
 
 def _oracle(spec: WindowSpec) -> Oracle:
@@ -239,3 +252,41 @@ def test_deleting_a_stream_takes_its_hidden_shared_window(tmp_path: Path, redis_
         make_stream(c, stream)  # the name is free again: nothing of the old one shows
         c.create_window(WindowSpec(stream, "c3", (Aggregation("n", "count"),), Policy.count(3)))
         assert c.query(stream, "c3").size == 0
+
+
+@pytest.mark.slow
+def test_a_member_refused_for_a_frozen_redis_leaves_nothing_behind(tmp_path: Path) -> None:
+    """Redis frozen (SIGSTOP) while a window that would share another's rows is made: the
+    call fails (UNAVAILABLE) and the shared window holds no place for it; thawed, the same
+    window is made and answers as the oracle from then on."""
+    import os
+    import signal
+
+    from mtawindows.client.errors import MtaWindowsError
+
+    rng = random.Random(3)
+    with LocalServer(tmp_path / "d") as srv, srv.client(timeout=30, retries=1) as c:
+        make_stream(c, "s")
+        host, member = _windows()[0], _windows()[2]
+        c.create_window(host)
+        t = 0
+        for _ in range(3):
+            batch, t = random_batch(rng, t, 2000)
+            c.append("s", batch)
+        pid = srv.redis_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(MtaWindowsError) as got:
+                c.create_window(member)
+            assert got.value.code == "UNAVAILABLE", got.value
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_until(lambda: srv.health() == "SERVING", "SERVING once Redis answers", 60)
+        wait_until(lambda: _serves(c), "the stream served again", 60)
+        with pytest.raises(MtaWindowsError, match="no window"):
+            c.get_window("s", member.name)
+        c.create_window(member)
+        assert _shares(c, "s", member.name) == host.name
+        oracle = _oracle(member)
+        _run(c, {member.name: oracle}, rng, t, 6, "made after the thaw")

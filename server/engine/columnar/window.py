@@ -96,6 +96,11 @@ class _Slice:
     newest: Any = None  # its newest timestamp (time windows' sealed slices)
     # the Future of its write to the store until it is known done; UNWRITTEN: not queued yet
     pending: Any = None
+    # each field's suffix scan (its aggregate from any row: a start staying in the slice
+    # over several batches reads it, O(1)), made on the second reduce from a row in it;
+    # dropped with its columns
+    suffix: list[Comps] | None = None
+    reduced: int = 0
 
     @property
     def end(self) -> int:
@@ -329,11 +334,27 @@ class ColumnarWindow:
         return self.monoid.lower(self.aggregate())
 
     def _reduce(self, sl: _Slice, offset: int) -> Any:
-        """The aggregate (in the tree's form) of ``sl``'s rows from ``offset``."""
-        cols = {c: v[offset:] for c, v in self._cols(sl).items()}
+        """The aggregate (in the tree's form) of ``sl``'s rows from ``offset``: of a sealed
+        slice asked more than once (a start staying in it), from its suffix scans."""
         n = sl.n - offset
         if n <= 0:
             return self._slice.identity
+        if offset and sl is not self.tail:
+            if sl.suffix is None:
+                sl.reduced += 1
+                if sl.reduced > 1:
+                    whole = self._cols(sl)
+                    sl.suffix = [
+                        scan_all(k, k.lift(whole, sl.n), reverse=True) for k in self.kernels
+                    ]
+            if sl.suffix is not None:
+                values = _Values(self._cols(sl))
+                parts = [
+                    k.to_slice(c, offset, values)
+                    for k, c in zip(self.kernels, sl.suffix, strict=True)
+                ]
+                return tuple(parts) if self.record else parts[0]
+        cols = {c: v[offset:] for c, v in self._cols(sl).items()}
         values = _Values(cols)
         parts = [k.to_slice(k.total(k.lift(cols, n)), 0, values) for k in self.kernels]
         return tuple(parts) if self.record else parts[0]
@@ -1179,6 +1200,7 @@ class ColumnarWindow:
         for sl in self.slices:
             if sl.cols is not None and sl.pending is None and id(sl) not in hot:
                 sl.cols = None
+                sl.suffix = None
 
     def _hot(self, k: int) -> dict[int, _Slice]:
         """The slices where each start falls and the ``k`` - 1 after each, by id."""

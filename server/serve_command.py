@@ -85,6 +85,18 @@ def _env(name: str, default: Any = None) -> Any:
     return os.environ.get(f"MTAWINDOWS_{name}", default)
 
 
+def _switch(parser: argparse.ArgumentParser, flag: str, help: str) -> None:
+    """``--flag`` / ``--no-flag``, on unless ``$MTAWINDOWS_FLAG`` says 0, false, no or off;
+    the help names the variable."""
+    env = flag[2:].upper().replace("-", "_")
+    parser.add_argument(
+        flag,
+        action=argparse.BooleanOptionalAction,
+        default=str(_env(env, "1")).strip().lower() not in ("0", "false", "no", "off"),
+        help=f"{help} ($MTAWINDOWS_{env})",
+    )
+
+
 def _flag(
     parser: argparse.ArgumentParser,
     flag: str,
@@ -127,24 +139,21 @@ def add_serve_flags(s: argparse.ArgumentParser) -> None:
         help="SO_REUSEPORT: let several servers share the port (off: a taken port is an "
         "error) ($MTAWINDOWS_REUSE_PORT)",
     )
-    s.add_argument(
+    _switch(
+        s,
         "--columnar-state",
-        action=argparse.BooleanOptionalAction,
-        default=str(_env("COLUMNAR_STATE", "1")).strip().lower() not in ("0", "false", "no", "off"),
-        help="a new window of built-in aggregations over a count or a time range keeps its "
+        "a new window of built-in aggregations over a count or a time range keeps its "
         "rows as columns (sealed slices in Redis), no engine over lifted rows: several times "
         "faster and smaller for batches; --no-columnar-state keeps new windows on their "
-        "algorithm's engine (windows keep the form they were made in) "
-        "($MTAWINDOWS_COLUMNAR_STATE)",
+        "algorithm's engine (windows keep the form they were made in)",
     )
-    s.add_argument(
+    _switch(
+        s,
         "--shared-rows",
-        action=argparse.BooleanOptionalAction,
-        default=str(_env("SHARED_ROWS", "1")).strip().lower() not in ("0", "false", "no", "off"),
-        help="a new columnar window whose aggregations are some of an earlier columnar "
+        "a new columnar window whose aggregations are some of an earlier columnar "
         "window's on its stream (a count or a time range over the same timestamps) shares "
         "that window's rows: each batch lifted, sliced and stored once for both; "
-        "--no-shared-rows gives every new window rows of its own ($MTAWINDOWS_SHARED_ROWS)",
+        "--no-shared-rows gives every new window rows of its own",
     )
     _flag(s, "--redis-url", "Redis URL; none = embedded")
     _flag(s, "--data-dir", "embedded Redis data; one server per directory")

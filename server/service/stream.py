@@ -319,8 +319,9 @@ class Stream:
             except StoreError as ex:  # nothing changed yet; a journaled stream recovers next
                 if self.journal is not None:
                     self.stale = True
-                raise store_unavailable(self.spec.name, ex, window=name) from None
+                raise store_unavailable(self.spec.name, ex, window=self._shown(name)) from None
             except (TypeError, ValueError, KeyError) as ex:
+                name = self._shown(name)
                 why = str(ex).strip("'")  # a KeyError's text comes quoted
                 # "(row i)" of the rows it was given: the request's row, when rows were
                 # dropped; none when a reorder buffer released them (they may be older)
@@ -332,6 +333,14 @@ class Stream:
                     f"window {name!r} refused a row: {clip(why)}",
                     Reason.BAD_VALUES,
                 ) from None
+
+    def _shown(self, name: str) -> str:
+        """The window a caller is told of for window ``name``: a retired host's first
+        member (the window whose rows it holds; it has no name of its own)."""
+        if name in self.windows:
+            return name
+        members = getattr(self.hosted()[name].engine, "members", ())
+        return next((m for m in members if m in self.windows), name)
 
     def _request_row(self, i: int, origin: list[int] | None) -> int | None:
         """The request's row of row ``i`` of the rows a window was given: through
@@ -594,7 +603,7 @@ class Stream:
         if self.journal is not None and isinstance(ex, FencedError):
             # the batch is in the journal: the new owner applies it; not "nothing done"
             raise moved_after_journal(self.spec.name) from None
-        raise store_unavailable(self.spec.name, ex, window=name) from None
+        raise store_unavailable(self.spec.name, ex, window=self._shown(name)) from None
 
     def hop_groups(self) -> dict[str, list[str]]:
         """The hopping windows sharing slices (HopGroup): each window's group, by name (the

@@ -194,6 +194,35 @@ def test_a_member_reads_only_fields_the_window_has() -> None:
     assert w.query() == {"m": 3.0, "n": 3, "ts": 3}
 
 
+def test_a_retired_window_holds_only_its_members_rows_and_checks_only_their_fields() -> None:
+    """``retire``: the window's own policy holds no row from the next batch on; a value only
+    its own fields refused (a NaN under a Max no member has) is taken; a member's fields
+    still refuse theirs; the members' results are those of their own engines."""
+    w = ColumnarWindow(Record(s=Sum("v"), mx=Max("w"), n=Count()), CountPolicy(50, field="n"))
+    w.attach("a", Record(s=Sum("v"), n=Count()), CountPolicy(3, field="n"))
+    seen: list[float] = []
+    nan = float("nan")
+    with pytest.raises(ValueError, match="Max: expected an ordered number, got nan"):
+        w.prepare({"v": np.array([1.0]), "w": np.array([nan])})
+    for b in range(6):
+        if b == 2:
+            w.retire()
+            assert w.dead == frozenset({1})
+        vs = np.arange(b * 5, b * 5 + 5, dtype=float)
+        ws = np.full(5, nan) if b >= 2 else vs
+        got = w.apply({"v": vs, "w": ws}, member_rows={"a"})
+        rows = got.members["a"].rows.to_pylist()
+        for i, v in enumerate(vs.tolist()):
+            seen.append(v)
+            assert rows[i] == {"s": sum(seen[-3:]), "n": len(seen[-3:])}, (b, i)
+        assert w.member_aggregate("a") == (sum(seen[-3:]), 3)
+    assert w.next - w.head_from == 3  # only the member's rows are held
+    with pytest.raises((TypeError, ValueError), match="Sum"):
+        w.prepare({"v": np.array(["text"], dtype=object), "w": np.array([1.0])})
+    w.detach("a")
+    assert w.dead == frozenset({0, 1, 2})
+
+
 STEPS = st.sampled_from(["go", "go", "checkpoint", "checkpoint+crash", "crash"])
 
 

@@ -290,3 +290,35 @@ def test_a_member_refused_for_a_frozen_redis_leaves_nothing_behind(tmp_path: Pat
         assert _shares(c, "s", member.name) == host.name
         oracle = _oracle(member)
         _run(c, {member.name: oracle}, rng, t, 6, "made after the thaw")
+
+
+def test_a_hidden_window_checks_only_what_its_members_read(tmp_path: Path) -> None:
+    """Found by an outside tester: deleted, a shared window still refused rows for its own
+    aggregations (a NaN under its ``max``, a field that allows NaN) that no window reads any
+    more, naming itself ("~<id>"): its members' rows are now all it checks, and a value a
+    member refuses names the member."""
+    from mtawindows.client import Field, StreamSpec
+    from mtawindows.client.errors import MtaWindowsError
+
+    with LocalServer(tmp_path / "d") as srv, srv.client() as c:
+        fields = (Field("x", "DOUBLE"), Field("y", "DOUBLE", allow_nan=True))
+        c.create_stream(StreamSpec("s", fields, wall_clock=False))
+        sx, gm = Aggregation("sx", "sum", "x"), Aggregation("gm", "geomean", "x")
+        c.create_window(
+            WindowSpec("s", "a", (sx, gm, Aggregation("my", "max", "y")), Policy.count(10))
+        )
+        c.create_window(WindowSpec("s", "b", (sx, gm), Policy.count(10)))
+        assert _shares(c, "s", "b") == "a"
+        c.append("s", {"ts": [1, 2], "x": [1.0, 2.0], "y": [1.0, 2.0]})
+        with pytest.raises(MtaWindowsError, match="window 'a' refused a row"):
+            c.append("s", {"ts": [3], "x": [3.0], "y": [float("nan")]})  # a's max: its own
+        c.delete_window("s", "a")
+        c.append("s", {"ts": [3], "x": [3.0], "y": [float("nan")]})
+        assert c.query("s", "b").values["sx"] == 6.0
+        with pytest.raises(MtaWindowsError, match="window 'b' refused a row") as got:
+            c.append("s", {"ts": [4], "x": [-1.0], "y": [1.0]})  # b's geometric mean: > 0
+        assert "~" not in str(got.value)
+        srv.restart()  # the same after a restart: the hidden window comes back retired
+        with srv.client() as c2:
+            c2.append("s", {"ts": [5], "x": [5.0], "y": [float("nan")]})
+            assert c2.query("s", "b").values["sx"] == 11.0

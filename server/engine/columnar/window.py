@@ -132,6 +132,11 @@ class Member:
     schema: pa.Schema | None = None  # of its last per-row results
     retired: bool = False  # (the window's own) holds no row: only members do (retire)
 
+    @property
+    def reads(self) -> frozenset[int]:
+        """The window's fields it reads."""
+        return frozenset(i for i in self.fields if i != COUNTED)
+
     def project(self, agg: Any, record: bool, rows: int) -> Any:
         """Its fields of an aggregate of ``rows`` rows of the window's fields (``record``:
         the window's is a Record)."""
@@ -234,6 +239,10 @@ class ColumnarWindow:
             self.reads.append(self.ts_col)
         self.slice_rows = int(slice_rows)
         self.members: dict[str, Member] = {}
+        # the fields no policy reads any more (a retired window's that none of its members
+        # has): not lifted, not checked (a value only they refused is no one's to refuse),
+        # their slices' aggregates the identity
+        self.dead: frozenset[int] = frozenset()
         self._stored_members: dict[str, Any] = {}  # the members of the last checkpoint loaded
         # the tree over slices: (the slice's aggregate, its start); a prefix of slices leaves
         # when every one starts before the window's start
@@ -345,18 +354,24 @@ class ColumnarWindow:
                 if sl.reduced > 1:
                     whole = self._cols(sl)
                     sl.suffix = [
-                        scan_all(k, k.lift(whole, sl.n), reverse=True) for k in self.kernels
+                        () if i in self.dead else scan_all(k, k.lift(whole, sl.n), reverse=True)
+                        for i, k in enumerate(self.kernels)
                     ]
             if sl.suffix is not None:
                 values = _Values(self._cols(sl))
+                ids = self._identities()
                 parts = [
-                    k.to_slice(c, offset, values)
-                    for k, c in zip(self.kernels, sl.suffix, strict=True)
+                    ids[i] if i in self.dead or not c else k.to_slice(c, offset, values)
+                    for i, (k, c) in enumerate(zip(self.kernels, sl.suffix, strict=True))
                 ]
                 return tuple(parts) if self.record else parts[0]
         cols = {c: v[offset:] for c, v in self._cols(sl).items()}
         values = _Values(cols)
-        parts = [k.to_slice(k.total(k.lift(cols, n)), 0, values) for k in self.kernels]
+        ids = self._identities()
+        parts = [
+            ids[i] if i in self.dead else k.to_slice(k.total(k.lift(cols, n)), 0, values)
+            for i, k in enumerate(self.kernels)
+        ]
         return tuple(parts) if self.record else parts[0]
 
     def aggregate_range(
@@ -426,6 +441,7 @@ class ColumnarWindow:
             raise ValueError(msg)
         self._restore(m)
         self.members[name] = m
+        self._refresh_dead()
         return m
 
     def fits(self, monoid: Any, policy: Any) -> str | None:
@@ -444,9 +460,22 @@ class ColumnarWindow:
 
     def retire(self) -> None:
         """The window's own policy holds no row from the next batch on (its members keep
-        theirs): what is left of a window whose rows others share once it is deleted."""
+        theirs): what is left of a window whose rows others share once it is deleted. Its
+        fields none of them reads are no longer lifted nor checked (:attr:`dead`)."""
         self.own.retired = True
         self.own.total = None
+        self._refresh_dead()
+
+    def _refresh_dead(self) -> None:
+        live = set() if self.own.retired else set(range(len(self.kernels)))
+        for m in self.members.values():
+            live |= m.reads
+        self.dead = frozenset(range(len(self.kernels))) - live
+
+    def _identities(self) -> tuple[Any, ...]:
+        """Each field's identity in the tree's form."""
+        ids = self._slice.identity
+        return ids if self.record else (ids,)
 
     def _member(
         self, name: str, monoid: Any, policy: Any, created: int
@@ -501,6 +530,7 @@ class ColumnarWindow:
     def detach(self, name: str) -> None:
         """Member ``name`` leaves: its rows are no longer held for it."""
         del self.members[name]
+        self._refresh_dead()
 
     def member_aggregate(self, name: str) -> Any:
         """Member ``name``'s lifted aggregate (its fields, in the per-row engine's form)."""
@@ -596,7 +626,8 @@ class ColumnarWindow:
         for k in self.kernels:
             if isinstance(k, SumKernel):  # integer sums stay exact while they cannot overflow
                 k.rows_bound = len(self) + n
-        lifted = [k.lift(cols, n) for k in self.kernels]  # validates every value first
+        # validates every value first (of the fields a policy reads)
+        lifted = [() if i in self.dead else k.lift(cols, n) for i, k in enumerate(self.kernels)]
         ts = None
         if self.ts_col is not None:
             self._check_order(cols[self.ts_col])
@@ -1294,6 +1325,7 @@ class ColumnarWindow:
         self.head_from = int(state["head_from"])
         self.own.head_from = int(state.get("own_from", self.head_from))
         self.own.retired = bool(state.get("own_retired", False))
+        self._refresh_dead()
         self._cut = self.head_from
         self.next = int(state["next"])
         self.newest_ts = state["newest_ts"]
@@ -1426,7 +1458,7 @@ def _concat(parts: list[dict[str, np.ndarray]], names: list[str]) -> dict[str, n
 
 
 def _shift(comps: Comps, i: int | None, by: int) -> Comps:
-    if i is None or by == 0:
+    if i is None or by == 0 or not comps:  # (a dead field's: nothing)
         return comps
     c = comps[i]
     return (*comps[:i], np.where(c >= 0, c + by, c), *comps[i + 1 :])

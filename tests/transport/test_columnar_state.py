@@ -166,9 +166,10 @@ def test_a_refused_value_changes_nothing() -> None:
 def test_a_columnar_window_moves_to_the_next_owner_when_its_owner_is_killed(
     tmp_path: Path,
 ) -> None:
-    """Two servers sharing Redis: the owner of a stream with a durable columnar window is
-    killed (-9); the other member takes the stream (the window's slices and checkpoint from
-    Redis, the journal after it) and answers every acknowledged row."""
+    """Two servers sharing Redis: the owner of a stream with a durable columnar window (and a
+    window sharing its rows) is killed (-9); the other member takes the stream (the window's
+    slices and checkpoint from Redis, the journal after it) and answers every acknowledged
+    row, in both windows."""
     from mtawindows.testing import LocalCluster
     from mtawindows.v1.placement import place
 
@@ -178,6 +179,7 @@ def test_a_columnar_window_moves_to_the_next_owner_when_its_owner_is_killed(
         name = next(s for i in range(1000) if place(s := f"k{i}", [a.target, b.target]) == a.target)
         rng = random.Random(5)
         oracle = Oracle(lambda p, r: len(r) - len(p) >= 500)
+        shared = Oracle(lambda p, r: len(r) - len(p) >= 50)  # a window sharing w's rows
         with a.client() as ca:
             fields = (Field("x", "DOUBLE"), Field("k", "INT64"), Field("tag", "STRING"))
             ca.create_stream(StreamSpec(name, fields, wall_clock=False))
@@ -185,18 +187,23 @@ def test_a_columnar_window_moves_to_the_next_owner_when_its_owner_is_killed(
                 WindowSpec(
                     name,
                     "w",
-                    COLUMNAR_AGGS,
+                    COUNT_AGGS,  # (no max of the timestamps: a count window's state is columnar)
                     Policy.count(500),
                     storage=Storage("redis", durable=True),
                 )
             )
             assert ca.get_window(name, "w").path == "columnar"
+            assert ca.get_window(name, "w").storage.startswith("redis: columnar;")
+            few = tuple(a for a in COLUMNAR_AGGS if a.name in ("n", "mx", "sx", "last"))
+            ca.create_window(WindowSpec(name, "w50", few, Policy.count(50)))
+            assert "the rows of window 'w'" in ca.get_window(name, "w50").storage
             t = 0
             for _ in range(30):  # 30 x up to 40 rows in slices of 4,096: a tail, then more
                 batch, t = random_batch(rng, t, rng.randint(1, 40))
                 ca.append(name, batch)
                 for vals in zip(*batch.values(), strict=True):
                     oracle.push(dict(zip(batch, vals, strict=True)))
+                    shared.push(dict(zip(batch, vals, strict=True)))
         a.kill()
         deadline = time.monotonic() + 30
         with b.client() as cb:
@@ -210,6 +217,13 @@ def test_a_columnar_window_moves_to_the_next_owner_when_its_owner_is_killed(
             assert got.size == len(oracle.rows)
             want = expected(oracle.rows)
             for out in ("n", "mx", "mn", "first", "last", "sx"):
+                assert _close(got.values[out], want[out]), (out, got.values[out], want[out])
+            # the window sharing its rows moved with it: its position in w's checkpoint,
+            # the journal replayed into the shared window once
+            got = cb.query(name, "w50")
+            assert got.size == len(shared.rows)
+            want = expected(shared.rows)
+            for out in ("n", "mx", "last", "sx"):
                 assert _close(got.values[out], want[out]), (out, got.values[out], want[out])
     finally:
         cluster.close()

@@ -95,9 +95,6 @@ class ServeConfig:
 _ADVERTISE = re.compile(r"^(?:[A-Za-z0-9_.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]):(\d{1,5})$")
 
 
-# a wake of the Redis watchdog this much later than asked: the process stalled (paused,
-# frozen, starved), and the PING in flight may hold an answer its thread has yet to report
-STALL = 0.02
 SUPERVISED_ENV = "MTAWINDOWS_SUPERVISED"  # set by ``--workers N`` for its server processes
 
 
@@ -473,14 +470,15 @@ class Server:
         still waits; the first answer after: back (event ``store_answers``). Paused while the
         supervisor restarts a dead embedded Redis (that is its own state).
 
-        The server's own stall is not Redis's: when the watchdog wakes later than it asked to
-        (the process was paused, SIGSTOP or a VM freeze, or starved of CPU), the time it did
-        not run does not count against Redis (the clock of the silence moves on by it), and
-        after a stall of more than :data:`STALL` the silence is measured from the wake: the
-        PING in flight (its answer may have come while the process was stopped; its thread
-        wakes with the loop, in no set order) or the first one sent after it gets the whole
-        bound, as any PING does. Once until Redis answers again, so that a process starved
-        all the time still sees a frozen Redis (within about twice the bound)."""
+        The server's own stall is not Redis's: the silence is counted in the time the server
+        ran. The watchdog wakes at least every interval; a wake later than asked (the process
+        starved of CPU) does not count its lateness, and a wake later than a whole interval
+        (the process stopped at some point of the wait: SIGSTOP, a VM freeze) counts none of
+        that wait, whenever in it the stop began. A PING in flight across a stop (its answer
+        may have come meanwhile; its thread wakes with the loop, in no set order) or the
+        first one after it has what is left of the bound, as it had before the stop. A
+        process starved all the time still sees a frozen Redis, within about twice the bound
+        (its on-time waits count)."""
         cfg = self.config
         bound = cfg.redis_ping_timeout
         every = min(cfg.redis_ping_interval, bound / 4)
@@ -488,20 +486,16 @@ class Server:
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtaw-ping")
         clients: list[Any] = []  # made on the ping thread (a cluster client asks its seeds)
         last_ok = time.monotonic()
-        graced = False  # a stall had its grace since Redis last answered
 
-        def after_wake(due: float) -> float:
-            """``last_ok`` moved on by the time the process did not run past ``due``; after a
-            stall, the silence starts again at the wake (once until Redis answers)."""
-            nonlocal graced
+        def after_wake(asked: float, due: float) -> float:
+            """``last_ok`` moved on by the time the process did not run in the wait asked at
+            ``asked`` to end at ``due``: its lateness, or (later than a wait lasts: stopped)
+            the whole wait."""
             now = time.monotonic()
             late = now - due
             if late <= 0:
                 return last_ok
-            if late > STALL and not graced:
-                graced = True
-                return now
-            return min(now, last_ok + late)
+            return min(now, last_ok + (now - asked if late > every else late))
 
         try:
             while True:
@@ -516,23 +510,22 @@ class Server:
                     if left <= 0 and self._store_watched():
                         await self._unresponsive(bound, "no answer yet")
                         left = every
-                    wait = max(left, 0.001)
-                    due = time.monotonic() + wait
+                    wait = max(min(left, every), 0.001)
+                    asked = time.monotonic()
                     await asyncio.wait({ping}, timeout=wait)
-                    last_ok = after_wake(due)  # a PING's read may have timed out meanwhile
+                    last_ok = after_wake(asked, asked + wait)  # (its read may have timed out)
                 failed = ping.result()
                 now = time.monotonic()
                 if failed is None:
                     last_ok = now
-                    graced = False
                     if "ping" in self._down:
                         await self._answers(now - started)
                 elif now - last_ok >= bound and self._store_watched():
                     await self._unresponsive(bound, failed)
                 pause = max(0.0, every - (now - started))
-                due = time.monotonic() + pause
+                asked = time.monotonic()
                 await asyncio.sleep(pause)
-                last_ok = after_wake(due)  # a stall here: the next PING gets its grace
+                last_ok = after_wake(asked, asked + pause)
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
             for client in clients:

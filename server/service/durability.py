@@ -42,7 +42,7 @@ def window_meta(s: Stream, w: HostedWindow, state: str) -> dict[str, Any]:
     report them after a restart too), and without a journal to replay the
     stream's state (``state``, its JSON), since recovery then takes the newest saved."""
     meta: dict[str, Any] = {"lsn": w.lsn, "evicted": w.evicted}
-    members = [m for m in getattr(w.engine, "members", ()) if m in s.windows]
+    members = s.members_of(w)
     if members:  # the windows sharing its rows: their last batch's evictions (lsn: its)
         meta["members"] = {m: s.windows[m].evicted for m in members}
     if w.hopper is not None:  # the open slice, the last boundary: the rest is the engine's

@@ -322,7 +322,7 @@ class Registry:
                 durability.journal_if_durable(s)
 
     def _drop_window(self, s: Any, name: str) -> None:
-        if not isinstance(s, KeyedStream) and _members(s, s.windows[name]):
+        if not isinstance(s, KeyedStream) and s.members_of(s.windows[name]):
             with s.lock:  # others share its rows: it stays, hidden, until they go
                 self._retire(s, s.windows[name])
             return
@@ -339,7 +339,7 @@ class Registry:
                 host = _hosting(s, w.engine.host)
                 if host is None:  # pragma: no cover - a member's host is always there
                     return
-                if host in s.retired and not _members(s, s.retired[host]):
+                if host in s.retired and not s.members_of(s.retired[host]):
                     self.definitions.delete_window(s.spec.name, host, s.fence)
                     self._delete_data(s, s.retired.pop(host), host)
                 else:
@@ -370,7 +370,7 @@ class Registry:
         w.engine.window.retire()
         del s.windows[w.spec.name]
         s.retired[hidden] = w
-        for m in _members(s, w):
+        for m in s.members_of(w):
             s.windows[m].host = f"{w.spec.name} (deleted)"
         self._flush_host(s, w)
 
@@ -784,8 +784,3 @@ def _hosting_id(s: Stream, window_id: str) -> str | None:
 def _hosting(s: Stream, engine: Any) -> str | None:
     """The name (in ``s.hosted()``) of the window whose engine is ``engine``."""
     return next((n for n, w in s.hosted().items() if w.engine is engine), None)
-
-
-def _members(s: Stream, w: HostedWindow) -> list[str]:
-    """The windows of ``s`` sharing ``w``'s rows."""
-    return [m for m in getattr(w.engine, "members", ()) if m in s.windows]

@@ -149,6 +149,10 @@ class Stream:
         theirs), then the windows."""
         return {**self.retired, **self.windows} if self.retired else self.windows
 
+    def members_of(self, w: HostedWindow) -> list[str]:
+        """The windows sharing ``w``'s rows (its columnar window's members), by name."""
+        return [m for m in getattr(w.engine, "members", ()) if m in self.windows]
+
     @property
     def rows_late(self) -> int:
         return self.state.rows_late
@@ -339,8 +343,7 @@ class Stream:
         member (the window whose rows it holds; it has no name of its own)."""
         if name in self.windows:
             return name
-        members = getattr(self.hosted()[name].engine, "members", ())
-        return next((m for m in members if m in self.windows), name)
+        return next(iter(self.members_of(self.hosted()[name])), name)
 
     def _request_row(self, i: int, origin: list[int] | None) -> int | None:
         """The request's row of row ``i`` of the rows a window was given: through
@@ -558,7 +561,7 @@ class Stream:
         window changes (``Deferred``)."""
         win = self.hosted()[name]
         prepared = batch.prepared.get(name)
-        members = [m for m in getattr(win.engine, "members", ()) if m in self.windows]
+        members = self.members_of(win)
         replay = batch.replay  # a replayed entry answers no one
         rows = {m for m in members if not replay and self._wants_rows(batch.request, m)}
         if prepared is not None:

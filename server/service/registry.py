@@ -758,16 +758,23 @@ def _host_for(s: Stream, spec: WindowSpec, built: Built) -> HostedWindow | None:
     """The window of ``s`` whose rows a new columnar window of ``spec`` shares: the first
     columnar window in Redis (not itself sharing another's) whose aggregations include the
     new one's, under a count or a time range over the same timestamps; None when none fits
-    or sharing is off (``$MTAWINDOWS_SHARED_ROWS=0``, ``serve --no-shared-rows``)."""
+    or sharing is off (``$MTAWINDOWS_SHARED_ROWS=0``, ``serve --no-shared-rows``). A host
+    left stale by a store failure reloads its checkpoint first, as its next call would (a
+    journaled stream's windows are current already: :meth:`Stream.ensure_current`); while
+    Redis fails that raises, and the new window is refused, not made apart."""
     if os.environ.get("MTAWINDOWS_SHARED_ROWS", "1") == "0":
         return None
     for w in s.windows.values():
         engine = w.engine
         if w.host is not None or not w.columnar or engine.store is None:
             continue
-        if w.spec.storage.kind != spec.storage.kind or engine.stale:
+        if w.spec.storage.kind != spec.storage.kind:
             continue
-        if engine.window.fits(built.monoid, built.policy) is None:
+        if engine.window.fits(built.monoid, built.policy) is not None:
+            continue
+        if engine.stale and s.journal is None:
+            engine.reload()
+        if not engine.stale:
             return w
     return None
 

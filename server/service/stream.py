@@ -700,7 +700,10 @@ class Stream:
                 finals[n] = out
                 continue
             w.sequence = st.sequence
-            finals[n] = r = w.result()
+            try:
+                finals[n] = r = w.result()
+            except StoreError as ex:  # a write that failed in the background since the apply
+                self._store_failed(batch, n, ex)
             w.history.append(r)
         if batch.request.mode == FINAL:
             which = batch.request.which or finals

@@ -322,3 +322,41 @@ def test_a_hidden_window_checks_only_what_its_members_read(tmp_path: Path) -> No
         with srv.client() as c2:
             c2.append("s", {"ts": [5], "x": [5.0], "y": [float("nan")]})
             assert c2.query("s", "b").values["sx"] == 11.0
+
+
+def test_a_window_made_while_its_host_must_reload_still_shares_its_rows(redis_url: str) -> None:
+    """CI met it once: a store failure left the shared window stale (it reloads its last
+    checkpoint before its next call) and a window made then, Redis back, took rows of its own.
+    The host reloads for it now, and the new window shares its rows from the checkpoint on."""
+    from mtawindows.client import Field, StreamSpec
+    from mtawindows.server.service.registry import Registry
+    from mtawindows.server.storage.protocol import StoreUnavailableError
+
+    reg = Registry(redis_url, prefix=f"t{uuid.uuid4().hex[:10]}")
+    try:
+        fields = (Field("x", "DOUBLE"), Field("k", "INT64"), Field("tag", "STRING"))
+        reg.create_stream(StreamSpec("s", fields, wall_clock=False))
+        host, member = _windows()[0], _windows()[2]
+        reg.create_window(host)
+        s = reg.streams["s"]
+        rng = random.Random(5)
+        t = 0
+        for seq in range(1, 4):
+            batch, t = random_batch(rng, t, 2000)
+            cols = {k: (kind, batch[k]) for k, kind in _KINDS.items()}
+            s.append(cols, producer_id="p", sequence=seq)
+        reg.flush(s)
+        engine = s.windows[host.name].engine
+        engine.invalidate(StoreUnavailableError("a Redis call failed"))
+        assert engine.stale
+        reg.create_window(member)
+        assert s.windows[member.name].host == host.name
+        assert not engine.stale
+        batch, t = random_batch(rng, t, 300)  # it joined empty: it holds the rows from now
+        s.append({k: (kind, batch[k]) for k, kind in _KINDS.items()}, producer_id="p", sequence=4)
+        assert reg.result("s", member.name).size == 300
+    finally:
+        reg.close()
+
+
+_KINDS = {"ts": "TIMESTAMP", "x": "DOUBLE", "k": "INT64", "tag": "STRING"}

@@ -47,6 +47,7 @@ from ..monoids import Count, Last, Max, Record
 from ..policies import CountPolicy, TimeRangePolicy, _getter
 from .kernels import FOREIGN, Comps, Kernel, SumKernel, _ints, kernel_for, search_sorted
 from .ranges import range_aggregates, scan_all
+from .slide import slide
 
 __all__ = ["BatchResult", "ColumnarWindow", "Prepared", "columnar_refusal"]
 
@@ -55,6 +56,7 @@ SLICE_ROWS = 4096
 # start moves through: a batch's evictions and per-row results read them), the rest in Redis
 LOCAL_SLICES = 4
 MAX_PENDING = 64  # slice writes queued before sealing waits for the oldest (bounded memory)
+SLIDE = True  # per-row results of Count, Max, Min, float Sum and Mean by Two-Stacks (slide.py)
 CHUNK_ROWS = 1 << 16  # a larger batch is applied in chunks of this many rows (memory)
 WRITE_SLICES = 32  # sealed slices written together (and at every checkpoint)
 UNWRITTEN = "unwritten"  # a sealed slice's write not queued yet (_Slice.pending)
@@ -953,6 +955,10 @@ class ColumnarWindow:
         xcols = _concat([self._cols(tail), cols], self.reads) if nt and positional else cols
         zcols = _concat([ycols, xcols], self.reads) if ny and positional else xcols
         values = _Values(zcols)
+        # a sliding window's ranges (Two-Stacks, slide.py) when its old starts are all in Y
+        fast = SLIDE and (
+            not old.any() or bool(ny and (starts[old] >= y0).all() and (starts[old] < y_end).all())
+        )
         arrays: list[pa.Array] = []
         lasts: list[Any] = []  # each field's lifted aggregate after the last row
         for j, (i, k) in enumerate(kernels):
@@ -966,6 +972,22 @@ class ColumnarWindow:
                 lasts.append(_py(newest[n - 1]))  # Max or Last of the timestamps: the newest
                 continue
             tl = k.lift(self._cols(tail), nt) if nt else None
+            if fast:
+                comps = self._slid(
+                    k,
+                    i,
+                    [lifted[i]] if tl is None else [tl, lifted[i]],
+                    ycols,
+                    view,
+                    starts,
+                    sizes,
+                    old,
+                    x0,
+                )
+                if comps is not None:
+                    arrays.append(k.lower(comps, values))
+                    lasts.append(k.to_lifted(comps, n - 1, values))
+                    continue
             xc = (
                 lifted[i]
                 if tl is None
@@ -1019,6 +1041,30 @@ class ColumnarWindow:
             table = self._patch_empty(m, table, empty)
         total = tuple(lasts) if m.record else lasts[0]
         return table, sizes, m.monoid.identity if empty[-1] else total
+
+    def _slid(
+        self,
+        k: Kernel,
+        i: int,
+        xs: list[Comps],
+        ycols: dict[str, np.ndarray],
+        view: _View,
+        starts: np.ndarray,
+        sizes: np.ndarray,
+        old: np.ndarray,
+        x0: int,
+    ) -> Comps | None:
+        """Field ``i``'s per-row results by Two-Stacks over Y, M and X (:func:`slide`; X as
+        ``xs``, the tail's lifted rows then the batch's), or None where the array path
+        answers. Y and M only when some range starts before X."""
+        if not old.any():
+            return slide(k, xs, starts - x0, sizes)
+        ny = view.end - view.y0
+        parts = [k.lift(ycols, ny)]
+        if view.middle is not None:
+            parts.append(k.from_slice(self._field(view.middle, i)))
+        into = np.where(old, starts - view.y0, len(parts) - 1 + ny + (starts - x0))
+        return slide(k, parts + xs, into, sizes)
 
     def _field(self, agg: Any, i: int) -> Any:
         return agg[i] if self.record else agg

@@ -1,0 +1,85 @@
+"""Two-Stacks over a batch's ranges (server/engine/columnar/slide.py) against the naive
+answer: every range's max, min and double-double sum recomputed from its rows, for random
+rows (ints and floats, ties, inf and NaN in sums) and random non-decreasing starts, some past
+their row (an empty range keeps what its slot held)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mtawindows.server.engine.columnar.slide import slide_dd, slide_extreme
+
+
+@st.composite
+def ranges(draw: st.DrawFn, floats: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows ``v`` and, for its last ``n``, starts that never decrease (some empty ranges)."""
+    nv = draw(st.integers(1, 60))
+    n = draw(st.integers(1, nv))
+    if floats:
+        item = st.floats(allow_nan=True, allow_infinity=True, width=64) | st.sampled_from(
+            [0.0, -0.0, 1.0, 1e16, -1e16, 0.1]
+        )
+    else:
+        item = st.integers(-(2**63), 2**63 - 1) | st.sampled_from([0, 1, -1])
+    v = np.array(
+        draw(st.lists(item, min_size=nv, max_size=nv)), dtype=np.float64 if floats else np.int64
+    )
+    ends = np.arange(nv - n, nv)
+    raw = sorted(draw(st.lists(st.integers(0, nv + 2), min_size=n, max_size=n)))
+    return v, np.array(raw, dtype=np.int64), ends
+
+
+def _empty_kept(out: np.ndarray, starts: np.ndarray, ends: np.ndarray, fill: object) -> None:
+    assert all(
+        (o == fill) or (isinstance(fill, float) and math.isnan(fill) and math.isnan(o))
+        for o, s, e in zip(out, starts, ends, strict=True)
+        if s > e
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.booleans(), st.data())
+def test_extremes_are_each_ranges_max_and_min(floats: bool, data: st.DataObject) -> None:
+    v, starts, ends = data.draw(ranges(floats))
+    if floats:
+        v = np.where(np.isnan(v), 0.5, v)  # ordered values: a max or min refuses NaN
+    for largest in (True, False):
+        fill = v.dtype.type(7)
+        out = np.full(len(starts), fill)
+        slide_extreme(v, starts, largest, out)
+        for o, s, e in zip(out, starts, ends, strict=True):
+            if s <= e:
+                want = v[s : e + 1].max() if largest else v[s : e + 1].min()
+                assert o == want, (s, e)
+        _empty_kept(out, starts, ends, fill)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_sums_are_each_ranges_sum_to_a_double_double(data: st.DataObject) -> None:
+    v, starts, ends = data.draw(ranges(True))
+    lo = np.zeros(len(v))
+    out_hi = np.full(len(starts), 7.0)
+    out_lo = np.zeros(len(starts))
+    with np.errstate(all="ignore"):
+        slide_dd(v, lo, starts, out_hi, out_lo)
+    for h, low, s, e in zip(out_hi, out_lo, starts, ends, strict=True):
+        if s > e:
+            assert h == 7.0
+            continue
+        rows = v[s : e + 1]
+        if np.isnan(rows).any() or (np.isinf(rows).any() and len(set(rows[np.isinf(rows)])) > 1):
+            assert math.isnan(h), (s, e, rows)
+            continue
+        if np.isinf(rows).any():
+            assert h == rows[np.isinf(rows)][0]
+            continue
+        if max(abs(rows)) > 1e300:
+            continue  # an overflow on the way: no finite answer to compare
+        exact = math.fsum(rows)
+        got = h + low if math.isfinite(h + low) else h
+        assert abs(got - exact) <= 1e-15 * max(abs(rows).sum(), 1e-300), (got, exact)

@@ -97,6 +97,17 @@ def _dd_total(hi: np.ndarray, lo: np.ndarray) -> tuple[float, float]:
 
 
 @numba.njit(cache=True, nogil=True)
+def _dd_total1(x: np.ndarray) -> tuple[float, float]:
+    """:func:`_dd_total` of ``x`` with no low parts (rows as they came): the same value."""
+    s = 0.0
+    e = 0.0
+    for j in range(x.shape[0]):
+        s, err = _two_sum(s, x[j])
+        e += err
+    return s, e
+
+
+@numba.njit(cache=True, nogil=True)
 def _dd_add(
     ahi: np.ndarray,
     alo: np.ndarray,
@@ -171,6 +182,12 @@ class Kernel:
     def total(self, comps: Comps) -> Comps:
         """The aggregate of all of ``comps`` (1-D), as components of length 1."""
         return tuple(c[:, -1] for c in self.scan(tuple(c.reshape(1, -1) for c in comps), False))
+
+    def reduce(self, cols: dict[str, np.ndarray], n: int) -> Comps:
+        """The aggregate of ``n`` rows a window holds (checked when they came): ``total`` of
+        their lift, or the same value without the lifted arrays (Count, Max, Min, sums of
+        floats)."""
+        return self.total(self.lift(cols, n))
 
     def to_lifted(self, comps: Comps, i: int, values: Any) -> Any:  # pragma: no cover
         raise NotImplementedError
@@ -255,6 +272,9 @@ class CountKernel(Kernel):
     def total(self, comps: Comps) -> Comps:
         return (comps[0].sum(keepdims=True),)
 
+    def reduce(self, cols: dict[str, np.ndarray], n: int) -> Comps:
+        return (np.array([n], dtype=np.int64),)
+
     def combine(self, a: Comps, b: Comps) -> Comps:
         return (a[0] + b[0],)
 
@@ -330,6 +350,13 @@ class SumKernel(Kernel):
         hi, lo = _dd_total(comps[0].astype(f, copy=False), comps[1].astype(f, copy=False))
         return np.array([hi]), np.array([lo])
 
+    def reduce(self, cols: dict[str, np.ndarray], n: int) -> Comps:
+        col = _column(self.owner, cols, self.field, n)
+        if self.log or col.dtype.kind != "f":  # (ints: exact as int64 while they fit)
+            return SumKernel.total(self, SumKernel.lift(self, cols, n))
+        hi, lo = _dd_total1(col.astype(np.float64, copy=False))
+        return np.array([hi]), np.array([lo])
+
     def value(self, comps: Comps) -> np.ndarray:
         hi, lo = comps[0], comps[1]
         if hi.dtype.kind == "i":
@@ -385,6 +412,13 @@ class ExtremeKernel(Kernel):
     def total(self, comps: Comps) -> Comps:
         return (self.ufunc.reduce(comps[0], keepdims=True),)
 
+    def reduce(self, cols: dict[str, np.ndarray], n: int) -> Comps:
+        col = _column(self.owner, cols, self.field, n)
+        if col.dtype.kind not in "if":  # (unsigned: checked as it is lifted)
+            return super().reduce(cols, n)
+        x = col.astype(np.int64 if col.dtype.kind == "i" else np.float64, copy=False)
+        return (self.ufunc.reduce(x, keepdims=True),)
+
     def combine(self, a: Comps, b: Comps) -> Comps:
         return (self.ufunc(a[0], b[0]),)
 
@@ -414,6 +448,9 @@ class MeanKernel(SumKernel):
 
     def total(self, comps: Comps) -> Comps:
         return self.counts.total(comps[:1]) + super().total(comps[1:])
+
+    def reduce(self, cols: dict[str, np.ndarray], n: int) -> Comps:
+        return self.counts.reduce(cols, n) + super().reduce(cols, n)
 
     def combine(self, a: Comps, b: Comps) -> Comps:
         return self.counts.combine(a[:1], b[:1]) + super().combine(a[1:], b[1:])

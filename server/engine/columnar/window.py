@@ -182,6 +182,25 @@ class BatchResult:
     members: dict[str, BatchResult] = field(default_factory=dict)  # each member's (attach)
 
 
+class _Joined(dict[str, np.ndarray]):
+    """The columns of consecutive parts (dicts of equal-length columns), each joined into
+    one array when first read (a member's per-row results read one or two of the columns)."""
+
+    def __init__(self, parts: list[dict[str, np.ndarray]]) -> None:
+        super().__init__()
+        self.parts = [p for p in parts if p and len(next(iter(p.values()))) > 0]
+
+    def __missing__(self, name: str) -> np.ndarray:
+        if not self.parts:
+            raise KeyError(name)
+        got = self[name] = (
+            self.parts[0][name]
+            if len(self.parts) == 1
+            else np.concatenate([p[name] for p in self.parts])
+        )
+        return got
+
+
 class _Values:
     """Positions -> values for First, Last and arg-* keys: the rows a call sees, in order,
     and the values of the stored slices' aggregate (position ``FOREIGN``)."""
@@ -371,7 +390,7 @@ class ColumnarWindow:
         values = _Values(cols)
         ids = self._identities()
         parts = [
-            ids[i] if i in self.dead else k.to_slice(k.total(k.lift(cols, n)), 0, values)
+            ids[i] if i in self.dead else k.to_slice(k.reduce(cols, n), 0, values)
             for i, k in enumerate(self.kernels)
         ]
         return tuple(parts) if self.record else parts[0]
@@ -723,6 +742,7 @@ class ColumnarWindow:
                 for m, st, want in zip(views, starts, wants, strict=True)
             ]
             old_tail = self.tail
+            tail_lifted: dict[int, Comps] = {}  # each field's of the tail: once for all views
             self._evict(cut)
             out = []
             totals = []
@@ -731,7 +751,7 @@ class ColumnarWindow:
                 total = None
                 if view is not None:
                     result.rows, result.sizes, total = self._per_row(
-                        m, cols, lifted, st, g0, n, old_tail, view
+                        m, cols, lifted, st, g0, n, old_tail, view, tail_lifted
                     )
                 out.append(result)
                 totals.append(total)
@@ -872,6 +892,8 @@ class ColumnarWindow:
                 return np.array([m.head_from], dtype=np.int64)
             s = self._first_newer(int(ts[-1]) - m.range, g0, ts, since=m.head_from)
             return np.array([max(s, m.head_from)], dtype=np.int64)
+        if m.range <= _INT64_MAX and int(ts[0]) >= _INT64_MIN + m.range:
+            return self._starts_after(ts - m.range, g0, ts, m.head_from)
         newest = ts
         # rows older than ``newest - range`` leave; where that is below every int64 (a range
         # of centuries, timestamps near the minimum) none does
@@ -906,6 +928,27 @@ class ColumnarWindow:
         out[low] = m.head_from
         return np.maximum(out, m.head_from)
 
+    def _starts_after(self, bound: np.ndarray, g0: int, ts: np.ndarray, since: int) -> np.ndarray:
+        """For each of the (non-decreasing) ``bound``, the global position of the first row
+        newer than it from ``since`` on (the batch ``ts`` from ``g0`` counted): the
+        timestamps of the parts where they fall, joined, then one merge (kernels.py's
+        :func:`search_sorted`)."""
+        lo, hi = int(bound[0]), int(bound[-1])
+        parts = []
+        for part in self._parts_ts(g0, ts, since):
+            if part[1] <= lo:
+                continue  # every row of it is at most the first bound: before every start
+            parts.append(part)
+            if part[1] > hi:  # (the batch's newest is past every bound: range > 0)
+                break
+        self._fetch([t for _b, _last, t in parts])
+        got = [
+            self._cols(t)[self.ts_col][b - t.start :] if isinstance(t, _Slice) else t  # type: ignore[index]
+            for b, _last, t in parts
+        ]
+        joined = got[0] if len(got) == 1 else np.concatenate(got)
+        return parts[0][0] + search_sorted(joined, bound)
+
     def _parts_ts(
         self, g0: int, ts: np.ndarray | None, since: int = 0
     ) -> Iterator[tuple[int, Any, Any]]:
@@ -936,6 +979,7 @@ class ColumnarWindow:
         n: int,
         tail: _Slice,
         view: _View,
+        tail_lifted: dict[int, Comps],
     ) -> tuple[pa.Table, np.ndarray, Any]:
         """Member ``m``'s per-row results of the batch (a table), its size after each row,
         and its lifted aggregate after the last (that row's result)."""
@@ -945,20 +989,23 @@ class ColumnarWindow:
         empty = starts > g
         sizes = np.maximum(g - starts + 1, 0)
         x0 = tail.start if tail.n else g0
-        old = (starts < x0) & ~empty
+        old = starts < x0  # (a prefix of the rows: the starts never decrease)
+        n_old = int(np.searchsorted(starts, x0))
         y0, y_end = view.y0, view.end
         ny = y_end - y0
-        ycols = _concat(view.parts, self.reads)
+        ycols = _Joined(view.parts)
         # the rows positions point into (First, Last, arg-* keys): Y then X
         positional = any(k.pos_comp is not None for i, k in kernels if i != COUNTED)
         nt = tail.n
         xcols = _concat([self._cols(tail), cols], self.reads) if nt and positional else cols
-        zcols = _concat([ycols, xcols], self.reads) if ny and positional else xcols
+        zcols = (
+            _concat([{c: ycols[c] for c in self.reads}, xcols], self.reads)
+            if ny and positional
+            else xcols
+        )
         values = _Values(zcols)
         # a sliding window's ranges (Two-Stacks, slide.py) when its old starts are all in Y
-        fast = SLIDE and (
-            not old.any() or bool(ny and (starts[old] >= y0).all() and (starts[old] < y_end).all())
-        )
+        fast = SLIDE and (not n_old or bool(ny and starts[0] >= y0 and starts[n_old - 1] < y_end))
         arrays: list[pa.Array] = []
         lasts: list[Any] = []  # each field's lifted aggregate after the last row
         for j, (i, k) in enumerate(kernels):
@@ -971,7 +1018,11 @@ class ColumnarWindow:
                 arrays.append(pa.array(newest))
                 lasts.append(_py(newest[n - 1]))  # Max or Last of the timestamps: the newest
                 continue
-            tl = k.lift(self._cols(tail), nt) if nt else None
+            tl = None
+            if nt:
+                tl = tail_lifted.get(i)
+                if tl is None:
+                    tl = tail_lifted[i] = k.lift(self._cols(tail), nt)
             if fast:
                 comps = self._slid(
                     k,
@@ -981,7 +1032,7 @@ class ColumnarWindow:
                     view,
                     starts,
                     sizes,
-                    old,
+                    n_old,
                     x0,
                 )
                 if comps is not None:
@@ -1047,23 +1098,25 @@ class ColumnarWindow:
         k: Kernel,
         i: int,
         xs: list[Comps],
-        ycols: dict[str, np.ndarray],
+        ycols: _Joined,
         view: _View,
         starts: np.ndarray,
         sizes: np.ndarray,
-        old: np.ndarray,
+        n_old: int,
         x0: int,
     ) -> Comps | None:
         """Field ``i``'s per-row results by Two-Stacks over Y, M and X (:func:`slide`; X as
         ``xs``, the tail's lifted rows then the batch's), or None where the array path
         answers. Y and M only when some range starts before X."""
-        if not old.any():
+        if not n_old:
             return slide(k, xs, starts - x0, sizes)
         ny = view.end - view.y0
-        parts = [k.lift(ycols, ny)]
+        # Y's parts lifted apart: slide() joins them with the rest in one copy
+        parts = [k.lift(p, len(next(iter(p.values())))) for p in ycols.parts]
         if view.middle is not None:
             parts.append(k.from_slice(self._field(view.middle, i)))
-        into = np.where(old, starts - view.y0, len(parts) - 1 + ny + (starts - x0))
+        into = starts + (ny + (view.middle is not None) - x0)  # X's rows after Y and M
+        into[:n_old] = starts[:n_old] - view.y0  # the old starts: in Y
         return slide(k, parts + xs, into, sizes)
 
     def _field(self, agg: Any, i: int) -> Any:

@@ -14,6 +14,8 @@ the suffix aggregates of ``V[s .. e]`` are taken afresh and the back empties. Ev
 enters the back once and a flip once: O(|V|) for the batch, two combines a row, no arrays but
 the front and the results (the array path in window.py takes some ten numpy passes and their
 temporaries for the same rows: numba, because the flip is a loop over a data-dependent range).
+V is joined into one array first: the same loop reading Y, M and X through an accessor ran
+ten times slower (measured: 25 ns a row against 2.5).
 
 Max and Min of numbers (int64 or float64), and double-double sums (window.py's Sum and Mean
 components, TwoSum on every step as kernels.py's scans): the same values as the array path,

@@ -29,6 +29,7 @@ __all__ = [
     "PackedPipeline",
     "arg_count",
     "bulk",
+    "bulk_view",
     "encode_command",
     "encode_parts",
     "packed_chunks",
@@ -37,16 +38,31 @@ __all__ = [
 
 class Packed:
     """``n`` arguments of a command as RESP bulk strings (``$<len>\\r\\n<bytes>\\r\\n`` each),
-    end to end in ``data`` (bytes, or a view of a buffer: sent without a copy)."""
+    end to end in ``data`` (bytes, or a view of a buffer: sent without a copy; or a tuple of
+    such pieces, sent one after the other: :func:`bulk_view`)."""
 
     __slots__ = ("data", "n")
 
-    def __init__(self, n: int, data: bytes | memoryview) -> None:
+    def __init__(self, n: int, data: bytes | memoryview | tuple[bytes | memoryview, ...]) -> None:
         self.n = n
         self.data = data
 
+    def __len__(self) -> int:
+        """Its bytes on the wire."""
+        if isinstance(self.data, tuple):
+            return sum(len(p) for p in self.data)
+        return len(self.data)
+
     def __repr__(self) -> str:
-        return f"Packed({self.n} arguments, {len(self.data)} bytes)"
+        return f"Packed({self.n} arguments, {len(self)} bytes)"
+
+
+def bulk_view(buf: Any) -> Packed:
+    """One argument (any object with the buffer protocol: a pyarrow Buffer) as a
+    :class:`Packed` bulk string that refers to it: sent without copying it (redis-py would
+    copy it into the command's bytes first, on the caller's thread under the GIL)."""
+    view = memoryview(buf).cast("B")
+    return Packed(1, (b"$%d\r\n" % len(view), view, b"\r\n"))
 
 
 def arg_count(args: Sequence[Any]) -> int:
@@ -93,13 +109,14 @@ def encode_parts(args: Sequence[Any]) -> list[bytes | memoryview]:
     for a in (*name, *args[1:]):
         if isinstance(a, Packed):
             count += a.n
-            if len(a.data) < _BIG:
-                small.append(bytes(a.data))
-                continue
-            if small:
-                out.append(b"".join(small))
-                small = []
-            out.append(a.data)
+            for piece in a.data if isinstance(a.data, tuple) else (a.data,):
+                if len(piece) < _BIG:
+                    small.append(bytes(piece))
+                    continue
+                if small:
+                    out.append(b"".join(small))
+                    small = []
+                out.append(piece)
         else:
             small.append(bulk(a))
             count += 1

@@ -39,6 +39,7 @@ from .codecs import codec_for, packb, unpackb
 from .fencing import Op, fenced
 from .protocol import CorruptDataError, StoreError
 from .redis_store import RedisStore, _describe
+from .resp import bulk_view
 
 __all__ = ["SLICE_FORMAT", "SliceHeader", "SliceStore"]
 
@@ -74,11 +75,13 @@ class SliceStore(RedisStore):
 
     # -- writing (the writer thread, in order)
     def put_slices(
-        self, slices: Sequence[tuple[int, SliceHeader, Any]], encode: Callable[[Any], bytes]
+        self, slices: Sequence[tuple[int, SliceHeader, Any]], encode: Callable[[Any], Any]
     ) -> Future[None]:
         """Queue the writes of ``slices`` (``(k, header, columns)``; ``encode(columns)`` gives
-        the value, on the writer thread: the columns must not change) as one atomic write,
-        one round trip: the slices a batch sealed go together."""
+        the value, bytes or a buffer, on the writer thread: the columns must not change) as
+        one atomic write, one round trip: the slices a batch sealed go together. A value is
+        sent from its buffer as it is (:func:`~.resp.bulk_view`: not copied into the
+        command first)."""
         items = [(k, packb(list(header)), cols) for k, header, cols in slices]
 
         def write() -> None:
@@ -86,10 +89,10 @@ class SliceStore(RedisStore):
             fields: list[Any] = []
             size = 0
             for k, head, cols in items:
-                data = encode(cols)
-                ops.append(("SET", self.slice_key(k), (data,)))
+                value = encode(cols)
+                ops.append(("SET", self.slice_key(k), (bulk_view(value),)))
                 fields += [k, head]
-                size += len(data) + len(head)
+                size += memoryview(value).nbytes + len(head)
             ops.append(("HSET", self.index_key, tuple(fields)))
             fenced(self._client, self.fence, ops)
             st = self.stats

@@ -29,7 +29,9 @@ from mtawindows.server.storage.resp import (
     PackedPipeline,
     arg_count,
     bulk,
+    bulk_view,
     encode_command,
+    encode_parts,
     packed_chunks,
 )
 from mtawindows.testing import shared_redis_url
@@ -67,6 +69,41 @@ def test_packed_arguments_are_the_plain_ones_on_the_wire(
     mid = Packed(len(b), b"".join(bulk(x) for x in b))
     assert arg_count([*a, mid, *c]) == len(a) + len(b) + len(c)
     assert encode_command(["HSET", *a, mid, *c]) == _redis_py(["HSET", *a, *b, *c])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=70_000), st.lists(ARG, max_size=4))
+def test_a_buffer_sent_as_it_is_is_the_plain_argument_on_the_wire(
+    value: bytes, rest: list[Any]
+) -> None:
+    """:func:`bulk_view` of a buffer (a pyarrow Buffer, as a columnar slice's value) is the
+    bytes argument redis-py would send, its data a view of the buffer (large: not copied)."""
+    import pyarrow as pa
+
+    buf = pa.py_buffer(value)
+    view = bulk_view(buf)
+    assert len(view) == len(bulk(value))
+    assert encode_command(["SET", "k", view, *rest]) == _redis_py(["SET", "k", value, *rest])
+    pieces = encode_parts(["SET", "k", view])
+    if len(value) >= 16_384:  # sent from the buffer itself
+        assert any(isinstance(p, memoryview) and p.obj is not None for p in pieces)
+
+
+def test_a_large_buffer_written_fenced_reads_back() -> None:
+    import pyarrow as pa
+
+    r = _client()
+    tag = uuid.uuid4().hex
+    k, f = f"{{{tag}}}:slice", f"{{{tag}}}:fence"
+    r.set(f, 3)
+    value = bytes(range(256)) * 9_000  # 2.3 MB, as 32 slices of a columnar window
+    with pytest.raises(FencedError):
+        fenced(r, Fence(f, 2), [("SET", k, (bulk_view(pa.py_buffer(value)),))])
+    assert not r.exists(k)
+    fenced(
+        r, Fence(f, 3), [("SET", k, (bulk_view(pa.py_buffer(value)),)), ("SET", f"{k}2", ("x",))]
+    )
+    assert r.get(k) == value and r.get(f"{k}2") == b"x"
 
 
 def test_packed_chunks_cut_at_pair_ends() -> None:

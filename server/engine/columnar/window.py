@@ -1242,7 +1242,7 @@ class ColumnarWindow:
         pack = self.store.codec.pack_values
         fut = self.store.put_slices(
             [(sl.index, (sl.start, sl.n, sl.newest, pack([sl.agg])), sl.cols) for sl in todo],
-            _encode,
+            _encode_buffer,
         )
         for sl in todo:
             sl.pending = fut
@@ -1572,12 +1572,17 @@ def _foreign(k: Kernel, lifted: Any) -> Any:
 
 def _encode(cols: dict[str, np.ndarray]) -> bytes:
     """A slice's columns as one Arrow IPC stream (no pickle: read back from Redis)."""
+    return bytes(_encode_buffer(cols).to_pybytes())
+
+
+def _encode_buffer(cols: dict[str, np.ndarray]) -> pa.Buffer:
+    """:func:`_encode` as the IPC writer's buffer (a slice's write sends it as it is)."""
     names = list(cols)
     batch = pa.RecordBatch.from_arrays([pa.array(cols[c]) for c in names], names=names)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as w:
         w.write_batch(batch)
-    return bytes(sink.getvalue().to_pybytes())
+    return sink.getvalue()
 
 
 def _decode(data: bytes, names: list[str], n: int) -> dict[str, np.ndarray]:

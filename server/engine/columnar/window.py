@@ -99,10 +99,12 @@ class _Slice:
     # the Future of its write to the store until it is known done; UNWRITTEN: not queued yet
     pending: Any = None
     # each field's suffix scan (its aggregate from any row: a start staying in the slice
-    # over several batches reads it, O(1)), made on the second reduce from a row in it;
-    # dropped with its columns
+    # over several batches reads it, O(1)), made when one reader (a member, or a query-time
+    # range) reduces it from a row in it a second time; dropped with its columns (several
+    # members passing it once each, batches apart, would pay a scan for nothing)
     suffix: list[Comps] | None = None
     reduced: int = 0
+    reduced_by: Any = None
 
     @property
     def end(self) -> int:
@@ -328,7 +330,7 @@ class ColumnarWindow:
         """Member ``m``'s lifted aggregate (known after a per-row batch, else reduced)."""
         if m.total is None:
             with np.errstate(all="ignore"):
-                agg = self._aggregate_from(m.head_from)
+                agg = self._aggregate_from(m.head_from, m)
                 m.total = self._lifted(m, m.project(agg, self.record, self.next - m.head_from))
         return m.total
 
@@ -343,17 +345,17 @@ class ColumnarWindow:
             return one(m.fields[0], agg)
         return tuple(one(i, a) for i, a in zip(m.fields, agg, strict=True))
 
-    def _aggregate_from(self, s: int) -> Any:
+    def _aggregate_from(self, s: int, by: Any = None) -> Any:
         """The aggregate (of the window's fields, in the tree's form) of its rows from global
-        position ``s`` (at least the first held)."""
+        position ``s`` (at least the first held), for reader ``by`` (:meth:`_reduce`)."""
         if s >= self.next:
             return self._slice.identity
         if s > self.head_from:
-            return self._suffix(s)
+            return self._suffix(s, by)
         combine = self._slice.combine
         total = self._slice.identity
         if self.head is not None:
-            total = self._reduce(self.head, self.head_from - self.head.start)
+            total = self._reduce(self.head, self.head_from - self.head.start, by)
         if len(self.tree):
             total = combine(total, self.tree.aggregate()[0])
         if self.tail.n:
@@ -363,14 +365,17 @@ class ColumnarWindow:
     def query(self) -> Any:
         return self.monoid.lower(self.aggregate())
 
-    def _reduce(self, sl: _Slice, offset: int) -> Any:
+    def _reduce(self, sl: _Slice, offset: int, by: Any = None) -> Any:
         """The aggregate (in the tree's form) of ``sl``'s rows from ``offset``: of a sealed
-        slice asked more than once (a start staying in it), from its suffix scans."""
+        slice that reader ``by`` (a member, None for any other) asked more than once (its
+        start staying in it), from its suffix scans."""
         n = sl.n - offset
         if n <= 0:
             return self._slice.identity
         if offset and sl is not self.tail:
             if sl.suffix is None:
+                if sl.reduced_by is not by:
+                    sl.reduced_by, sl.reduced = by, 0
                 sl.reduced += 1
                 if sl.reduced > 1:
                     whole = self._cols(sl)
@@ -585,16 +590,16 @@ class ColumnarWindow:
                 return base + int(search_sorted(t, np.array([bound], dtype=np.int64))[0])
         return self.next if g0 is None or ts is None else g0 + len(ts)
 
-    def _suffix(self, s: int) -> Any:
+    def _suffix(self, s: int, by: Any = None) -> Any:
         """The aggregate (in the tree's form) of the rows from global position ``s`` (inside
-        the window)."""
+        the window), for reader ``by`` (:meth:`_reduce`)."""
         combine = self._slice.combine
         tail = self.tail
         if tail.n and s >= tail.start:
             return self._tail_total(s - tail.start)
         i = self._part_index(s)
         sl = next(self._held_from(s))
-        total = self._reduce(sl, s - sl.start)
+        total = self._reduce(sl, s - sl.start, by)
         later = self._held_count() - i - 1  # all in the tree (only the head is not)
         if later:
             total = combine(total, self.tree.aggregate_range(count=later)[0][0])

@@ -1,7 +1,8 @@
 """Two-Stacks over a batch's ranges (server/engine/columnar/slide.py) against the naive
-answer: every range's max, min and double-double sum recomputed from its rows, for random
-rows (ints and floats, ties, inf and NaN in sums) and random non-decreasing starts, some past
-their row (an empty range keeps what its slot held)."""
+answer: every range's max, min, max-count, int64 sum (or its overflow reported) and
+double-double sum recomputed from its rows, for random rows (ints and floats, ties, inf and
+NaN in sums) and random non-decreasing starts, some past their row (an empty range keeps
+what its slot held)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtawindows.server.engine.columnar.slide import slide_dd, slide_extreme
+from mtawindows.server.engine.columnar.slide import (
+    DD_SUM,
+    INT_SUM,
+    MAX,
+    MAX_COUNT,
+    MIN,
+    slide_pair,
+    slide_scalar,
+)
 
 
 @st.composite
@@ -50,7 +59,7 @@ def test_extremes_are_each_ranges_max_and_min(floats: bool, data: st.DataObject)
     for largest in (True, False):
         fill = v.dtype.type(7)
         out = np.full(len(starts), fill)
-        slide_extreme(v, starts, largest, out)
+        assert slide_scalar(v, starts, MAX if largest else MIN, out)
         for o, s, e in zip(out, starts, ends, strict=True):
             if s <= e:
                 want = v[s : e + 1].max() if largest else v[s : e + 1].min()
@@ -66,7 +75,7 @@ def test_sums_are_each_ranges_sum_to_a_double_double(data: st.DataObject) -> Non
     out_hi = np.full(len(starts), 7.0)
     out_lo = np.zeros(len(starts))
     with np.errstate(all="ignore"):
-        slide_dd(v, lo, starts, out_hi, out_lo)
+        slide_pair(v, lo, starts, DD_SUM, out_hi, out_lo)
     for h, low, s, e in zip(out_hi, out_lo, starts, ends, strict=True):
         if s > e:
             assert h == 7.0
@@ -83,3 +92,43 @@ def test_sums_are_each_ranges_sum_to_a_double_double(data: st.DataObject) -> Non
         exact = math.fsum(rows)
         got = h + low if math.isfinite(h + low) else h
         assert abs(got - exact) <= 1e-15 * max(abs(rows).sum(), 1e-300), (got, exact)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_max_counts_are_each_ranges_max_and_its_rows(data: st.DataObject) -> None:
+    v, starts, ends = data.draw(ranges(data.draw(st.booleans())))
+    v = np.where(np.isnan(v), 0.5, v) if v.dtype.kind == "f" else v % 5  # ties, often
+    counts = np.array(data.draw(st.lists(st.integers(1, 3), min_size=len(v), max_size=len(v))))
+    out_v = np.full(len(starts), v.dtype.type(7))
+    out_c = np.full(len(starts), -1, dtype=np.int64)
+    slide_pair(v, counts, starts, MAX_COUNT, out_v, out_c)
+    for ov, oc, s, e in zip(out_v, out_c, starts, ends, strict=True):
+        if s > e:
+            assert oc == -1
+            continue
+        top = v[s : e + 1].max()
+        assert ov == top and oc == counts[s : e + 1][v[s : e + 1] == top].sum(), (s, e)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_int_sums_are_exact_or_report_their_overflow(data: st.DataObject) -> None:
+    v, starts, ends = data.draw(ranges(False))
+    if data.draw(st.booleans()):
+        v = v // (1 << data.draw(st.integers(0, 62)))  # smaller: sums that fit, mostly
+    out = np.full(len(starts), 7, dtype=np.int64)
+    ok = slide_scalar(v, starts, INT_SUM, out)
+    # it may report an overflow of a partial sum no range needs: never a wrong exact answer
+    exact = [sum(int(x) for x in v[s : e + 1]) for s, e in zip(starts, ends, strict=True)]
+    fits = all(-(2**63) <= x < 2**63 for x in exact)
+    partial = [sum(int(x) for x in v[j:e]) for e in range(len(v) + 1) for j in range(e)]
+    if all(-(2**63) <= x < 2**63 for x in partial):
+        assert ok  # no partial sum overflowed
+    if ok:
+        assert fits
+        for o, want, s, e in zip(out, exact, starts, ends, strict=True):
+            if s <= e:
+                assert o == want, (s, e)
+            else:
+                assert o == 7

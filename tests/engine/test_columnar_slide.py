@@ -18,8 +18,7 @@ from mtawindows.server.engine.columnar.slide import (
     MAX,
     MAX_COUNT,
     MIN,
-    slide_pair,
-    slide_scalar,
+    slide_pairs,
 )
 
 
@@ -59,7 +58,8 @@ def test_extremes_are_each_ranges_max_and_min(floats: bool, data: st.DataObject)
     for largest in (True, False):
         fill = v.dtype.type(7)
         out = np.full(len(starts), fill)
-        assert slide_scalar(v, starts, MAX if largest else MIN, out)
+        lo = np.zeros(len(starts), np.int64)
+        slide_pairs(v, np.zeros(len(v), np.int64), starts, MAX if largest else MIN, out, lo)
         for o, s, e in zip(out, starts, ends, strict=True):
             if s <= e:
                 want = v[s : e + 1].max() if largest else v[s : e + 1].min()
@@ -75,7 +75,7 @@ def test_sums_are_each_ranges_sum_to_a_double_double(data: st.DataObject) -> Non
     out_hi = np.full(len(starts), 7.0)
     out_lo = np.zeros(len(starts))
     with np.errstate(all="ignore"):
-        slide_pair(v, lo, starts, DD_SUM, out_hi, out_lo)
+        slide_pairs(v, lo, starts, DD_SUM, out_hi, out_lo)
     for h, low, s, e in zip(out_hi, out_lo, starts, ends, strict=True):
         if s > e:
             assert h == 7.0
@@ -102,7 +102,7 @@ def test_max_counts_are_each_ranges_max_and_its_rows(data: st.DataObject) -> Non
     counts = np.array(data.draw(st.lists(st.integers(1, 3), min_size=len(v), max_size=len(v))))
     out_v = np.full(len(starts), v.dtype.type(7))
     out_c = np.full(len(starts), -1, dtype=np.int64)
-    slide_pair(v, counts, starts, MAX_COUNT, out_v, out_c)
+    slide_pairs(v, counts, starts, MAX_COUNT, out_v, out_c)
     for ov, oc, s, e in zip(out_v, out_c, starts, ends, strict=True):
         if s > e:
             assert oc == -1
@@ -118,7 +118,9 @@ def test_int_sums_are_exact_or_report_their_overflow(data: st.DataObject) -> Non
     if data.draw(st.booleans()):
         v = v // (1 << data.draw(st.integers(0, 62)))  # smaller: sums that fit, mostly
     out = np.full(len(starts), 7, dtype=np.int64)
-    ok = slide_scalar(v, starts, INT_SUM, out)
+    over = np.zeros(len(starts), np.int64)
+    slide_pairs(v, np.zeros(len(v), np.int64), starts, INT_SUM, out, over)
+    ok = not over.any()
     # it may report an overflow of a partial sum no range needs: never a wrong exact answer
     exact = [sum(int(x) for x in v[s : e + 1]) for s, e in zip(starts, ends, strict=True)]
     fits = all(-(2**63) <= x < 2**63 for x in exact)

@@ -41,73 +41,29 @@ from .kernels import (
     _two_sum,
 )
 
-__all__ = ["slide", "slide_pair", "slide_scalar"]
+__all__ = ["slide", "slide_pairs"]
 
 
-MAX, MIN, INT_SUM = 0, 1, 2  # slide_scalar's combines
-DD_SUM, MAX_COUNT = 0, 1  # slide_pair's
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _op(a: Any, b: Any, op: int, bad: np.ndarray) -> Any:
-    """``a ⊕ b`` (older first) for ``op``; an int64 sum past int64 sets ``bad[0]``."""
-    if op == MAX:
-        return b if b > a else a
-    if op == MIN:
-        return b if b < a else a
-    s = a + b  # int64 only (wraps on overflow: two terms of one sign whose sum has the other)
-    ai, bi, si = np.int64(a), np.int64(b), np.int64(s)  # (typed for floats too: not run)
-    if ((ai ^ si) & (bi ^ si)) < 0:
-        bad[0] = True
-    return s
-
-
-@numba.njit(cache=True, nogil=True)
-def slide_scalar(v: np.ndarray, starts: np.ndarray, op: int, out: np.ndarray) -> bool:
-    """``out[i]``: ``op`` (MAX, MIN or INT_SUM: int64 only) over ``v[starts[i] .. e_i]``,
-    ``e_i`` row ``i``'s place (the rows are ``v``'s last ``len(starts)``); a row whose start
-    is past it (an empty range) is left as it is. False when an integer sum overflowed
-    (the results are then not to be used)."""
-    n = starts.shape[0]
-    nv = v.shape[0]
-    bad = np.zeros(1, dtype=np.bool_)
-    front = np.empty(nv, dtype=v.dtype)
-    f_hi = starts[0]  # the front holds [f_lo, f_hi): nothing yet
-    back = v[0]  # (a placeholder: has_back says when it holds a value)
-    has_back = False
-    e = f_hi - 1
-    for i in range(n):
-        ei = nv - n + i
-        while e < ei:
-            e += 1
-            if e >= f_hi:
-                if has_back:
-                    back = _op(back, v[e], op, bad)
-                else:
-                    back = v[e]
-                    has_back = True
-        s = starts[i]
-        if s > ei:  # an empty range
-            continue
-        if s >= f_hi:  # flip: the suffix aggregates of v[s .. e], the back empty
-            acc = v[e]
-            front[e] = acc
-            for j in range(e - 1, s - 1, -1):
-                acc = _op(v[j], acc, op, bad)
-                front[j] = acc
-            f_hi = e + 1
-            has_back = False
-        out[i] = _op(front[s], back, op, bad) if has_back else front[s]
-    return not bad[0]
+MAX, MIN, INT_SUM, DD_SUM, MAX_COUNT = 0, 1, 2, 3, 4  # the combines of slide_pairs
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _op2(ah: Any, al: Any, bh: Any, bl: Any, op: int) -> tuple[Any, Any]:
-    """``a ⊕ b`` of pairs: DD_SUM, a double-double sum (TwoSum, as kernels.py's
-    ``_dd_add``); MAX_COUNT, (max, how many rows hold it)."""
+def _op(ah: Any, al: Any, bh: Any, bl: Any, op: int) -> tuple[Any, Any]:
+    """``a ⊕ b`` (older first) of pairs ``(h, l)``: MAX and MIN of ``h`` (``l`` unused);
+    INT_SUM, an int64 sum, ``l`` not 0 when it (or a part of it) passed int64; DD_SUM, a
+    double-double sum (TwoSum, as kernels.py's ``_dd_add``); MAX_COUNT, (max, how many rows
+    hold it)."""
     if op == DD_SUM:
         t, err = _two_sum(ah, bh)
         return t, al + bl + err
+    if op == MAX:
+        return (bh, bl) if bh > ah else (ah, al)
+    if op == MIN:
+        return (bh, bl) if bh < ah else (ah, al)
+    if op == INT_SUM:  # (wraps on overflow: two terms of one sign whose sum has the other)
+        h = ah + bh
+        ai, bi, hi = np.int64(ah), np.int64(bh), np.int64(h)  # (typed for floats: not run)
+        return h, al + bl + (((ai ^ hi) & (bi ^ hi)) < 0)  # (a count of overflows)
     if bh > ah:
         return bh, bl
     if bh < ah:
@@ -116,7 +72,7 @@ def _op2(ah: Any, al: Any, bh: Any, bl: Any, op: int) -> tuple[Any, Any]:
 
 
 @numba.njit(cache=True, nogil=True)
-def slide_pair(
+def slide_pairs(
     vh: np.ndarray,
     vl: np.ndarray,
     starts: np.ndarray,
@@ -124,13 +80,15 @@ def slide_pair(
     out_hi: np.ndarray,
     out_lo: np.ndarray,
 ) -> None:
-    """:func:`slide_scalar` for pairs ``(vh, vl)`` combined by ``op`` (:func:`_op2`)."""
+    """``(out_hi[i], out_lo[i])``: ``op`` (:func:`_op`) over the pairs ``(vh, vl)`` from
+    ``starts[i]`` to ``e_i``, row ``i``'s place (the rows are the last ``len(starts)``); a row
+    whose start is past it (an empty range) is left as it is."""
     n = starts.shape[0]
     nv = vh.shape[0]
     fh = np.empty(nv, dtype=vh.dtype)
     fl = np.empty(nv, dtype=vl.dtype)
-    f_hi = starts[0]
-    bh = vh[0]
+    f_hi = starts[0]  # the front holds [f_lo, f_hi): nothing yet
+    bh = vh[0]  # (placeholders: has_back says when the back holds a value)
     bl = vl[0]
     has_back = False
     e = f_hi - 1
@@ -140,26 +98,26 @@ def slide_pair(
             e += 1
             if e >= f_hi:
                 if has_back:
-                    bh, bl = _op2(bh, bl, vh[e], vl[e], op)
+                    bh, bl = _op(bh, bl, vh[e], vl[e], op)
                 else:
                     bh, bl = vh[e], vl[e]
                     has_back = True
         s = starts[i]
-        if s > ei:
+        if s > ei:  # an empty range
             continue
-        if s >= f_hi:
+        if s >= f_hi:  # flip: the suffix aggregates of V[s .. e], the back empty
             ah = vh[e]
             al = vl[e]
             fh[e] = ah
             fl[e] = al
             for j in range(e - 1, s - 1, -1):
-                ah, al = _op2(vh[j], vl[j], ah, al, op)
+                ah, al = _op(vh[j], vl[j], ah, al, op)
                 fh[j] = ah
                 fl[j] = al
             f_hi = e + 1
             has_back = False
         if has_back:
-            out_hi[i], out_lo[i] = _op2(fh[s], fl[s], bh, bl, op)
+            out_hi[i], out_lo[i] = _op(fh[s], fl[s], bh, bl, op)
         else:
             out_hi[i] = fh[s]
             out_lo[i] = fl[s]
@@ -176,22 +134,20 @@ def slide(k: Kernel, parts: list[Comps], starts: np.ndarray, sizes: np.ndarray) 
     if t is CountKernel:  # a range's count is its rows
         return (sizes.astype(np.int64, copy=False),)
     n = len(starts)
-    if t is ExtremeKernel:
+    if t is ExtremeKernel or t is MaxCountKernel:
         dtype = np.result_type(*(c[0] for c in parts))
         if dtype not in (np.int64, np.float64):
             return None
-        out = np.zeros(n, dtype)
-        slide_scalar(_joined([c[0] for c in parts], dtype), starts, MAX if k.largest else MIN, out)  # type: ignore[attr-defined]
-        return (out,)
-    if t is MaxCountKernel:
-        dtype = np.result_type(*(c[0] for c in parts))
-        if dtype not in (np.int64, np.float64):
-            return None
+        vs = _joined([c[0] for c in parts], dtype)
         out_v = np.zeros(n, dtype)
         out_c = np.zeros(n, np.int64)
-        vs = _joined([c[0] for c in parts], dtype)
-        slide_pair(vs, _joined([c[1] for c in parts], np.int64), starts, MAX_COUNT, out_v, out_c)
-        return out_v, out_c
+        if t is MaxCountKernel:
+            counts = _joined([c[1] for c in parts], np.int64)
+            slide_pairs(vs, counts, starts, MAX_COUNT, out_v, out_c)
+            return out_v, out_c
+        op = MAX if k.largest else MIN  # type: ignore[attr-defined]
+        slide_pairs(vs, np.zeros(len(vs), np.int64), starts, op, out_v, out_c)
+        return (out_v,)
     if t is SumKernel or t is MeanKernel:
         first = int(t is MeanKernel)  # a mean's (count, hi, lo): its sum after the count
         kinds = {c[j].dtype for c in parts for j in (first, first + 1)}
@@ -199,16 +155,19 @@ def slide(k: Kernel, parts: list[Comps], starts: np.ndarray, sizes: np.ndarray) 
             if first:
                 return None  # (a mean's: the array path)
             out = np.zeros(n, np.int64)
-            if not slide_scalar(_joined([c[0] for c in parts], np.int64), starts, INT_SUM, out):
+            over = np.zeros(n, np.int64)
+            vs = _joined([c[0] for c in parts], np.int64)
+            slide_pairs(vs, np.zeros(len(vs), np.int64), starts, INT_SUM, out, over)
+            if over.any():
                 return None  # past int64: the array path carries it as floats
-            return out, np.zeros(n, np.int64)
+            return out, over
         if kinds != {np.dtype(np.float64)}:
             return None
         vh = _joined([c[first] for c in parts], np.float64)
         vl = _joined([c[first + 1] for c in parts], np.float64)
         out_hi = np.zeros(n)
         out_lo = np.zeros(n)
-        slide_pair(vh, vl, starts, DD_SUM, out_hi, out_lo)
+        slide_pairs(vh, vl, starts, DD_SUM, out_hi, out_lo)
         if first:
             return sizes.astype(np.int64, copy=False), out_hi, out_lo
         return out_hi, out_lo

@@ -134,3 +134,39 @@ def test_int_sums_are_exact_or_report_their_overflow(data: st.DataObject) -> Non
                 assert o == want, (s, e)
             else:
                 assert o == 7
+
+
+def test_small_values_between_cancelling_large_ones_are_kept() -> None:
+    """Found from outside: a count-7 window over [-a, a, 0.587, a, a, -a, -a] (a = 1.1e167)
+    summed to 0.0 at its last row. The partial sums pass 3a, whose rounding error (~1e151)
+    swallowed 0.587 in the low part; the low parts' own errors are kept now."""
+    a = 1.1051511801364368e167
+    v = np.array([-a, a, 0.5870199344191114, a, a, -a, -a])
+    starts = np.zeros(len(v), dtype=np.int64)
+    hi, lo = np.zeros(len(v)), np.zeros(len(v))
+    slide_pairs(v, np.zeros(len(v)), starts, DD_SUM, hi, lo)
+    for e in range(len(v)):
+        assert hi[e] + lo[e] == math.fsum(v[: e + 1]), e
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_sums_cancelling_large_values_are_fsums(data: st.DataObject) -> None:
+    """Large values of one magnitude, each cancelled by its negative somewhere, among small
+    ones (the way an outside tester's "cancel" rows came): every range's sum within a few
+    ulps of ``math.fsum``'s, whatever the order."""
+    big = data.draw(st.floats(1e20, 1e300))
+    n = data.draw(st.integers(1, 60))
+    small = st.floats(-1e3, 1e3, allow_nan=False)
+    v = np.array(data.draw(st.lists(st.sampled_from([big, -big]) | small, min_size=n, max_size=n)))
+    raw = sorted(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=n)))
+    k = len(raw)
+    starts = np.minimum(np.array(raw, dtype=np.int64), np.arange(n - k, n))
+    hi, lo = np.zeros(k), np.zeros(k)
+    slide_pairs(v, np.zeros(n), starts, DD_SUM, hi, lo)
+    for i, s in enumerate(starts):
+        rows = v[s : n - k + i + 1]
+        exact = math.fsum(rows)
+        if abs(exact) > 1e290:
+            continue  # (2 x 1e300 may overflow on the way)
+        assert abs((hi[i] + lo[i]) - exact) <= 4 * math.ulp(exact) + 1e-300, (rows, exact)

@@ -41,55 +41,63 @@ from .kernels import (
     _two_sum,
 )
 
-__all__ = ["slide", "slide_pairs"]
+__all__ = ["slide", "slide_pairs", "slide_triples"]
 
 
 MAX, MIN, INT_SUM, DD_SUM, MAX_COUNT = 0, 1, 2, 3, 4  # the combines of slide_pairs
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _op(ah: Any, al: Any, bh: Any, bl: Any, op: int) -> tuple[Any, Any]:
-    """``a ⊕ b`` (older first) of pairs ``(h, l)``: MAX and MIN of ``h`` (``l`` unused);
-    INT_SUM, an int64 sum, ``l`` not 0 when it (or a part of it) passed int64; DD_SUM, a
-    double-double sum (TwoSum, as kernels.py's ``_dd_add``); MAX_COUNT, (max, how many rows
-    hold it)."""
+def _op(ah: Any, al: Any, ax: Any, bh: Any, bl: Any, bx: Any, op: int) -> tuple[Any, Any, Any]:
+    """``a ⊕ b`` (older first) of triples ``(h, l, x)``: MAX and MIN of ``h`` (``l`` and ``x``
+    unused); INT_SUM, an int64 sum, ``l`` not 0 when it (or a part of it) passed int64;
+    DD_SUM, a double-double sum ``h + l`` whose low parts are added by TwoSum too, their
+    errors kept in ``x`` (the errors of partial sums far larger than the window's can
+    cancel each other, and the small values added between them must not go with them);
+    MAX_COUNT, (max, how many rows hold it)."""
     if op == DD_SUM:
-        t, err = _two_sum(ah, bh)
-        return t, al + bl + err
+        t, e1 = _two_sum(ah, bh)
+        lo, e2 = _two_sum(al, bl)
+        lo, e3 = _two_sum(lo, e1)
+        return t, lo, ax + bx + e2 + e3
     if op == MAX:
-        return (bh, bl) if bh > ah else (ah, al)
+        return (bh, bl, bx) if bh > ah else (ah, al, ax)
     if op == MIN:
-        return (bh, bl) if bh < ah else (ah, al)
+        return (bh, bl, bx) if bh < ah else (ah, al, ax)
     if op == INT_SUM:  # (wraps on overflow: two terms of one sign whose sum has the other)
         h = ah + bh
         ai, bi, hi = np.int64(ah), np.int64(bh), np.int64(h)  # (typed for floats: not run)
-        return h, al + bl + (((ai ^ hi) & (bi ^ hi)) < 0)  # (a count of overflows)
+        return h, al + bl + (((ai ^ hi) & (bi ^ hi)) < 0), ax  # (a count of overflows)
     if bh > ah:
-        return bh, bl
+        return bh, bl, bx
     if bh < ah:
-        return ah, al
-    return ah, al + bl
+        return ah, al, ax
+    return ah, al + bl, ax
 
 
 @numba.njit(cache=True, nogil=True)
-def slide_pairs(
+def slide_triples(
     vh: np.ndarray,
     vl: np.ndarray,
+    vx: np.ndarray,
     starts: np.ndarray,
     op: int,
     out_hi: np.ndarray,
     out_lo: np.ndarray,
+    out_x: np.ndarray,
 ) -> None:
-    """``(out_hi[i], out_lo[i])``: ``op`` (:func:`_op`) over the pairs ``(vh, vl)`` from
-    ``starts[i]`` to ``e_i``, row ``i``'s place (the rows are the last ``len(starts)``); a row
-    whose start is past it (an empty range) is left as it is."""
+    """``(out_hi[i], out_lo[i], out_x[i])``: ``op`` (:func:`_op`) over the triples
+    ``(vh, vl, vx)`` from ``starts[i]`` to ``e_i``, row ``i``'s place (the rows are the last
+    ``len(starts)``); a row whose start is past it (an empty range) is left as it is."""
     n = starts.shape[0]
     nv = vh.shape[0]
     fh = np.empty(nv, dtype=vh.dtype)
     fl = np.empty(nv, dtype=vl.dtype)
+    fx = np.empty(nv, dtype=vx.dtype)
     f_hi = starts[0]  # the front holds [f_lo, f_hi): nothing yet
     bh = vh[0]  # (placeholders: has_back says when the back holds a value)
     bl = vl[0]
+    bx = vx[0]
     has_back = False
     e = f_hi - 1
     for i in range(n):
@@ -98,29 +106,51 @@ def slide_pairs(
             e += 1
             if e >= f_hi:
                 if has_back:
-                    bh, bl = _op(bh, bl, vh[e], vl[e], op)
+                    bh, bl, bx = _op(bh, bl, bx, vh[e], vl[e], vx[e], op)
                 else:
-                    bh, bl = vh[e], vl[e]
+                    bh, bl, bx = vh[e], vl[e], vx[e]
                     has_back = True
         s = starts[i]
         if s > ei:  # an empty range
             continue
         if s >= f_hi:  # flip: the suffix aggregates of V[s .. e], the back empty
-            ah = vh[e]
-            al = vl[e]
-            fh[e] = ah
-            fl[e] = al
+            ah, al, ax = vh[e], vl[e], vx[e]
+            fh[e], fl[e], fx[e] = ah, al, ax
             for j in range(e - 1, s - 1, -1):
-                ah, al = _op(vh[j], vl[j], ah, al, op)
-                fh[j] = ah
-                fl[j] = al
+                ah, al, ax = _op(vh[j], vl[j], vx[j], ah, al, ax, op)
+                fh[j], fl[j], fx[j] = ah, al, ax
             f_hi = e + 1
             has_back = False
         if has_back:
-            out_hi[i], out_lo[i] = _op(fh[s], fl[s], bh, bl, op)
+            out_hi[i], out_lo[i], out_x[i] = _op(fh[s], fl[s], fx[s], bh, bl, bx, op)
         else:
-            out_hi[i] = fh[s]
-            out_lo[i] = fl[s]
+            out_hi[i], out_lo[i], out_x[i] = fh[s], fl[s], fx[s]
+
+
+def slide_pairs(
+    vh: np.ndarray,
+    vl: np.ndarray,
+    starts: np.ndarray,
+    op: int,
+    out_hi: np.ndarray,
+    out_lo: np.ndarray,
+) -> None:
+    """:func:`slide_triples` of pairs (a third part of zeros); a double-double sum's third
+    part is added into its low part at the end."""
+    out_x = np.zeros(len(starts))
+    slide_triples(vh, vl, np.zeros(len(vh)), starts, op, out_hi, out_lo, out_x)
+    if op == DD_SUM:
+        _settle(out_hi, out_lo, out_x)
+
+
+@numba.njit(cache=True, nogil=True)
+def _settle(hi: np.ndarray, lo: np.ndarray, x: np.ndarray) -> None:
+    """Triples ``(hi, lo, x)`` of double-double sums as pairs: ``hi + lo`` first (they can be
+    large and cancel: the errors of a partial sum far larger than the window's), then ``x``."""
+    for i in range(hi.shape[0]):
+        t, err = _two_sum(hi[i], lo[i])
+        hi[i] = t
+        lo[i] = err + x[i]
 
 
 def slide(k: Kernel, parts: list[Comps], starts: np.ndarray, sizes: np.ndarray) -> Comps | None:

@@ -331,3 +331,43 @@ def test_a_member_of_a_window_of_one_field() -> None:
     assert w.member_aggregate("alone") == 12 and w.member_aggregate("record") == (12,)
     assert w.aggregate_range(count=2, member="record") == ((12,), 2)
     assert w.aggregate_range(count=2, member="alone") == (12, 1)  # it holds one row
+
+
+@pytest.mark.redis
+def test_a_member_detached_after_a_reload_and_attached_again_starts_anew(redis_url: str) -> None:
+    """Found from outside (through the service: a graceful restart, the member deleted, rows,
+    the member made again under its name): the window still held the position its loaded
+    checkpoint gave the name, and the new member took it (500 rows where 1, and per-row
+    results failed on its stale start)."""
+    wid = f"test-cm-{uuid.uuid4().hex}"
+    monoid = Record(mx=Max("x"), n=Count())
+    policy = CountPolicy(1000, field="n")
+
+    def open_window() -> ColumnarWindow:
+        return ColumnarWindow(
+            monoid, policy, slice_rows=64, store=SliceStore(redis_url, window_id=wid)
+        )
+
+    def rows(a: int, b: int) -> dict[str, np.ndarray]:
+        return {"x": np.arange(a, b, dtype=np.float64)}
+
+    w = open_window()
+    try:
+        w.attach("m", Record(mx=Max("x"), n=Count()), CountPolicy(1000, field="n"))
+        w.apply(rows(0, 10))
+        w.checkpoint()
+        w.close()
+        w = open_window()  # (a restart: the checkpoint names the member at its position)
+        w.attach("m", Record(mx=Max("x"), n=Count()), CountPolicy(1000, field="n"))
+        assert w.member_size("m") == 10
+        w.detach("m")
+        w.apply(rows(10, 510))
+        w.attach("m", Record(mx=Max("x"), n=Count()), CountPolicy(1000, field="n"))
+        assert w.member_size("m") == 0
+        got = w.apply(rows(510, 511), per_row=True, member_rows={"m"})
+        assert got.members["m"].sizes.tolist() == [1]
+        assert w.member_aggregate("m") == (510.0, 1)
+    finally:
+        assert w.store is not None
+        w.store.delete_window()
+        w.close()

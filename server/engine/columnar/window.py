@@ -554,8 +554,10 @@ class ColumnarWindow:
         m.total = None
 
     def detach(self, name: str) -> None:
-        """Member ``name`` leaves: its rows are no longer held for it."""
+        """Member ``name`` leaves: its rows are no longer held for it (and a member attached
+        under its name later starts anew, not where the last checkpoint loaded had it)."""
         del self.members[name]
+        self._stored_members.pop(name, None)
         self._refresh_dead()
 
     def member_aggregate(self, name: str) -> Any:

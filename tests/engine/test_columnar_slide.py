@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mtawindows.server.engine.columnar.slide import (
@@ -170,3 +170,33 @@ def test_sums_cancelling_large_values_are_fsums(data: st.DataObject) -> None:
         if abs(exact) > 1e290:
             continue  # (2 x 1e300 may overflow on the way)
         assert abs((hi[i] + lo[i]) - exact) <= 4 * math.ulp(exact) + 1e-300, (rows, exact)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.integers(-(2**63), 2**63 - 1)
+        | st.integers(2**62 - 2000, 2**62 + 2000)
+        | st.integers(-(2**62) - 2000, -(2**62) + 2000),
+        min_size=1,
+        max_size=40,
+    ),
+    st.integers(1, 8),
+)
+@example([-(2**63), 2**62 + 383, 2**62 + 910], 3)
+def test_means_of_int64s_past_int64_are_exactly_rounded(xs: list[int], size: int) -> None:
+    """Found from outside: the mean of [-2**63, 2**62 + 383, 2**62 + 910] came back 341.33
+    (each integer rounded to a double first, where the sums pass int64): an integer is now
+    the double-double it is exactly, and a window's mean is the exact one, rounded."""
+    from fractions import Fraction
+
+    from mtawindows.server.engine import CountPolicy, Mean, Record
+    from mtawindows.server.engine.columnar import ColumnarWindow
+    from mtawindows.server.engine.monoids import Count
+
+    w = ColumnarWindow(Record(m=Mean("x"), n=Count()), CountPolicy(size, field="n"))
+    got = w.apply({"x": np.array(xs, dtype=np.int64)}, per_row=True).rows.column("m").to_pylist()
+    for i, g in enumerate(got):
+        rows = xs[max(0, i - size + 1) : i + 1]
+        want = float(Fraction(sum(rows), len(rows)))
+        assert g == want or abs(g - want) <= math.ulp(want), (rows, g, want)

@@ -311,6 +311,10 @@ class SumKernel(Kernel):
             rows = self.sum_rows or max(self.rows_bound, n)
             if top * rows <= _INT64_MAX:  # no prefix of it can overflow
                 return xi, np.zeros(n, dtype=np.int64)
+            # past int64: each integer as the double-double it is exactly (its top 53 bits
+            # and its low 11; a double of it alone rounds 2**62 + 383 to 2**62 + 384)
+            low = xi & 0x7FF
+            return (xi - low).astype(np.float64), low.astype(np.float64)
         x = _real(self.owner, col)
         if self.log:
             bad = ~(x > 0)

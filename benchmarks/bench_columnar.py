@@ -170,7 +170,6 @@ def time_service(
     state: bool = False,
     windows: int = 1,
     shared: bool = True,
-    range_s: int = 60,
 ) -> tuple[float, float]:
     """Seconds for the rows after the first :data:`WARM` batches through gRPC into one
     server (its own embedded Redis), and the first batch's own: a server's first batches
@@ -183,8 +182,7 @@ def time_service(
     with ``state`` the window's state is columnar (``MTAWINDOWS_COLUMNAR_STATE=1``: no engine
     over lifted rows); ``windows`` 4: the four windows of the in-process case, sharing the
     first one's rows (the default) or, without ``shared``, each with rows of its own
-    (``--no-shared-rows``); ``range_s``: the first window's range (600: the longest of the
-    four alone, whose rows all reach Redis where most of a 60 s window's leave first)."""
+    (``--no-shared-rows``)."""
     import pyarrow as pa
 
     env = {
@@ -199,7 +197,7 @@ def time_service(
     ):
         c.create_stream(StreamSpec("s", (Field("v", "DOUBLE"),), wall_clock=False))
         aggs = (Aggregation("m", "max", "v"), Aggregation("s", "sum", "v"))
-        policies = [Policy.time_range(timedelta(seconds=range_s))]
+        policies = [Policy.time_range(timedelta(seconds=60))]
         if windows == 4:
             policies += [
                 Policy.time_range(timedelta(seconds=10)),
@@ -374,10 +372,6 @@ def main() -> None:
         # the best of three runs each (a run is 17 batches after the warm-up: tens of ms,
         # so one run's ratio moves with the machine's phase by a third)
         one = min(time_service(ts[:k], v[:k], True, mode, True, state=True)[0] for _ in range(3))
-        longest = min(
-            time_service(ts[:k], v[:k], True, mode, True, state=True, range_s=600)[0]
-            for _ in range(3)
-        )
         for shared, how in ((True, "sharing rows (the default)"), (False, "--no-shared-rows")):
             four = min(
                 time_service(ts[:k], v[:k], True, mode, True, state=True, windows=4, shared=shared)[
@@ -392,17 +386,6 @@ def main() -> None:
                 "per-row results" if mode == "per_row" else "batched ingest",
                 four / one,
                 k,
-            )
-            # against the longest alone: its rows reach Redis (the slices a 60 s window
-            # seals mostly leave it before their group is written)
-            report.add(
-                "four windows, through gRPC",
-                f"10 s, 60 s, 600 s, count 1,000; columnar state, Arrow, {how}",
-                "four / the 600 s window alone, "
-                + ("per-row results" if mode == "per_row" else "batched ingest"),
-                four / longest,
-                "x",
-                n=k,
             )
     header = [
         f"in process, {n:,} rows at ~1,000 rows/s, {BATCH:,}-row batches (and {BIG:,}), per-row results; "

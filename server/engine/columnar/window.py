@@ -887,11 +887,11 @@ class ColumnarWindow:
         (after the last only, without ``per_row``); a retired one holds none."""
         if m.retired:
             return np.full(n if per_row else 1, g0 + n, dtype=np.int64)
-        if per_row:
-            g = np.arange(g0, g0 + n, dtype=np.int64)
-        else:
-            g = np.array([g0 + n - 1], dtype=np.int64)
         if m.count is not None:
+            if per_row:
+                g = np.arange(g0, g0 + n, dtype=np.int64)
+            else:
+                g = np.array([g0 + n - 1], dtype=np.int64)
             return np.maximum(g - m.count + 1, m.head_from)
         assert ts is not None
         if not per_row:  # one bound: a scalar search (a small batch's cost is mostly this)
@@ -899,41 +899,14 @@ class ColumnarWindow:
                 return np.array([m.head_from], dtype=np.int64)
             s = self._first_newer(int(ts[-1]) - m.range, g0, ts, since=m.head_from)
             return np.array([max(s, m.head_from)], dtype=np.int64)
-        if m.range <= _INT64_MAX and int(ts[0]) >= _INT64_MIN + m.range:
-            return self._starts_after(ts - m.range, g0, ts, m.head_from)
-        newest = ts
         # rows older than ``newest - range`` leave; where that is below every int64 (a range
-        # of centuries, timestamps near the minimum) none does
-        low = (
-            np.ones(len(newest), dtype=bool)
-            if m.range > _INT64_MAX
-            else newest < _INT64_MIN + m.range
-        )
-        if low.all():
-            return np.full(len(g), m.head_from, dtype=np.int64)
-        with np.errstate(over="ignore"):
-            bound = np.where(low, _INT64_MIN, newest - min(m.range, _INT64_MAX))
-        # the first row newer than ``bound`` (a row itself always is: range > 0): which part
-        # holds it, by the parts' newest timestamps, then where in it; oldest part first
-        top = bound.max()
-        parts = []
-        for part in self._parts_ts(g0, ts, since=m.head_from):
-            parts.append(part)
-            if part[1] > top:  # every start is in a part so far: no need to look further
-                break
-        lasts = np.array([last for _b, last, _t in parts])
-        which = np.searchsorted(lasts, bound, side="right")
-        out = np.empty(len(g), dtype=np.int64)
-        # ``which`` never decreases (nor do the bounds): one search per run of a part
-        edges = [0, *(np.flatnonzero(which[1:] != which[:-1]) + 1).tolist(), len(which)]
-        self._fetch([parts[int(which[lo])][2] for lo in edges[:-1]])
-        for lo, hi in itertools.pairwise(edges):
-            base, _last, t = parts[int(which[lo])]
-            if isinstance(t, _Slice):  # a sealed slice: its timestamps now (fetched above)
-                t = self._cols(t)[self.ts_col][base - t.start :]  # type: ignore[index]
-            out[lo:hi] = base + search_sorted(t, bound[lo:hi])
-        out[low] = m.head_from
-        return np.maximum(out, m.head_from)
+        # of centuries, timestamps near the minimum: a prefix of the rows) none does
+        out = np.full(n, m.head_from, dtype=np.int64)
+        if m.range <= _INT64_MAX:
+            k = int(np.searchsorted(ts, _INT64_MIN + m.range))
+            if k < n:
+                out[k:] = self._starts_after(ts[k:] - m.range, g0, ts, m.head_from)
+        return out
 
     def _starts_after(self, bound: np.ndarray, g0: int, ts: np.ndarray, since: int) -> np.ndarray:
         """For each of the (non-decreasing) ``bound``, the global position of the first row

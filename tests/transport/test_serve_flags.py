@@ -47,19 +47,24 @@ def test_the_defaults_are_in_range() -> None:
     assert len({flag for flag, _, _ in RANGES}) == len(RANGES)
 
 
-def test_the_server_pins_mallocs_mmap_threshold() -> None:
-    """glibc: pinned at 4 MiB (a freed large block would raise it and keep a batch's large
-    buffers in the heap; lower, every mid-sized array is a mapping of its own); left alone
-    when MALLOC_MMAP_THRESHOLD_ is set. In a child process: it changes the process for good."""
+def test_the_server_pins_mallocs_thresholds() -> None:
+    """glibc: the mmap threshold pinned at 4 MiB (a freed large block would raise it and keep
+    a batch's large buffers in the heap; lower, every mid-sized array is a mapping of its
+    own) and the trim threshold at 8 MiB; each left alone when its MALLOC_*_ variable is
+    set, nothing pinned when both are. In a child process: it changes the process for good."""
     import os
     import platform
 
-    code = "from mtawindows.server.serve_command import pin_mmap_threshold as p; print(p())"
-    env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
+    code = "from mtawindows.server.serve_command import pin_malloc_thresholds as p; print(p())"
+    names = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+    env = {k: v for k, v in os.environ.items() if k not in names}
     got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     glibc = platform.libc_ver()[0] == "glibc"
     assert got.stdout.strip() == str(glibc), got.stderr
     env["MALLOC_MMAP_THRESHOLD_"] = "65536"
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert got.stdout.strip() == str(glibc), got.stderr  # the trim threshold still
+    env["MALLOC_TRIM_THRESHOLD_"] = "131072"
     got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert got.stdout.strip() == "False", got.stderr
 
@@ -76,18 +81,49 @@ def test_the_pinned_threshold_maps_large_blocks_and_keeps_mid_sized_ones_in_the_
     code = """
 import ctypes
 import numpy as np
-from mtawindows.server.serve_command import pin_mmap_threshold
+from mtawindows.server.serve_command import pin_malloc_thresholds
 names = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
 class Info(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in names.split()]
 libc = ctypes.CDLL("libc.so.6")
 libc.mallinfo2.restype = Info
-assert pin_mmap_threshold()
+assert pin_malloc_thresholds()
 mapped = lambda: libc.mallinfo2().hblkhd
 m0 = mapped(); small = np.empty(2 << 20, np.uint8); m1 = mapped()
 large = np.empty(8 << 20, np.uint8); m2 = mapped()
 print(m1 - m0, m2 - m1 >= 8 << 20)
 """
-    env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert got.stdout.split() == ["0", "True"], got.stdout + got.stderr
+
+
+def test_the_heap_keeps_a_batchs_freed_temporaries() -> None:
+    """After the pin, a freed 3 MiB block (a temporary of a batch: from the heap, under the
+    mmap threshold) stays in the heap for the next batch instead of going back to the system
+    and having its pages faulted in again (glibc's trim threshold, left at 128 KiB when the
+    mmap threshold is pinned alone, gave it back: mallinfo2's arena shrank by it)."""
+    import os
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc's malloc only")
+    code = """
+import ctypes
+import numpy as np
+from mtawindows.server.serve_command import pin_malloc_thresholds
+names = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in names.split()]
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Info
+assert pin_malloc_thresholds()
+arena = lambda: libc.mallinfo2().arena
+a0 = arena(); block = np.ones(3 << 20, np.uint8); a1 = arena()
+del block
+a2 = arena()
+print(a1 - a0 >= 2 << 20, a2 >= a1)
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert got.stdout.split() == ["True", "True"], got.stdout + got.stderr

@@ -286,11 +286,11 @@ def pin_malloc_thresholds() -> bool:
     1.7). So it is pinned too, at :data:`TRIM_THRESHOLD` (twice, as glibc's own rule).
     Either is left alone when ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` says
     otherwise; nothing on other C libraries. Whether anything was pinned."""
-    pins = [
+    thresholds = [
         (M_MMAP_THRESHOLD, MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_"),
         (M_TRIM_THRESHOLD, TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_"),
     ]
-    pins = [(param, value) for param, value, env in pins if os.environ.get(env) is None]
+    pins = [(param, value) for param, value, env in thresholds if os.environ.get(env) is None]
     if not pins:
         return False
     try:

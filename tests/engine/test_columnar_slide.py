@@ -204,3 +204,25 @@ def test_means_of_int64s_past_int64_are_exactly_rounded(xs: list[int], size: int
         rows = xs[max(0, i - size + 1) : i + 1]
         want = float(Fraction(sum(rows), len(rows)))
         assert g == want or abs(g - want) <= math.ulp(want), (rows, g, want)
+
+
+def test_a_range_holding_an_infinity_sums_to_it() -> None:
+    """A range's sum is its values' in order whatever order Two-Stacks adds them in: a flip
+    adds from the newest back, so ``-7e292 - DBL_MAX`` overflowed to -inf first, and -inf
+    + inf gave NaN where the rows' sum in order is inf (found by the hypothesis test
+    above). NaN with a NaN or infinities of both signs; a range without either keeps its
+    finite sum."""
+    big = np.finfo(np.float64).max
+    v = np.array([np.inf, -7e292, -big, 1.0, 2.0, -np.inf, np.nan, 3.0])
+    starts = np.array([0, 0, 3, 4, 5, 7], dtype=np.int64)  # the last 6 rows' ranges
+    out_hi, out_lo = np.zeros(6), np.zeros(6)
+    with np.errstate(all="ignore"):
+        slide_pairs(v, np.zeros(len(v)), starts, DD_SUM, out_hi, out_lo)
+    got = out_hi.tolist()
+    assert got[0] == np.inf  # inf, -7e292, -DBL_MAX
+    assert got[1] == np.inf  # ... and 1.0
+    assert got[2] == 3.0  # 1.0, 2.0
+    assert got[3] == -np.inf  # 2.0, -inf
+    assert math.isnan(got[4])  # -inf, NaN
+    assert got[5] == 3.0  # 3.0 alone
+    assert out_lo[[0, 1, 3, 4]].tolist() == [0.0] * 4

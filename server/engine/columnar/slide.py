@@ -136,11 +136,14 @@ def slide_pairs(
     out_lo: np.ndarray,
 ) -> None:
     """:func:`slide_triples` of pairs (a third part of zeros); a double-double sum's third
-    part is added into its low part at the end."""
+    part is added into its low part at the end, and the sums of ranges holding an infinity
+    or a NaN are made as in order (:func:`_non_finite_sums`)."""
     out_x = np.zeros(len(starts))
     slide_triples(vh, vl, np.zeros(len(vh)), starts, op, out_hi, out_lo, out_x)
     if op == DD_SUM:
         _settle(out_hi, out_lo, out_x)
+        if not np.isfinite(vh).all():
+            _non_finite_sums(vh, starts, out_hi, out_lo)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -202,6 +205,31 @@ def slide(k: Kernel, parts: list[Comps], starts: np.ndarray, sizes: np.ndarray) 
             return sizes.astype(np.int64, copy=False), out_hi, out_lo
         return out_hi, out_lo
     return None
+
+
+def _non_finite_sums(
+    vh: np.ndarray, starts: np.ndarray, out_hi: np.ndarray, out_lo: np.ndarray
+) -> None:
+    """The sums of ranges holding an infinity or a NaN as a sum of their values in order
+    would be, whatever order Two-Stacks added them in: NaN with a NaN or infinities of both
+    signs, else the infinity. (Added from the newest back, ``[inf, -7e292, -1.8e308]``
+    overflowed ``-7e292 - 1.8e308`` to ``-inf`` first, and then gave NaN.) The rows of V
+    are the last ``len(starts)``; a range starting past its row stays as it is."""
+    n, nv = len(starts), len(vh)
+    ends = np.arange(nv - n + 1, nv + 1)  # one past each row's place in V
+    ok = starts < ends
+
+    def count(flags: np.ndarray) -> np.ndarray:
+        cum = np.concatenate(([0], np.cumsum(flags)))
+        got: np.ndarray = cum[ends[ok]] - cum[starts[ok]]
+        return got
+
+    nans, pos, neg = count(np.isnan(vh)), count(vh == np.inf), count(vh == -np.inf)
+    at = np.flatnonzero(ok)
+    hi = np.where((nans > 0) | ((pos > 0) & (neg > 0)), np.nan, np.where(pos > 0, np.inf, -np.inf))
+    hit = (nans > 0) | (pos > 0) | (neg > 0)
+    out_hi[at[hit]] = hi[hit]
+    out_lo[at[hit]] = 0.0
 
 
 def _joined(arrays: list[np.ndarray], dtype: Any) -> np.ndarray:

@@ -495,31 +495,94 @@ def test_the_slices_where_the_window_starts_are_read_ahead(redis_url: str) -> No
         w.close()
 
 
-def test_a_failed_read_ahead_is_not_an_answer(redis_url: str) -> None:
-    """The slices read ahead are gone from Redis when the read runs: the window does not use
-    the failed read; the batch that needs the slices reads them itself and is refused with
-    the store's error (CorruptDataError), changing nothing."""
+def test_a_read_ahead_does_not_wait_for_the_windows_writes(redis_url: str) -> None:
+    """A read ahead runs beside the window's queued writes, not behind them (a group of
+    slices' write takes ~8 ms: the batch that needed the slices waited for it too); the
+    results stay the in-memory window's."""
     m = Record(n=_count(), s=_sum("v"), ts=_max("ts"))
-    policy = TimeRangePolicy(3_000, field="ts")
+    policy = TimeRangePolicy(9_000, field="ts")  # about 140 slices of 64
     wid = f"test-cs-{uuid.uuid4().hex}"
     w = ColumnarWindow(m, policy, slice_rows=64, local_slices=2, store=_store(redis_url, wid))
-    data = _sliding(12, 6)
+    mem = ColumnarWindow(m, policy, slice_rows=64)
+    data = _sliding(40, 6)
+    try:
+        for cols in data[:20]:
+            w.apply(cols)
+            mem.apply(cols)
+        w.store.sync()
+        read = False
+        i = 20
+        while not read and i < 30:  # a batch after which slices are read ahead
+            hold = threading.Event()
+            w.store._submit("hold the store's writer", hold.wait)
+            try:
+                last = w._ahead
+                w.apply(data[i])
+                mem.apply(data[i])
+                if w._ahead is not None and w._ahead is not last:  # read, the writer held
+                    read = len(w._ahead[1].result(timeout=10)) == len(w._ahead[0])
+            finally:
+                hold.set()
+            i += 1
+        assert read
+        for cols in data[i:]:
+            a = w.apply(cols, per_row=True)
+            b = mem.apply(cols, per_row=True)
+            assert a.rows is not None and b.rows is not None and a.rows.equals(b.rows)
+        assert w.stats()["read_ahead"] > 0
+    finally:
+        w.store.delete_window()
+        w.close()
+
+
+def test_a_failed_read_ahead_is_not_an_answer(redis_url: str) -> None:
+    """The slices read ahead are gone from Redis when the read runs: the window does not use
+    the failed read; the batch that needs the slices (the next or the one after: a read
+    ahead looks two batches ahead) reads them itself and is refused with the store's error
+    (CorruptDataError), changing nothing."""
+    m = Record(n=_count(), s=_sum("v"), ts=_max("ts"))
+    policy = TimeRangePolicy(9_000, field="ts")  # about 140 slices of 64
+    wid = f"test-cs-{uuid.uuid4().hex}"
+    w = ColumnarWindow(m, policy, slice_rows=64, local_slices=2, store=_store(redis_url, wid))
+    data = _sliding(40, 6)
     client = redis.Redis.from_url(redis_url)
     try:
-        for cols in data[:8]:
+        for cols in data[:20]:
             w.apply(cols)
         w.store.sync()
         hold = threading.Event()
-        w.store._submit("hold the store's thread", hold.wait)  # the read ahead waits behind it
-        w.apply(data[8])
-        assert w._ahead is not None
+        read = w.store._read
+
+        def held(ks: list[int]) -> list[bytes]:  # the read ahead runs once the slices are gone
+            if threading.current_thread() is not threading.main_thread():
+                hold.wait()
+            return read(ks)
+
+        w.store._read = held  # type: ignore[method-assign]
+        i = 20
+        last = w._ahead  # (a read ahead issued before: done)
+        while w._ahead is None or w._ahead is last:  # a batch after which slices are read ahead
+            last = w._ahead
+            w.apply(data[i])
+            i += 1
+            assert i < 30
+        assert w._ahead is not None and not w._ahead[1].done()  # held
         ahead = w._ahead[0]
         client.delete(*[w.store.slice_key(sl.index) for sl in ahead])
         hold.set()
-        before = (len(w), w.query())
-        with pytest.raises(CorruptDataError, match="not in Redis"):
-            w.apply(data[9], per_row=True)
-        assert (len(w), w.query()) == before
+        w._ahead[1].exception()  # (done: failed)
+        w.store._read = read  # type: ignore[method-assign]
+        raised = False
+        for cols in data[i : i + 4]:  # the batch whose starts reach the slices reads them
+            before = (len(w), w.query())
+            try:
+                w.apply(cols, per_row=True)
+            except CorruptDataError as ex:
+                assert "not in Redis" in str(ex)
+                assert (len(w), w.query()) == before
+                raised = True
+                break
+        assert raised
         assert all(sl.cols is None for sl in ahead if sl in w.slices or sl is w.head)
     finally:
         client.close()

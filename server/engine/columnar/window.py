@@ -1291,22 +1291,25 @@ class ColumnarWindow:
         self._trim()
         if self._ahead is not None and not self._take_ahead(wait=False):
             return  # the last read ahead is still on its way
-        # from each start, as many as the last batch's start moved through (the next one's
-        # likely), at least ``local_slices``
-        want = [
-            sl
-            for sl in self._hot(max(self.local_slices, self._moved + 1)).values()
-            if sl.cols is None
-        ]
+        want = [sl for sl in self._hot(self._ahead_slices()).values() if sl.cols is None]
         if not want:
             return
         assert self.store is not None
         self._ahead = (want, self.store.prefetch_slices([sl.index for sl in want]))
 
+    def _ahead_slices(self) -> int:
+        """How many slices from each start are read ahead and kept: those the next two
+        batches' starts likely move through (twice as many as the last batch's moved
+        through: a read ahead then has a batch's time to arrive before its slices are
+        needed; for the next batch only, a batch arriving while the read was on its way
+        waited for it, a tenth of the batches of a 600 s window through gRPC), at least
+        ``local_slices``."""
+        return max(self.local_slices, 2 * (self._moved + 1))
+
     def _trim(self) -> None:
         """The columns of written slices leave memory but for those where a start (the
-        window's, a member's) falls and the ``local_slices`` - 1 after each."""
-        hot = self._hot(self.local_slices)
+        window's, a member's) falls and the few after each (:meth:`_ahead_slices`)."""
+        hot = self._hot(self._ahead_slices())
         for sl in self.slices:
             if sl.cols is not None and sl.pending is None and id(sl) not in hot:
                 sl.cols = None

@@ -41,7 +41,7 @@ from .kernels import (
     _two_sum,
 )
 
-__all__ = ["slide", "slide_pairs", "slide_triples"]
+__all__ = ["slide", "slide_extreme", "slide_pairs", "slide_triples"]
 
 
 MAX, MIN, INT_SUM, DD_SUM, MAX_COUNT = 0, 1, 2, 3, 4  # the combines of slide_pairs
@@ -127,6 +127,53 @@ def slide_triples(
             out_hi[i], out_lo[i], out_x[i] = fh[s], fl[s], fx[s]
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _newer_wins(newer: Any, older: Any, largest: bool) -> bool:
+    """Whether ``older ⊕ newer`` is ``newer`` for Max (``largest``) or Min: as :func:`_op`'s
+    MAX and MIN (a tie keeps the older)."""
+    return bool(newer > older) if largest else bool(newer < older)
+
+
+@numba.njit(cache=True, nogil=True)
+def slide_extreme(vh: np.ndarray, starts: np.ndarray, largest: bool, out: np.ndarray) -> None:
+    """:func:`slide_triples`' MAX (``largest``) or MIN over one array, the same values (ties
+    to the older as :func:`_op`): one array read and one front written instead of three
+    (measured on a 60 s window's 24,000 rows: 40 us against 130)."""
+    n = starts.shape[0]
+    nv = vh.shape[0]
+    front = np.empty(nv, dtype=vh.dtype)
+    f_hi = starts[0]
+    back = vh[0]
+    has_back = False
+    e = f_hi - 1
+    for i in range(n):
+        ei = nv - n + i
+        while e < ei:
+            e += 1
+            if e >= f_hi:
+                if not has_back:
+                    back = vh[e]
+                    has_back = True
+                elif _newer_wins(vh[e], back, largest):
+                    back = vh[e]
+        s = starts[i]
+        if s > ei:  # an empty range
+            continue
+        if s >= f_hi:  # flip
+            a = vh[e]
+            front[e] = a
+            for j in range(e - 1, s - 1, -1):
+                if not _newer_wins(a, vh[j], largest):
+                    a = vh[j]
+                front[j] = a
+            f_hi = e + 1
+            has_back = False
+        if has_back and _newer_wins(back, front[s], largest):
+            out[i] = back
+        else:
+            out[i] = front[s]
+
+
 def slide_pairs(
     vh: np.ndarray,
     vl: np.ndarray,
@@ -173,13 +220,12 @@ def slide(k: Kernel, parts: list[Comps], starts: np.ndarray, sizes: np.ndarray) 
             return None
         vs = _joined([c[0] for c in parts], dtype)
         out_v = np.zeros(n, dtype)
-        out_c = np.zeros(n, np.int64)
         if t is MaxCountKernel:
+            out_c = np.zeros(n, np.int64)
             counts = _joined([c[1] for c in parts], np.int64)
             slide_pairs(vs, counts, starts, MAX_COUNT, out_v, out_c)
             return out_v, out_c
-        op = MAX if k.largest else MIN  # type: ignore[attr-defined]
-        slide_pairs(vs, np.zeros(len(vs), np.int64), starts, op, out_v, out_c)
+        slide_extreme(vs, starts, bool(k.largest), out_v)  # type: ignore[attr-defined]
         return (out_v,)
     if t is SumKernel or t is MeanKernel:
         first = int(t is MeanKernel)  # a mean's (count, hi, lo): its sum after the count

@@ -4,11 +4,14 @@ each key's rows one run, in timestamp order; no state is kept.
 This is the columnar path's segmented scan across keys. Every row's window is a range of its
 own run: for a count window ``[max(run start, i - N + 1), i]``, for a time range the rows of
 the run newer than ``ts[i] - range`` (one ``searchsorted`` over all runs at once: timestamps
-are rebased per run and the runs laid end to end, so one sorted array holds every run). The
-aggregates of all those ranges come from the same block scans as a single window's
-(:func:`~.ranges.range_aggregates`: van Herk / Gil-Werman, no inverses), lowered by the same
-kernels, so a key's results are a :class:`~.window.ColumnarWindow`'s fed that key's rows
-(tests/engine/test_columnar_runs.py checks them against the per-row engine, key by key).
+are rebased per run and the runs laid end to end, so one sorted array holds every run). Laid
+end to end, the ranges of all runs are one sliding window (starts that never decrease, each
+range ending at its row): Two-Stacks answers them in one compiled pass (:func:`~.slide.slide`:
+counts, max, min, max-count, sums, means), the other built-ins by the same block scans as a
+single window's (:func:`~.ranges.range_aggregates`: van Herk / Gil-Werman, no inverses).
+Lowered by the same kernels, so a key's results are a :class:`~.window.ColumnarWindow`'s fed
+that key's rows (tests/engine/test_columnar_runs.py checks them against the per-row engine,
+key by key).
 
 The first ``skip`` rows are context: they are in the first run's windows but get no result (a
 caller sending a long key in parts sends the rows its windows still reach again)."""
@@ -22,6 +25,7 @@ import numpy as np
 
 from .kernels import Comps, Kernel, SumKernel, _ints
 from .ranges import range_aggregates
+from .slide import slide
 from .window import _INT64_MAX, _INT64_MIN, BatchResult, ColumnarWindow, _Values
 
 __all__ = ["check_order", "run_results"]
@@ -73,7 +77,8 @@ def run_results(
         if isinstance(k, SumKernel):
             k.sum_rows = longest
     lifted = [k.lift(cols, n) for k in w.kernels]  # validates every value
-    prefixes, rest = _prefix_runs(starts, first, runs, some, skip)
+    sizes = np.maximum(g - starts + 1, 0)
+    split: tuple[list[tuple[int, np.ndarray]], np.ndarray] | None = None
     arrays = []
     values = _Values(cols)
     with np.errstate(all="ignore"):
@@ -82,7 +87,13 @@ def run_results(
                 assert ts is not None
                 arrays.append(ts[skip:])
                 continue
-            res = _ranges(k, lifted[i], starts, g, some, skip, prefixes, rest)
+            # one Two-Stacks pass over every run (the ranges' starts never decrease across
+            # the runs laid end to end, each range ending at its row), else the block scans
+            res = slide(k, [lifted[i]], starts[skip:], sizes[skip:])
+            if res is None:
+                if split is None:
+                    split = _prefix_runs(starts, first, runs, some, skip)
+                res = _ranges(k, lifted[i], starts, g, some, skip, *split)
             arrays.append(k.lower(res, values))
     import pyarrow as pa
 
@@ -91,8 +102,7 @@ def run_results(
     )
     if empty[skip:].any():
         table = w._patch_empty(w.own, table, empty[skip:])
-    sizes = np.maximum(g - starts + 1, 0)[skip:]
-    return BatchResult(0, table, sizes)
+    return BatchResult(0, table, sizes[skip:])
 
 
 def check_order(ts: np.ndarray, runs: np.ndarray) -> None:

@@ -283,7 +283,9 @@ def pin_malloc_thresholds() -> bool:
     twice the mmap threshold: left at its 128 KiB start, the heap gave back a batch's
     temporaries after every batch and faulted their pages in again on the next (a 10,000-row
     per-row Append's Two-Stacks pass took 475 us instead of 200, the call 2.5 ms instead of
-    1.7). So it is pinned too, at :data:`TRIM_THRESHOLD` (twice, as glibc's own rule).
+    1.7). So it is pinned too, at :data:`TRIM_THRESHOLD`, the mmap threshold: a freed block
+    the heap would serve stays for the next batch (at 1 MiB the churn came back; 8 MiB, as
+    glibc's own rule, was no faster and kept a 1M-row batch's server 6-8 MB larger).
     Either is left alone when ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` says
     otherwise; nothing on other C libraries. Whether anything was pinned."""
     thresholds = [
@@ -303,7 +305,7 @@ def pin_malloc_thresholds() -> bool:
 
 
 MMAP_THRESHOLD = 4 << 20
-TRIM_THRESHOLD = 2 * MMAP_THRESHOLD
+TRIM_THRESHOLD = MMAP_THRESHOLD  # (see pin_malloc_thresholds)
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
 
 

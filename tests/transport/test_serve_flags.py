@@ -50,7 +50,7 @@ def test_the_defaults_are_in_range() -> None:
 def test_the_server_pins_mallocs_thresholds() -> None:
     """glibc: the mmap threshold pinned at 4 MiB (a freed large block would raise it and keep
     a batch's large buffers in the heap; lower, every mid-sized array is a mapping of its
-    own) and the trim threshold at 8 MiB; each left alone when its MALLOC_*_ variable is
+    own) and the trim threshold at 4 MiB too; each left alone when its MALLOC_*_ variable is
     set, nothing pinned when both are. In a child process: it changes the process for good."""
     import os
     import platform

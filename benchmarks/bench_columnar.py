@@ -1,7 +1,7 @@
 """The columnar path in process (issue 22): per-row results of one built-in window against
 pandas ``rolling`` on the same rows, in the same run.
 
-    python benchmarks/bench_columnar.py            # 2,000,000 rows (~1 minute)
+    python benchmarks/bench_columnar.py            # 2,000,000 rows (~2 minutes)
     python benchmarks/bench_columnar.py --quick    # 200,000 rows (a smoke test)
 
 Rows at 1,000 rows/s (timestamps in ns, ~1 ms apart with jitter and bursts), one DOUBLE value.
@@ -17,9 +17,14 @@ The window: max + sum of the value over the last 10 s, 60 s and 600 s (a time ra
   window's result asked after every batch (as the service does), with and without per-row
   results: as four windows, and as one window (60 s) with three members sharing its rows
   (``ColumnarWindow.attach``);
-* **through gRPC** (200,000 rows): one server, a Redis-backed window of max + sum over 60 s,
-  10,000-row batches with per-row results computed by the columnar shadow, and by the per-row
-  engine (``MTAWINDOWS_COLUMNAR=0``), against pandas in process; and batched ingest.
+* **many keys in one call**: ``Compute``'s work in process (``run_results``: every key's
+  window over rows sorted by key, nothing stored; the Spark connector's batch path), 100
+  keys in calls of 50,000 rows, against pandas ``groupby(key).rolling`` on the same calls;
+* **through gRPC** (1,000,000 rows; 200,000 for the per-row engine's state): one server, a
+  Redis-backed window of max + sum over 60 s, 10,000-row batches with per-row results from
+  the state as columns (the default), from the columnar shadow of the per-row engine, and
+  from the per-row engine (``MTAWINDOWS_COLUMNAR=0``), against pandas in process on the same
+  rows; batched ingest; four windows against one.
 
 Every per-row result of the columnar path is checked against pandas (max exact, sum within
 1e-9 relative). Writes benchmarks/results/columnar.{csv,md,png} (``--quick``: columnar-quick.*).
@@ -60,11 +65,16 @@ from mtawindows.server.engine import (
     TimeRangePolicy,
 )
 from mtawindows.server.engine.columnar import ColumnarWindow
+from mtawindows.server.engine.columnar.runs import run_results
 from mtawindows.testing import LocalServer
 
 BATCH = 10_000  # the service's batches (issue 22's gRPC case)
 BIG = 100_000  # larger batches, for comparison
 WARM = 3  # batches a server takes before the gRPC cases time it (its one-time work)
+GRPC_ROWS = 1_000_000  # rows through gRPC, state as columns
+ENGINE_ROWS = 200_000  # rows through gRPC, the per-row engine's state
+KEYS = 100  # keys of the Compute case
+CALL_ROWS = 50_000  # rows a Compute call carries (the Spark connector's batch_rows)
 RANGES_S = (10, 60, 600)
 SEC = 1_000_000_000
 
@@ -255,6 +265,53 @@ def check(tables: list, want: pd.DataFrame) -> int:
     return int(bad.sum())
 
 
+def keyed_rows(n: int, keys: int, seed: int = 2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``n`` rows of ``keys`` keys, each key's at ~1,000 rows/s, sorted by (key, time) as the
+    Spark connector sends them: the key, the timestamps, the value."""
+    per = n // keys
+    rng = np.random.default_rng(seed)
+    steps = rng.integers(0, 2_000_000, (keys, per))
+    ts = (1_700_000_000 * SEC + np.cumsum(steps, axis=1)).reshape(-1).astype(np.int64)
+    key = np.repeat(np.arange(keys, dtype=np.int64), per)
+    return key, ts, rng.normal(100.0, 15.0, keys * per)
+
+
+def time_runs(key: np.ndarray, ts: np.ndarray, v: np.ndarray, range_s: int) -> tuple[float, list]:
+    """``Compute``'s work in process (:func:`run_results`: every key's window in one call,
+    nothing stored) over calls of :data:`CALL_ROWS` rows; the result tables."""
+    policy = TimeRangePolicy(range_s * SEC, field="ts")
+    tables = []
+    t0 = time.perf_counter()
+    for i in range(0, len(ts), CALL_ROWS):
+        k = key[i : i + CALL_ROWS]
+        starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]).astype(np.int64)
+        # (a call's first key from the call's first row: the connector sends the rows its
+        # windows still reach again as context; here each call's first key starts anew)
+        got = run_results(
+            record(), policy, {"ts": ts[i : i + CALL_ROWS], "v": v[i : i + CALL_ROWS]}, starts
+        )
+        tables.append(got.rows)
+    return time.perf_counter() - t0, tables
+
+
+def time_pandas_keys(
+    key: np.ndarray, ts: np.ndarray, v: np.ndarray, range_s: int
+) -> tuple[float, pd.DataFrame]:
+    """pandas ``groupby(key).rolling`` max and sum over the same rows, in the same calls
+    (the rows sorted by key: the groups come back in the rows' order)."""
+    out = []
+    t0 = time.perf_counter()
+    for i in range(0, len(ts), CALL_ROWS):
+        df = pd.DataFrame(
+            {"k": key[i : i + CALL_ROWS], "v": v[i : i + CALL_ROWS]},
+            index=pd.DatetimeIndex(ts[i : i + CALL_ROWS]),
+        )
+        r = df.groupby("k", sort=False)["v"].rolling(f"{range_s}s")
+        out.append(pd.DataFrame({"max": r.max().to_numpy(), "sum": r.sum().to_numpy()}))
+    took = time.perf_counter() - t0
+    return took, pd.concat(out, ignore_index=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -326,10 +383,27 @@ def main() -> None:
             four_over_one(
                 report, "four windows", f"10 s, 60 s, 600 s, count 1,000: {how}", mode, t / one, n
             )
-    # through gRPC: one server, a Redis-backed window (max + sum over 60 s)
-    k = min(n, 200_000)
-    timed = k - WARM * BATCH  # the rows timed through gRPC: after the warm-up batches
-    tp, _ = time_pandas(ts[:k], v[:k], 60)
+    # many keys' windows in one call (Compute's work, the Spark connector's batch path), in
+    # process, against pandas groupby-rolling over the same calls; the best of three each
+    key, kts, kv = keyed_rows(n, KEYS)
+    time_runs(key[:CALL_ROWS], kts[:CALL_ROWS], kv[:CALL_ROWS], 10)  # (compiled scans)
+    for range_s in RANGES_S:
+        case = f"{KEYS} keys, max + sum, {range_s} s, {CALL_ROWS:,}-row calls"
+        ours = [time_runs(key, kts, kv, range_s) for _ in range(3)]
+        theirs = [time_pandas_keys(key, kts, kv, range_s) for _ in range(3)]
+        tr, tk = min(t for t, _ in ours), min(t for t, _ in theirs)
+        x = "many keys in one call"
+        report.add(x, case, "pandas groupby rolling", n / tk, "rows/s", n=n)
+        report.add(x, case, "Compute's work (run_results)", n / tr, "rows/s", n=n)
+        report.add(x, case, "Compute / pandas", tk / tr, "x", n=n)
+        wrong = check(ours[0][1], theirs[0][1])
+        report.add(
+            x, case, "rows differing from pandas", wrong, "rows", n=n, target="0", met=wrong == 0
+        )
+    # through gRPC: one server, a Redis-backed window (max + sum over 60 s); the columnar
+    # cases over GRPC_ROWS (100 batches after the warm-up: a run of 17 moved with the
+    # machine's phase by a third), the per-row engine's over ENGINE_ROWS (it takes ~100x
+    # longer a row)
     case = "max + sum, 60 s, Redis-backed, gRPC"
     services = (
         (True, True, False, "columnar state (the default), Arrow both ways"),
@@ -339,7 +413,19 @@ def main() -> None:
         (False, False, True, "per-row engine alone, lists and protobuf"),
     )
     for columnar, arrow, engine, name in services:
-        t, first = time_service(ts[:k], v[:k], columnar, "per_row", arrow, state=not engine)
+        k = min(n, ENGINE_ROWS if engine else GRPC_ROWS)
+        timed = k - WARM * BATCH  # the rows timed through gRPC: after the warm-up batches
+        # pandas on the same rows just before and just after each run (the machine's speed
+        # moves by phases of seconds: a baseline measured minutes apart moved the ratio by
+        # a third); three runs (one for the per-row engine's: ~10 s a run), the best time
+        # of each side (the best ratio of a run would pick a run where pandas was slow)
+        pandas_times = [time_pandas(ts[:k], v[:k], 60)[0]]
+        runs = []
+        for _ in range(1 if engine else 3):
+            runs.append(time_service(ts[:k], v[:k], columnar, "per_row", arrow, state=not engine))
+            pandas_times.append(time_pandas(ts[:k], v[:k], 60)[0])
+        t, first = min(runs)
+        tp = min(pandas_times)
         t *= k / timed  # as if every row went at the rate after the warm-up
         report.add("through gRPC", case, f"per-row results, {name}", k / t, "rows/s", n=timed)
         report.add(
@@ -362,15 +448,17 @@ def main() -> None:
         (False, False, "lists and protobuf, engine (--no-columnar-state)"),
     )
     for arrow, state, name in ingest:
+        k = min(n, GRPC_ROWS if state else ENGINE_ROWS)
+        timed = k - WARM * BATCH
         t = time_service(ts[:k], v[:k], True, "none", arrow, state=state)[0] * k / timed
         report.add(
             "through gRPC", case, f"batched ingest (no results), {name}", k / t, "rows/s", n=timed
         )
     # four windows on one stream through the service, the state columnar: against one; the
     # three later windows sharing the first one's rows (the default), or rows of their own
+    k = min(n, GRPC_ROWS)
     for mode in ("per_row", "none"):
-        # the best of three runs each (a run is 17 batches after the warm-up: tens of ms,
-        # so one run's ratio moves with the machine's phase by a third)
+        # the best of three runs each (the machine's speed moves by phases)
         one = min(time_service(ts[:k], v[:k], True, mode, True, state=True)[0] for _ in range(3))
         for shared, how in ((True, "sharing rows (the default)"), (False, "--no-shared-rows")):
             four = min(

@@ -20,7 +20,8 @@ fast. For W = 10 s, 60 s, 600 s:
 - the SQL range frame ``max/sum OVER (PARTITION BY key ORDER BY ts RANGE W PRECEDING)``;
 - ``applyInPandas`` with pandas ``rolling(W)`` per key (batch only, each key in memory).
 
-Each case runs its whole plan into Spark's ``noop`` sink; rows/s = input rows / seconds. The
+Each case runs its whole plan into Spark's ``noop`` sink; rows/s = input rows / seconds (the
+best of three runs for a case under 10 s: a single second-long run moves with the machine). The
 two slowest Spark cases run on a prefix of the input when the full run would pass
 ``--budget`` seconds (``rows`` in the table says how many). ``--cases`` and ``--windows``
 pick some of the cases and window lengths (default: all). Writes
@@ -56,6 +57,7 @@ T0 = 1_700_000_000
 WINDOWS = (10, 60, 600)
 OURS = "mtawindows sliding_aggregate"
 # --cases ids -> table labels (the sharded one's label names its server count)
+REPEAT_UNDER = 10.0  # a case whose run takes less (seconds) is timed three times, the best kept
 CASES = {
     "sliding": OURS,
     "sliding-servers": "mtawindows, {servers} servers",
@@ -229,7 +231,10 @@ def main() -> int:
                         rows = int(min(n, max(probe, rate * args.budget)))
                         data = df.orderBy("ts").limit(rows).cache() if rows < n else df
                         data.count()
-                    sec = timed(build(data))
+                    run = build(data)
+                    sec = timed(run)
+                    if sec < REPEAT_UNDER:  # the best of three (one run moves with the machine)
+                        sec = min(sec, *(timed(run) for _ in range(2)))
                     rec = {
                         "window_s": w,
                         "case": label,

@@ -29,7 +29,7 @@ from ..storage.codecs import codec_for
 from .cel import CelPolicy
 from .columnar_lift import columnar_lifter
 from .compiled import Built, Output, time_field
-from .refusals import lower_failed
+from .refusals import int64_row_result, lower_failed
 from .row_results import RowResults
 
 log = logging.getLogger("mtawindows.service")
@@ -71,6 +71,13 @@ class HostedWindow:
             if o.plugin
             for i, lower in (self._lowers[o.name],)
             if lower is not None
+        ]
+        # its INT64 sums (output name, index, lower): exact Python integers on the engine,
+        # which may pass int64, the type per-row results carry them in (check_results)
+        self._int64_sums = [
+            (o.name, *self._lowers[o.name])
+            for o in built.outputs
+            if o.type == FieldType.INT64.value and monoids.get(o.name) == "sum"
         ]
         nan_fields = {f.name for f in stream.fields if f.allow_nan}
         self.lift_columns = columnar_lifter(built.monoid, nan_fields)
@@ -129,6 +136,13 @@ class HostedWindow:
         """Whether a batch's results are lowered before it is applied (a plugin's lower)."""
         return bool(self._plugin_lowers)
 
+    @property
+    def checks_row_ints(self) -> bool:
+        """Whether a batch's per-row results are checked before it is applied: an INT64 sum
+        on the engine may pass int64 (its integers are exact), and a per-row result carries
+        it as INT64."""
+        return bool(self._int64_sums) and not self.columnar
+
     def check_results(self, lifted: list[Any], *, per_row: bool) -> None:
         """Refuse the batch ``lifted`` (FAILED_PRECONDITION, ``LOWER_FAILED``) when a plugin's
         ``lower`` raises on a result it would give this window: the result after the batch
@@ -154,6 +168,11 @@ class HostedWindow:
                     lower(t[i])
                 except Exception as ex:
                     raise lower_failed(self.stream.name, self.spec.name, name, monoid, ex) from None
+        for out, j, low in self._int64_sums if totals else ():
+            for row, t in enumerate(totals or ()):
+                v = t[j] if low is None else low(t[j])
+                if isinstance(v, int) and not -(2**63) <= v < 2**63:
+                    raise int64_row_result(self.stream.name, self.spec.name, out, row, v)
 
     @property
     def window_id(self) -> str | None:

@@ -49,6 +49,25 @@ def batch_too_large(rows: int, limit: int) -> ServiceError:
     )
 
 
+def int64_row_result(stream: str, window: str, output: str, row: int, value: int) -> ServiceError:
+    """INVALID_ARGUMENT, ``BAD_VALUES``: with per-row results, the INT64 sum ``output`` of
+    ``window`` would be ``value`` after the batch's row ``row`` (of the rows applied), past
+    int64, which a per-row result carries (found before the batch changed anything)."""
+    shown = (
+        str(value) if len(str(value)) <= 40 else f"{str(value)[:20]}...({len(str(value))} digits)"
+    )
+    return ServiceError(
+        "INVALID_ARGUMENT",
+        Reason.BAD_VALUES,
+        f"window {window!r}: its sum {output!r} would be {shown} after row {row} of this "
+        "batch, past what INT64 holds (-2**63 to 2**63-1), and per-row results carry it as "
+        "INT64; nothing was applied. Ask for final results or none (a result past int64 is "
+        "answered as the nearest double), or send values whose sums fit",
+        [(f"columns (window {window!r}, sum {output!r})", "a per-row INT64 sum past int64")],
+        {"stream": stream, "window": window, "aggregation": output, "row": str(row)},
+    )
+
+
 def lower_failed(stream: str, window: str, output: str, monoid: str, ex: Exception) -> ServiceError:
     """FAILED_PRECONDITION, ``LOWER_FAILED``: the plugin monoid ``monoid`` of aggregation
     ``output`` raised ``ex`` in ``lower`` on a result the batch would give ``window`` (found

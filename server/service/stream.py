@@ -394,10 +394,12 @@ class Stream:
     def _check_results(self, request: Append, lifted: dict[str, list[Any]]) -> None:
         """A window with a plugin's ``lower`` lowers the results the batch would give it
         before anything changes (journal, windows, ledger): one that raises refuses the
-        batch here (``LOWER_FAILED``), as a ``lift`` that raises does."""
+        batch here (``LOWER_FAILED``), as a ``lift`` that raises does. With per-row results,
+        a window's INT64 sums on the engine are checked the same way: one past int64 (which
+        a per-row result carries them in) refuses the batch (``BAD_VALUES``)."""
         for name, win in self.windows.items():
-            if win.checks_results:
-                per_row = request.mode == PER_ROW and (not request.which or name in request.which)
+            per_row = request.mode == PER_ROW and (not request.which or name in request.which)
+            if win.checks_results or (per_row and win.checks_row_ints and name in lifted):
                 win.check_results(lifted[name], per_row=per_row)
 
     def _check_windows(self, which: Sequence[str]) -> None:

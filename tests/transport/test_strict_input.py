@@ -1131,5 +1131,40 @@ def test_rich_status_is_bounded_whatever_it_is_given() -> None:
     assert size < 8192
 
 
+def test_a_per_row_int64_sum_past_int64_refuses_the_batch_and_changes_nothing(
+    server: LocalServer, client: WindowClient
+) -> None:
+    """An INT64 sum on the engine holds exact integers, past int64 too, but a per-row result
+    carries it as INT64: a batch whose per-row sum would pass int64 is refused before it is
+    applied (BAD_VALUES, naming the window, the sum and the row), as the same batch asking
+    for final results or none is applied (the result past int64 answered as a double). It
+    was answered INTERNAL after the batch had been applied (an outside tester)."""
+    c = client
+    c.create_stream(StreamSpec("i64", (Field("x", "INT64"),), wall_clock=False))
+    aggs = (Aggregation("s", "sum", "x"), Aggregation("m", "mean", "x"))
+    c.create_window(WindowSpec("i64", "w", aggs, Policy.count(2)))
+    c.append("i64", {"ts": [1], "x": [5]})
+    rows = {"ts": [2, 3, 4], "x": [2**62, 2**62, -(2**62)]}  # sums 2**62+5, 2**63 (!), 0
+    for arrow in (False, True):
+        e = refused(
+            server,
+            c,
+            lambda a=arrow: c.append(  # type: ignore[misc]
+                "i64", rows, results="per_row", arrow=a, producer_id="p", sequence=7
+            ),
+            "BAD_VALUES",
+            streams=("i64",),
+        )
+        assert "window 'w': its sum 's' would be 9223372036854775808 after row 1" in str(e)
+        assert "nothing was applied" in str(e)
+        assert c.query("i64", "w").values == {"s": 5, "m": 5.0}
+    got = c.append("i64", rows, results="final", producer_id="p", sequence=7)
+    assert (got.rows_applied, got.duplicate) == (3, False)
+    assert got.results["w"].values == {"s": 0, "m": 0.0}  # [2**62, -2**62]
+    assert c.get_stream("i64").rows_appended == 4
+    ok = c.append("i64", {"ts": [5, 6], "x": [7, 8]}, results="per_row")  # sums fit: answered
+    assert ok.row_results["w"]["s"] == [-(2**62) + 7, 15]
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))

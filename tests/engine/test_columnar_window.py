@@ -428,11 +428,22 @@ def test_sums_keep_their_precision_across_many_slices() -> None:
     sum is math.fsum's answer to the ulp and every mean its correctly rounded quotient, and
     so are the results after batches without per-row results (the slices' aggregates keep
     the scans' double-double pairs in the tree: rounded to one float each, they were off by
-    up to 485 ulps). A mean is that sum divided by the count (the kernels' lowering)."""
+    up to 485 ulps). A mean is the exact sum divided by the count, rounded once."""
+    from fractions import Fraction
+
     rng = np.random.default_rng(7)
     v = rng.normal(0, 100, 24_000)
     ts = np.arange(1, len(v) + 1, dtype=np.int64)
     size = 9_000
+    scale = 2**1074  # every double times this is an integer: exact prefix sums
+    prefix = [0]
+    for x in v.tolist():
+        num, den = x.as_integer_ratio()
+        prefix.append(prefix[-1] + num * (scale // den))
+
+    def mean(a: int, b: int) -> float:  # of v[a:b], exactly rounded
+        return float(Fraction(prefix[b] - prefix[a], scale * (b - a)))
+
     for batch in (3_000, 7_000, 24_000):
         fast = ColumnarWindow(
             Record(n=Count(), s=Sum("v"), me=Mean("v")), CountPolicy(size, field="n")
@@ -448,11 +459,11 @@ def test_sums_keep_their_precision_across_many_slices() -> None:
                 for j in range(lo, hi, 7):
                     window = v[max(0, j + 1 - size) : j + 1].tolist()
                     assert sums[j - lo] == math.fsum(window), (batch, j)
-                    assert means[j - lo] == math.fsum(window) / len(window), (batch, j)
+                    assert means[j - lo] == mean(max(0, j + 1 - size), j + 1), (batch, j)
             window = v[max(0, hi - size) : hi].tolist()
             final = fast.query()
             assert final["s"] == math.fsum(window), (batch, hi)
-            assert final["me"] == math.fsum(window) / len(window), (batch, hi)
+            assert final["me"] == mean(max(0, hi - size), hi), (batch, hi)
             got_s, _ = fast.aggregate_range(count=size // 3)
             assert got_s[1] == math.fsum(v[hi - min(hi, size // 3) : hi].tolist())
 

@@ -278,3 +278,46 @@ def test_a_range_holding_an_infinity_sums_to_it() -> None:
     assert math.isnan(got[4])  # -inf, NaN
     assert got[5] == 3.0  # 3.0 alone
     assert out_lo[[0, 1, 3, 4]].tolist() == [0.0] * 4
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from([1e308, -1e308, 1.7976931348623157e308, -1.7976931348623157e308])
+        | st.floats(-1e308, 1e308, allow_nan=False),
+        min_size=1,
+        max_size=30,
+    ),
+    st.data(),
+)
+@example([-1e308, 1.7976931348623157e308, 7e292], None)
+def test_sums_of_huge_finite_values_do_not_overflow_on_the_way(
+    v: list[float], data: st.DataObject | None
+) -> None:
+    """A range of finite values whose exact sum is a double sums to it (exactly rounded, or
+    within an ulp of the values' magnitudes) though Two-Stacks adds in its own order:
+    ``[-1e308, DBL_MAX, 7e292]`` added from the newest back passed DBL_MAX (an outside
+    tester: inf where the sum is 7.98e307); one whose sum passes DBL_MAX is +-inf."""
+    from fractions import Fraction
+
+    n = len(v)
+    if data is None:
+        starts = np.zeros(n, dtype=np.int64)
+    else:
+        raw = data.draw(st.lists(st.integers(0, n - 1), min_size=n, max_size=n))
+        starts = np.minimum(np.maximum.accumulate(np.array(raw, dtype=np.int64)), np.arange(n))
+    out_hi, out_lo = np.zeros(n), np.zeros(n)
+    with np.errstate(all="ignore"):
+        slide_pairs(np.array(v), np.zeros(n), starts, DD_SUM, out_hi, out_lo)
+    big = np.finfo(np.float64).max
+    for i in range(n):
+        rows = v[int(starts[i]) : i + 1]
+        exact = sum(map(Fraction, rows))
+        got = out_hi[i] + out_lo[i] if math.isfinite(out_hi[i]) else out_hi[i]
+        if abs(exact) > Fraction(big) + Fraction(2**970):  # past DBL_MAX and half an ulp
+            assert got == (math.inf if exact > 0 else -math.inf), (rows, got)
+            continue
+        want = float(exact) if abs(exact) <= Fraction(big) else math.copysign(big, exact)
+        scale = max(abs(x) for x in rows)  # (the rounding, and what a double-double keeps)
+        bound = Fraction(math.ulp(want)) + Fraction(scale) * Fraction(2**-52)
+        assert abs(Fraction(got) - exact) <= bound, (rows, got, want)

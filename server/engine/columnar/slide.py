@@ -189,8 +189,41 @@ def slide_pairs(
     slide_triples(vh, vl, np.zeros(len(vh)), starts, op, out_hi, out_lo, out_x)
     if op == DD_SUM:
         _settle(out_hi, out_lo, out_x)
+        decided = None
         if not np.isfinite(vh).all():
-            _non_finite_sums(vh, starts, out_hi, out_lo)
+            decided = _non_finite_sums(vh, starts, out_hi, out_lo)
+        over = ~np.isfinite(out_hi)
+        if decided is not None:
+            over &= ~decided
+        if over.any():
+            _overflowed_sums(vh, vl, starts, out_hi, out_lo, over)
+
+
+def _overflowed_sums(
+    vh: np.ndarray,
+    vl: np.ndarray,
+    starts: np.ndarray,
+    out_hi: np.ndarray,
+    out_lo: np.ndarray,
+    rows: np.ndarray,
+) -> None:
+    """The sums of ranges of finite values that overflowed on the way (``rows``): Two-Stacks
+    adds in an order of its own, and ``[-1e308, DBL_MAX, 7e292]`` added from the newest back
+    passed DBL_MAX at ``DBL_MAX + 7e292`` where the sum is 7.98e307 (an outside tester). The
+    loop again over V scaled by 2^-k, k enough that no partial sum of V's values can pass
+    DBL_MAX (a power of two: exact but for values that become subnormal, below 2^-1000 or
+    so, which only a sum of values hundreds of orders of magnitude apart would feel), the
+    results scaled back: +-inf where the sum itself passes DBL_MAX."""
+    k = int(np.ceil(np.log2(len(vh) + 2))) + 1
+    n = len(starts)
+    hi, lo, x = np.zeros(n), np.zeros(n), np.zeros(n)
+    with np.errstate(all="ignore"):
+        slide_triples(vh * 2.0**-k, vl * 2.0**-k, np.zeros(len(vh)), starts, DD_SUM, hi, lo, x)
+        _settle(hi, lo, x)
+        back_hi = hi[rows] * 2.0**k
+        back_lo = lo[rows] * 2.0**k
+    out_hi[rows] = back_hi
+    out_lo[rows] = np.where(np.isfinite(back_hi) & np.isfinite(back_lo), back_lo, 0.0)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -255,12 +288,13 @@ def slide(k: Kernel, parts: list[Comps], starts: np.ndarray, sizes: np.ndarray) 
 
 def _non_finite_sums(
     vh: np.ndarray, starts: np.ndarray, out_hi: np.ndarray, out_lo: np.ndarray
-) -> None:
-    """The sums of ranges holding an infinity or a NaN as a sum of their values in order
-    would be, whatever order Two-Stacks added them in: NaN with a NaN or infinities of both
-    signs, else the infinity. (Added from the newest back, ``[inf, -7e292, -1.8e308]``
+) -> np.ndarray:
+    """The sums of ranges holding an infinity or a NaN, whatever order Two-Stacks added them
+    in: NaN with a NaN or infinities of both signs, else the infinity (the finite values
+    cannot change it: an overflow of theirs on the way is not taken against it). (Added from the newest back, ``[inf, -7e292, -1.8e308]``
     overflowed ``-7e292 - 1.8e308`` to ``-inf`` first, and then gave NaN.) The rows of V
-    are the last ``len(starts)``; a range starting past its row stays as it is."""
+    are the last ``len(starts)``; a range starting past its row stays as it is. Returns
+    which rows it answered (their ranges hold an infinity or a NaN)."""
     n, nv = len(starts), len(vh)
     ends = np.arange(nv - n + 1, nv + 1)  # one past each row's place in V
     ok = starts < ends
@@ -276,6 +310,9 @@ def _non_finite_sums(
     hit = (nans > 0) | (pos > 0) | (neg > 0)
     out_hi[at[hit]] = hi[hit]
     out_lo[at[hit]] = 0.0
+    decided = np.zeros(n, dtype=bool)
+    decided[at[hit]] = True
+    return decided
 
 
 def _joined(arrays: list[np.ndarray], dtype: Any) -> np.ndarray:

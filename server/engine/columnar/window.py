@@ -55,6 +55,7 @@ SLICE_ROWS = 4096
 # a stored window keeps the columns of this many of its oldest slices in memory (where its
 # start moves through: a batch's evictions and per-row results read them), the rest in Redis
 LOCAL_SLICES = 4
+AHEAD_EXTRA = 16  # slices read ahead past the next batch's likely move (_ahead_slices)
 MAX_PENDING = 64  # slice writes queued before sealing waits for the oldest (bounded memory)
 SLIDE = True  # per-row results of Count, Max, Min, float Sum and Mean by Two-Stacks (slide.py)
 CHUNK_ROWS = 1 << 16  # a larger batch is applied in chunks of this many rows (memory)
@@ -1302,9 +1303,11 @@ class ColumnarWindow:
         batches' starts likely move through (twice as many as the last batch's moved
         through: a read ahead then has a batch's time to arrive before its slices are
         needed; for the next batch only, a batch arriving while the read was on its way
-        waited for it, a tenth of the batches of a 600 s window through gRPC), at least
-        ``local_slices``."""
-        return max(self.local_slices, 2 * (self._moved + 1))
+        waited for it, a tenth of the batches of a 600 s window through gRPC), the second
+        batch's at most :data:`AHEAD_EXTRA` (a batch that moved the start by a million rows
+        keeps one batch's worth, not two), at least ``local_slices``."""
+        step = self._moved + 1
+        return max(self.local_slices, step + min(step, AHEAD_EXTRA))
 
     def _trim(self) -> None:
         """The columns of written slices leave memory but for those where a start (the

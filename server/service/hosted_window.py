@@ -141,7 +141,12 @@ class HostedWindow:
         """Whether a batch's per-row results are checked before it is applied: an INT64 sum
         on the engine may pass int64 (its integers are exact), and a per-row result carries
         it as INT64."""
-        return bool(self._int64_sums) and not self.columnar
+        return (
+            bool(self._int64_sums)
+            and not self.columnar
+            and self.hopper is None  # (its engine holds slices, and it answers boundaries)
+            and self.host is None
+        )
 
     def check_results(self, lifted: list[Any], *, per_row: bool) -> None:
         """Refuse the batch ``lifted`` (FAILED_PRECONDITION, ``LOWER_FAILED``) when a plugin's

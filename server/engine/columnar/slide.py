@@ -216,10 +216,9 @@ def _overflowed_sums(
     results scaled back: +-inf where the sum itself passes DBL_MAX."""
     k = int(np.ceil(np.log2(len(vh) + 2))) + 1
     n = len(starts)
-    hi, lo, x = np.zeros(n), np.zeros(n), np.zeros(n)
-    with np.errstate(all="ignore"):
-        slide_triples(vh * 2.0**-k, vl * 2.0**-k, np.zeros(len(vh)), starts, DD_SUM, hi, lo, x)
-        _settle(hi, lo, x)
+    hi, lo = np.zeros(n), np.zeros(n)
+    with np.errstate(all="ignore"):  # (scaled, no partial sum overflows: no rescue again)
+        slide_pairs(vh * 2.0**-k, vl * 2.0**-k, starts, DD_SUM, hi, lo)
         back_hi = hi[rows] * 2.0**k
         back_lo = lo[rows] * 2.0**k
     out_hi[rows] = back_hi
@@ -291,9 +290,9 @@ def _non_finite_sums(
 ) -> np.ndarray:
     """The sums of ranges holding an infinity or a NaN, whatever order Two-Stacks added them
     in: NaN with a NaN or infinities of both signs, else the infinity (the finite values
-    cannot change it: an overflow of theirs on the way is not taken against it). (Added from the newest back, ``[inf, -7e292, -1.8e308]``
-    overflowed ``-7e292 - 1.8e308`` to ``-inf`` first, and then gave NaN.) The rows of V
-    are the last ``len(starts)``; a range starting past its row stays as it is. Returns
+    cannot change it: an overflow of theirs on the way is not taken against it; added from
+    the newest back, ``[inf, -7e292, -1.8e308]`` overflowed ``-7e292 - 1.8e308`` to ``-inf``
+    first, and then gave NaN). The rows of V are the last ``len(starts)``; a range starting past its row stays as it is. Returns
     which rows it answered (their ranges hold an infinity or a NaN)."""
     n, nv = len(starts), len(vh)
     ends = np.arange(nv - n + 1, nv + 1)  # one past each row's place in V

@@ -95,6 +95,9 @@ class ServeConfig:
 _ADVERTISE = re.compile(r"^(?:[A-Za-z0-9_.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]):(\d{1,5})$")
 
 
+# at a graceful stop, once no handled call is in flight: how long the calls gRPC took as the
+# stop began get to reach a handler (or the stop to end by itself) before they are cancelled
+UNHANDLED_WAIT = 0.05
 SUPERVISED_ENV = "MTAWINDOWS_SUPERVISED"  # set by ``--workers N`` for its server processes
 
 
@@ -626,7 +629,7 @@ class Server:
         if self.servicer is not None:
             self.servicer.fanout.shutdown()  # Subscribe calls never end by themselves
         if self.server is not None:
-            await self.server.stop(self.config.grace)
+            await self._stop_calls(self.server, self.config.grace)
         log.info("stop: in-flight calls done after %.3f s", time.monotonic() - t0)
         if self.forwarder is not None:
             await self.forwarder.close()
@@ -640,6 +643,40 @@ class Server:
             self.servicer.flush_pool.shutdown(wait=True)
         await self._release()
         log.info("stopped")
+
+    async def _stop_calls(self, server: grpc.aio.Server, grace: float) -> None:
+        """gRPC's graceful stop, ended once the calls this server's handlers took are over
+        (:class:`InFlight`), or at the end of ``grace``: calls gRPC took as the stop began
+        that reached no handler would hold it (and the streams' leases) the whole grace."""
+        stopping = asyncio.ensure_future(server.stop(grace))
+        if self.servicer is None:
+            await stopping
+            return
+        calls = self.servicer.in_flight
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while True:
+            if not await calls.drained(max(0.0, deadline - loop.time())):
+                log.warning(
+                    "stop: calls still in flight after the grace (%.1f s): %s; cancelled",
+                    grace,
+                    calls.describe(),
+                    extra={"event": "stop_grace_over"},
+                )
+                break
+            # a call just ended sends its status; one scheduled as the stop began starts
+            done, _ = await asyncio.wait({stopping}, timeout=UNHANDLED_WAIT)
+            if done:
+                break
+            if not len(calls):
+                log.info(
+                    "stop: every handled call ended; the calls that reached no handler are "
+                    "cancelled",
+                    extra={"event": "stop_unhandled_cancelled"},
+                )
+                await server.stop(None)
+                break
+        await stopping
 
     async def _cancel_tasks(self) -> None:
         tasks, self._tasks = self._tasks, []

@@ -49,6 +49,7 @@ from ..service.stream import Stream
 from ..storage.protocol import StoreError
 from . import decode, status
 from .forward import Forwarder, forwarding
+from .inflight import InFlight
 from .metrics import Metrics
 from .pieces import IDLE, PIECES_MESSAGES, Assembly, later_piece
 from .wire import RowResultsPart, with_row_results
@@ -108,6 +109,9 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         # time: a thread of its own, never waiting behind the calls that may wait for it)
         self.flush_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtaw-flush")
         self.locks: dict[str, asyncio.Lock] = {}
+        # the calls whose handler started and whose RPC has not ended: a graceful stop waits
+        # for these, not for calls gRPC took as the stop began that reached no handler
+        self.in_flight = InFlight()
         limits = registry.limits
         self.fanout = Fanout(
             limits.subscriber_queue_bytes,
@@ -954,6 +958,7 @@ def _passthrough(message: Any) -> Callable[[Any], bytes]:
 def _guard_unary(servicer: WindowServicer, method: str, fn: Callable[..., Any]) -> Any:
     async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
         t0 = time.perf_counter()
+        servicer.in_flight.enter(method, context)
         token = None
         if isinstance(request, decode.Carried):  # its Arrow bytes, for this call's handler
             token = decode.ARROW.set(request.payload)
@@ -977,6 +982,7 @@ def _guard_pieces(servicer: WindowServicer, method: str, fn: Callable[..., Any])
 
     async def handle(pieces: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
         t0 = time.perf_counter()
+        servicer.in_flight.enter(method, context)
         try:
             rest = aiter(pieces)
             try:
@@ -1003,6 +1009,7 @@ def _guard_pieces(servicer: WindowServicer, method: str, fn: Callable[..., Any])
 
 def _guard_stream(servicer: WindowServicer, method: str, fn: Callable[..., Any]) -> Any:
     async def handle(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        servicer.in_flight.enter(method, context)
         events = None
         try:
             servicer.admit(method, request)

@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from mtawindows.client import (
     Aggregation,
@@ -366,5 +367,37 @@ def test_a_graceful_stop_ends_subscriptions_instead_of_waiting_for_them(tmp_path
                 next(sub)
             assert info.value.reason == "SERVER_STOPPING"
             assert stopped_in < 100  # far under the grace period (not a timing claim)
+    finally:
+        srv.stop()
+
+
+def test_a_graceful_stop_does_not_wait_for_calls_no_handler_of_ours_took(tmp_path: Path) -> None:
+    """gRPC's graceful stop waits for every call it accepted: a health ``Watch`` (which never
+    ends by itself) held a SIGTERM'd server, and its streams' leases, for the whole grace.
+    The stop now waits for the calls the service's handlers took, then cancels the rest: the
+    server exits promptly, the watcher sees NOT_SERVING and then the end of its call, and the
+    rows acknowledged before are there after a restart."""
+    srv = LocalServer(tmp_path / "stop", "--grace", "120").start()
+    try:
+        with WindowClient(srv.target, timeout=60) as c:
+            make(c, "g")
+            c.append("g", row(8))
+        with grpc.insecure_channel(srv.target) as ch:
+            watch = health_pb2_grpc.HealthStub(ch).Watch(health_pb2.HealthCheckRequest())
+            assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+            t0 = time.monotonic()
+            assert srv.stop(timeout=100) == 0
+            stopped_in = time.monotonic() - t0
+            assert stopped_in < 100  # far under the grace period (not a timing claim)
+            seen = []
+            with pytest.raises(grpc.RpcError) as info:
+                for update in watch:
+                    seen.append(update.status)  # noqa: PERF401 (it raises part-way)
+            assert seen == [health_pb2.HealthCheckResponse.NOT_SERVING]
+            assert info.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+        assert "stop_unhandled_cancelled" in srv.log.read_text()
+        srv.start()
+        with WindowClient(srv.target, timeout=60) as c:
+            assert c.query("g", "w")["n"] == 1
     finally:
         srv.stop()

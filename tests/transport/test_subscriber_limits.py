@@ -6,6 +6,7 @@ appends and the other subscribers never wait for it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import random
 import threading
@@ -399,5 +400,40 @@ def test_a_graceful_stop_does_not_wait_for_calls_no_handler_of_ours_took(tmp_pat
         srv.start()
         with WindowClient(srv.target, timeout=60) as c:
             assert c.query("g", "w")["n"] == 1
+    finally:
+        srv.stop()
+
+
+def test_calls_cut_short_are_not_counted_in_flight_at_the_stop(tmp_path: Path) -> None:
+    """The stop waits for the calls the handlers took (counted until each RPC ends): calls
+    cancelled or past their deadline, at every stage, must leave the count, or every later
+    stop would wait its whole grace again."""
+    srv = LocalServer(tmp_path / "cut", "--grace", "120").start()
+    try:
+        with WindowClient(srv.target, timeout=60) as c:
+            make(c, "g")
+            c.append("g", row(8))
+        with grpc.insecure_channel(srv.target) as ch:
+            stub = pb_grpc.WindowServiceStub(ch)
+            rows = pb.AppendRequest(stream="g", results=pb.PER_ROW)
+            cut = 0
+            for i in range(200):
+                future = stub.Append.future(rows, timeout=0.0005 * (i % 4 + 1))
+                if i % 3 == 0:
+                    future.cancel()
+                with contextlib.suppress(grpc.RpcError, grpc.FutureCancelledError):
+                    future.result()
+                    continue
+                cut += 1
+                with contextlib.suppress(grpc.RpcError):
+                    for _ in stub.Subscribe(
+                        pb.SubscribeRequest(stream="g", window="w"), timeout=0.003
+                    ):
+                        pass
+            assert cut > 0
+        assert srv.stop(timeout=100) == 0
+        log = srv.log.read_text()
+        assert "stop_grace_over" not in log
+        assert "stopped" in log
     finally:
         srv.stop()

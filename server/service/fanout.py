@@ -208,6 +208,7 @@ class Fanout:
         self._waking = False  # _wake_some is scheduled
         self._trim = _malloc_trim()
         self._trimming = False
+        self.closed: Ending | None = None  # set by shutdown(): later subscriptions end at once
 
     # -- on the event loop
     def subscribe(
@@ -230,6 +231,8 @@ class Fanout:
         feed.windows.setdefault(window, {})[sub] = None
         feed.encoders.setdefault(window, encode)
         self.count += 1
+        if self.closed is not None:  # a call taken as the server began to stop
+            self._end(sub, self.closed)
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
@@ -254,8 +257,9 @@ class Fanout:
     def shutdown(self) -> None:
         """The server is stopping: end every subscription (UNAVAILABLE, ``SERVER_STOPPING``)
         so that a graceful stop does not wait its whole grace period for calls that never end
-        by themselves. Subscribers reconnect elsewhere or later, and catch up by sequence."""
-        ending = Ending(
+        by themselves, and end any subscription made after (a call gRPC took as the stop
+        began). Subscribers reconnect elsewhere or later, and catch up by sequence."""
+        ending = self.closed = Ending(
             "UNAVAILABLE",
             Reason.SERVER_STOPPING,
             "the server is stopping; subscribe again and catch up with ReadResults",

@@ -372,6 +372,23 @@ def test_a_graceful_stop_ends_subscriptions_instead_of_waiting_for_them(tmp_path
         srv.stop()
 
 
+def test_a_subscription_made_after_the_stop_began_ends_at_once() -> None:
+    """A Subscribe gRPC took as the stop began reaches its handler after the fanout ended
+    every subscription: it must end too (SERVER_STOPPING), not hold the stop its grace."""
+
+    async def run() -> None:
+        stream = Stream(StreamSpec("r", FIELDS, wall_clock=False))
+        fan = Fanout(queue_bytes=2000, total_bytes=5000)
+        before = fan.subscribe(stream, "w", lambda batch, result: b"")
+        fan.shutdown()
+        after = fan.subscribe(stream, "w", lambda batch, result: b"")
+        for sub in (before, after):
+            assert sub.ended is not None and sub.ended.reason == "SERVER_STOPPING"
+        assert (fan.count, fan.feeds, stream.listeners) == (0, {}, [])
+
+    asyncio.run(run())
+
+
 def test_a_graceful_stop_does_not_wait_for_calls_no_handler_of_ours_took(tmp_path: Path) -> None:
     """gRPC's graceful stop waits for every call it accepted: a health ``Watch`` (which never
     ends by itself) held a SIGTERM'd server, and its streams' leases, for the whole grace.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mtawindows.v1 import convert
@@ -144,7 +144,9 @@ class HostedWindow:
         return (
             bool(self._int64_sums)
             and not self.columnar
-            and self.hopper is None  # (its engine holds slices, and it answers boundaries)
+            # (a hopping window's engine holds slices, and it answers boundaries; a keyed
+            # stream's hopping window has no hopper here, its keys have one each)
+            and self.built.hop is None
             and self.host is None
         )
 
@@ -173,11 +175,21 @@ class HostedWindow:
                     lower(t[i])
                 except Exception as ex:
                     raise lower_failed(self.stream.name, self.spec.name, name, monoid, ex) from None
-        for out, j, low in self._int64_sums if totals else ():
-            for row, t in enumerate(totals or ()):
+        past = self.int64_past(totals or ())
+        if past is not None:
+            out, row, v = past
+            raise int64_row_result(self.stream.name, self.spec.name, out, row, v)
+
+    def int64_past(self, totals: Sequence[Any]) -> tuple[str, int, int] | None:
+        """The first of the per-row aggregates ``totals`` whose INT64 sum is past int64 (a
+        per-row result carries it as INT64): (the sum's output name, its index in
+        ``totals``, the sum); None when every one fits."""
+        for row, t in enumerate(totals):
+            for out, j, low in self._int64_sums:
                 v = t[j] if low is None else low(t[j])
                 if isinstance(v, int) and not -(2**63) <= v < 2**63:
-                    raise int64_row_result(self.stream.name, self.spec.name, out, row, v)
+                    return out, row, v
+        return None
 
     @property
     def window_id(self) -> str | None:

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 
 from mtawindows.v1.reasons import Reason
-from mtawindows.v1.types import clip
+from mtawindows.v1.types import clip, show
 
 from ..storage.fencing import FencedError
 
@@ -49,22 +49,29 @@ def batch_too_large(rows: int, limit: int) -> ServiceError:
     )
 
 
-def int64_row_result(stream: str, window: str, output: str, row: int, value: int) -> ServiceError:
+def int64_row_result(
+    stream: str, window: str, output: str, row: int, value: int, key: str | None = None
+) -> ServiceError:
     """INVALID_ARGUMENT, ``BAD_VALUES``: with per-row results, the INT64 sum ``output`` of
-    ``window`` would be ``value`` after the batch's row ``row`` (of the rows applied), past
+    ``window`` (of a keyed stream's ``key``) would be ``value`` after the batch's row ``row``
+    (an unkeyed stream's: of the rows applied; a keyed stream's: of the request), past
     int64, which a per-row result carries (found before the batch changed anything)."""
     shown = (
         str(value) if len(str(value)) <= 40 else f"{str(value)[:20]}...({len(str(value))} digits)"
     )
+    of_key = "" if key is None else f" (key {show(key)})"
+    meta = {"stream": stream, "window": window, "aggregation": output, "row": str(row)}
+    if key is not None:
+        meta["key"] = key
     return ServiceError(
         "INVALID_ARGUMENT",
         Reason.BAD_VALUES,
-        f"window {window!r}: its sum {output!r} would be {shown} after row {row} of this "
-        "batch, past what INT64 holds (-2**63 to 2**63-1), and per-row results carry it as "
-        "INT64; nothing was applied. Ask for final results or none (a result past int64 is "
-        "answered as the nearest double), or send values whose sums fit",
+        f"window {window!r}: its sum {output!r}{of_key} would be {shown} after row {row} of "
+        "this batch, past what INT64 holds (-2**63 to 2**63-1), and per-row results carry it "
+        "as INT64; nothing was applied. Ask for final results or none (a result past int64 "
+        "is answered as the nearest double), or send values whose sums fit",
         [(f"columns (window {window!r}, sum {output!r})", "a per-row INT64 sum past int64")],
-        {"stream": stream, "window": window, "aggregation": output, "row": str(row)},
+        meta,
     )
 
 

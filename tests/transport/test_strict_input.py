@@ -1166,5 +1166,162 @@ def test_a_per_row_int64_sum_past_int64_refuses_the_batch_and_changes_nothing(
     assert ok.row_results["w"]["s"] == [-(2**62) + 7, 15]
 
 
+def keyed_snapshot(c: WindowClient, stream: str, keys: list[str]) -> dict[Any, Any]:
+    """What a refused keyed batch must leave as it was: the stream's counters, its keys, and
+    each key's counters and results (GetKey and Query of every window)."""
+    s = c.get_stream(stream)
+    out: dict[Any, Any] = {
+        "stream": (s.rows_appended, s.rows_late, s.batches_appended, s.newest_timestamp),
+        "keys": [k.key for k in c.list_keys(stream).keys],
+    }
+    for key in keys:
+        info = c.get_key(stream, key)
+        out[key] = (info.rows_appended, info.newest_timestamp, info.last_append_ms, info.results)
+        for w in sorted(s.windows):
+            out[key, w] = c.query(stream, w, key=key)
+    return out
+
+
+def test_a_keyed_per_row_int64_sum_past_int64_refuses_the_batch_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """A keyed stream's per-row INT64 sum past int64 is refused before anything changes, as
+    an unkeyed stream's is (BAD_VALUES, naming the window, the sum, the key and the
+    request's first row past int64), whatever form the key's window has (compact: at most
+    --key-compact-items items; full: its tree); keys that fit change no more than the one
+    that does not. It was answered INTERNAL after the batch had been applied. Then a valid
+    batch (the refused one's producer and sequence: not taken) gives the oracle's results,
+    also after a kill -9 (durable: a refused batch reached no journal).
+
+    window w, count(4), by key, before the refused batches:
+
+        a    [5]                     compact, sum 5
+        big  [2**62, 2**62-1]        compact, sum 2**63-1 (fits, just)
+        neg  [-2**62, -2**62]        compact, sum -2**63 (fits, just)
+        full [2, 3, 4, 5]            full (past 3 items), sum 14
+    """
+    last = 4
+    hist: dict[str, list[int]] = {}  # every key's values applied, in order (the oracle)
+    t = 0
+
+    def rows(*pairs: tuple[str, int]) -> dict[str, list[Any]]:
+        nonlocal t
+        ts = list(range(t + 1, t + 1 + len(pairs)))
+        t += len(pairs)
+        return {"ts": ts, "k": [k for k, _ in pairs], "x": [x for _, x in pairs]}
+
+    def took(batch: dict[str, list[Any]]) -> list[tuple[int, int]]:
+        """The oracle's (sum, size) of window w after each row of ``batch``, applied."""
+        out = []
+        for k, x in zip(batch["k"], batch["x"], strict=True):
+            hist.setdefault(k, []).append(x)
+            held = hist[k][-last:]
+            out.append((sum(held), len(held)))
+        return out
+
+    others = [f"k{i}" for i in range(20)]
+    with LocalServer(tmp_path / "d", "--key-compact-items", "3") as srv:
+        with srv.client() as c:
+            fields = (Field("k", "STRING"), Field("x", "INT64"))
+            c.create_stream(StreamSpec("k64", fields, key="k", wall_clock=False))
+            durable = Storage(durable=True)
+            aggs = (Aggregation("s", "sum", "x"), Aggregation("n", "count"))
+            c.create_window(WindowSpec("k64", "w", aggs, Policy.count(last), storage=durable))
+            count = (Aggregation("n", "count"),)
+            c.create_window(WindowSpec("k64", "c", count, Policy.count(100), storage=durable))
+            first = rows(
+                ("a", 5),
+                ("big", 2**62),
+                ("big", 2**62 - 1),
+                ("neg", -(2**62)),
+                ("neg", -(2**62)),
+                *((k, i) for i, k in enumerate(others)),
+                *(("full", x) for x in (1, 2, 3, 4, 5)),
+            )
+            took(first)
+            c.append("k64", first)
+            keys = sorted(hist)
+            before = keyed_snapshot(c, "k64", keys)
+            assert before["full", "w"].values == {"s": 14, "n": 4}
+            assert before["big", "w"].values == {"s": 2**63 - 1, "n": 2}
+
+            refusals = [
+                # past int64 in the middle, in two keys: the first row past it is named (the
+                # full key's; the compact key's at row 4 comes later)
+                (
+                    rows(
+                        ("k0", 1),
+                        ("full", 2**62),
+                        ("a", 2**62),
+                        ("full", 2**62),
+                        ("a", 2**62),
+                        ("k1", 2),
+                        ("a", -(2**62)),
+                    ),
+                    "full",
+                    3,
+                    2**63 + 9,
+                ),
+                # one key of many passes it, by one
+                (rows(*((k, 1) for k in others[:10]), ("big", 1), ("a", 1)), "big", 10, 2**63),
+                # below int64, by one
+                (rows(("a", 1), ("neg", -1), ("k2", 1)), "neg", 1, -(2**63) - 1),
+            ]
+            for batch, key, row, value in refusals:
+                for arrow in (False, True):
+                    with pytest.raises(MtaWindowsError) as info:
+                        c.append(
+                            "k64",
+                            batch,
+                            results="per_row",
+                            arrow=arrow,
+                            producer_id="p",
+                            sequence=1,
+                        )
+                    e = info.value
+                    assert (e.code, e.reason) == ("INVALID_ARGUMENT", "BAD_VALUES"), e
+                    assert (
+                        f"window 'w': its sum 's' (key {key!r}) would be {value} after row "
+                        f"{row} of this batch" in e.message
+                    ), e
+                    assert "nothing was applied" in e.message
+                    assert (e.metadata["key"], e.metadata["row"]) == (key, str(row))
+                    assert srv.health() == "SERVING"
+                    assert keyed_snapshot(c, "k64", keys) == before
+
+            # the refused batch's producer and sequence were not taken; the results are the
+            # oracle's, as if the refused batches never came
+            good = rows(
+                ("big", -5),
+                ("full", 7),
+                ("a", 9),
+                ("neg", 3),
+                ("k3", 4),
+                ("fresh", 2**62),
+                ("big", -(2**62)),
+                ("fresh", 2**62 - 1),
+            )
+            want = took(good)
+            got = c.append("k64", good, results="per_row", producer_id="p", sequence=1)
+            assert (got.rows_applied, got.duplicate) == (len(good["ts"]), False)
+            assert got.row_results["w"]["s"] == [s for s, _ in want]
+            assert got.row_results["w"]["n"] == [n for _, n in want]
+            assert c.get_stream("k64").rows_appended == sum(map(len, hist.values()))
+
+            def answers() -> None:
+                for key, xs in hist.items():
+                    held = xs[-last:]
+                    got = c.query("k64", "w", key=key)
+                    assert (got.values, got.size) == ({"s": sum(held), "n": len(held)}, len(held))
+                    assert c.query("k64", "c", key=key).values == {"n": len(xs)}
+                    assert c.get_key("k64", key).rows_appended == len(xs)
+
+            answers()
+        srv.kill_all()  # kill -9: the journal replays what was applied, nothing refused
+        srv.start()
+        with srv.client() as c:
+            answers()
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))

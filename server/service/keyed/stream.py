@@ -72,6 +72,7 @@ from ...storage.keys import GroupKeys, group_lease_keys, key_window_base
 from ...storage.protocol import CorruptDataError, StoreError, StoreUnavailableError
 from ...storage.resp import arg_count, packed_chunks
 from ..batch import FINAL, NONE, PER_ROW
+from ..cel import CelPolicy
 from ..columns import Columns, KeyBytes, Schema, plain_lists
 from ..hosted_window import HostedWindow
 from ..ranges import RangeQuery, check_range, suffix_of
@@ -79,6 +80,7 @@ from ..refusals import (
     ServiceError,
     batch_too_large,
     fenced_out,
+    int64_row_result,
     invalid,
     moved_after_journal,
     not_found,
@@ -903,6 +905,8 @@ class KeyedStream:
                 cols = [c.tolist() if isinstance(c, KeyBytes | np.ndarray) else c for c in cols]
                 columns = plain_lists(columns)
             plan = self._plan(cols, producer_id, sequence, fast=fast)
+            if mode == PER_ROW:
+                self._check_row_ints(plan, which)
             if not counted:
                 plan.counter = None
             if plan.named and self.journal:
@@ -1228,6 +1232,43 @@ class KeyedStream:
             self._lift(cols, positions, len(ts)) if positions else {n: [] for n in self.windows}
         )
         return plan
+
+    def _check_row_ints(self, plan: _Plan, which: Sequence[str]) -> None:
+        """Refuse a batch asking for per-row results when a key's INT64 sum would pass
+        int64 after one of its rows (``BAD_VALUES``, naming the window, the sum, the key and
+        the request's row: the first such row), before anything changes: a window's
+        instances hold exact integers, past int64 too, but a per-row result carries them as
+        INT64 (it was answered INTERNAL after the batch had been applied). Each key's
+        instance previews its rows (:meth:`KeyWindow.preview`: the instance unchanged); a
+        hopping window answers boundaries and is left alone, as an unkeyed one is."""
+        found: tuple[int, str, str, str, int] | None = None  # (row, window, sum, key, value)
+        for name in which or self.windows:
+            w = self.windows[name]
+            if not w.checks_row_ints:
+                continue
+            ops = self.ops[name]
+            lifted = plan.lifted[name]
+            policy = w.built.policy
+            errors = policy.errors[0] if isinstance(policy, CelPolicy) else None
+            try:
+                for g, keys in plan.groups.items():
+                    hot = self.groups[g].hot
+                    for key, idx in keys.items():
+                        st = hot.get(key)  # (_plan loaded every key it applies rows to)
+                        kw = st.windows.get(name) if st is not None else None
+                        totals: list[Any] = []
+                        (kw or KeyWindow()).preview(ops, [lifted[i] for i in idx], totals, [])
+                        past = w.int64_past(totals)
+                        if past is not None and (found is None or idx[past[1]] < found[0]):
+                            found = (idx[past[1]], name, past[0], key, past[2])
+            except StoreError as ex:  # (a full instance reads its tree): nothing changed
+                raise store_unavailable(self.spec.name, ex, window=name) from None
+            finally:
+                if errors is not None:  # (the apply counts a CEL policy's errors)
+                    policy.errors[0] = errors
+        if found is not None:
+            row, name, out, key, value = found
+            raise int64_row_result(self.spec.name, name, out, row, value, key=key)
 
     def _key_texts(self, raw: Any) -> list[str]:
         """A batch's key column as the keys' texts (an INT64 key's decimal text)."""

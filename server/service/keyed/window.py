@@ -203,6 +203,21 @@ class KeyWindow:
         self.evicted = evicted
         return evicted
 
+    def preview(self, ops: WindowOps, us: list[Any], totals: list[Any], sizes: list[int]) -> None:
+        """What :meth:`apply` with ``totals`` and ``sizes`` would append to them, without
+        taking ``us``: the window stays as it was (a compact one previews on a copy of its
+        items, a full one asks its engine's ``preview_lifted``). The stream checks a batch's
+        per-row results this way before anything changes."""
+        if self.engine is not None:
+            self.engine.preview_lifted(us, per_item=not ops.batch_safe, totals=totals, sizes=sizes)
+            return
+        copy = KeyWindow(self.items[:])
+        copy.total = self.total
+        for u in us:
+            copy._extend(ops, (u,))
+            totals.append(copy.total)
+            sizes.append(len(copy.items))
+
     def _extend(self, ops: WindowOps, us: Any) -> int:
         """Insert ``us`` and enforce once: the longest prefix the policy lets go leaves."""
         combine = ops.combine

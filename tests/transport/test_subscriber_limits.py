@@ -389,17 +389,23 @@ def test_a_subscription_made_after_the_stop_began_ends_at_once() -> None:
     asyncio.run(run())
 
 
+def _one_row_served(data: Path) -> LocalServer:
+    """A server with a long grace (120 s) serving stream ``g`` (window ``w``) of one row."""
+    srv = LocalServer(data, "--grace", "120").start()
+    with WindowClient(srv.target, timeout=60) as c:
+        make(c, "g")
+        c.append("g", row(8))
+    return srv
+
+
 def test_a_graceful_stop_does_not_wait_for_calls_no_handler_of_ours_took(tmp_path: Path) -> None:
     """gRPC's graceful stop waits for every call it accepted: a health ``Watch`` (which never
     ends by itself) held a SIGTERM'd server, and its streams' leases, for the whole grace.
     The stop now waits for the calls the service's handlers took, then cancels the rest: the
     server exits promptly, the watcher sees NOT_SERVING and then the end of its call, and the
     rows acknowledged before are there after a restart."""
-    srv = LocalServer(tmp_path / "stop", "--grace", "120").start()
+    srv = _one_row_served(tmp_path / "stop")
     try:
-        with WindowClient(srv.target, timeout=60) as c:
-            make(c, "g")
-            c.append("g", row(8))
         with grpc.insecure_channel(srv.target) as ch:
             watch = health_pb2_grpc.HealthStub(ch).Watch(health_pb2.HealthCheckRequest())
             assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
@@ -425,11 +431,8 @@ def test_calls_cut_short_are_not_counted_in_flight_at_the_stop(tmp_path: Path) -
     """The stop waits for the calls the handlers took (counted until each RPC ends): calls
     cancelled or past their deadline, at every stage, must leave the count, or every later
     stop would wait its whole grace again."""
-    srv = LocalServer(tmp_path / "cut", "--grace", "120").start()
+    srv = _one_row_served(tmp_path / "cut")
     try:
-        with WindowClient(srv.target, timeout=60) as c:
-            make(c, "g")
-            c.append("g", row(8))
         with grpc.insecure_channel(srv.target) as ch:
             stub = pb_grpc.WindowServiceStub(ch)
             rows = pb.AppendRequest(stream="g", results=pb.PER_ROW)

@@ -185,14 +185,16 @@ def test_streams_move_when_a_member_joins_and_nothing_acknowledged_is_lost(
 ) -> None:
     prefix = _prefix()
     ra, rb = _registry(redis_url, prefix), _registry(redis_url, prefix)
-    a = Ownership(ra, member="a:1", address="a:1", lease_ms=1000)
+    # leases far longer than the test: a's must not lapse before b looks (nothing renews
+    # them here; under load, making twelve streams took past a 1 s lease and b adopted all)
+    a = Ownership(ra, member="a:1", address="a:1", lease_ms=30_000)
     a.membership.beat(0)
     names = [f"s{i}" for i in range(12)]
     for n in names:
         _make(ra, a, n)
     for k, n in enumerate(names):
         ra.streams[n].append(_columns(list(range(1, 101)), [float(k)] * 100))
-    b = Ownership(rb, member="b:1", address="b:1", lease_ms=1000)
+    b = Ownership(rb, member="b:1", address="b:1", lease_ms=30_000)
     b.membership.beat(0)
     a.membership.beat(len(names))
     a.rebalance()  # releases the streams placed on b (flushed)

@@ -79,6 +79,13 @@ class HostedWindow:
             for o in built.outputs
             if o.type == FieldType.INT64.value and monoids.get(o.name) == "sum"
         ]
+        # the fields those sums read, and what is known of their values' magnitudes in the
+        # window (note_ints): a bound that spares most per-row batches the engine's preview
+        int64_outputs = {o for o, _, _ in self._int64_sums}
+        self._int64_fields = sorted(
+            {a.field for a in spec.aggregations if a.name in int64_outputs and a.field}
+        )
+        self._magnitude: _Magnitude | None = None
         nan_fields = {f.name for f in stream.fields if f.allow_nan}
         self.lift_columns = columnar_lifter(built.monoid, nan_fields)
         # the stream's batch count when the window last changed, and the newest timestamp then:
@@ -149,6 +156,38 @@ class HostedWindow:
             and self.built.hop is None
             and self.host is None
         )
+
+    def note_ints(self, columns: Mapping[str, Any], rows: int) -> None:
+        """Every batch of ``rows`` rows (``columns``: field -> its values, as the windows
+        get them), before it is applied: the largest magnitude among the values of the fields
+        this window's INT64 sums read, kept since the engine was last seen to change other
+        than by the batches noted here (a reload, a refused batch): the rows it held then are
+        of unknown magnitude until they have left (:meth:`row_ints_fit`)."""
+        if not self.checks_row_ints:
+            return
+        engine = self.engine
+        m = self._magnitude
+        if m is None or m.expect != engine.inserted:
+            m = self._magnitude = _Magnitude(unknown_until=engine.inserted)
+        for f in self._int64_fields:
+            values = columns.get(f)
+            if values is not None and len(values):
+                hi, lo = max(values), min(values)
+                m.largest = max(m.largest, abs(int(hi)), abs(int(lo)))
+        m.expect = engine.inserted + rows
+
+    def row_ints_fit(self, rows: int) -> bool:
+        """Whether every INT64 sum of this window surely fits int64 after every row of the
+        batch of ``rows`` rows just noted (:meth:`note_ints`): the window then holds at most
+        its rows and the batch's, each of a magnitude the bound knows (the rows of unknown
+        magnitude have left). Exact, never a guess: False sends the batch to the engine's
+        preview (:meth:`check_results`), which reads what it must."""
+        m = self._magnitude
+        engine = self.engine
+        if m is None or m.expect != engine.inserted + rows or engine.evicted < m.unknown_until:
+            return False
+        held = engine.inserted - engine.evicted + rows
+        return bool(held * m.largest < 2**63)
 
     def check_results(self, lifted: list[Any], *, per_row: bool) -> None:
         """Refuse the batch ``lifted`` (FAILED_PRECONDITION, ``LOWER_FAILED``) when a plugin's
@@ -545,3 +584,16 @@ def _is_integer(t: Any) -> bool:
     import pyarrow as pa
 
     return bool(pa.types.is_integer(t))
+
+
+class _Magnitude:
+    """What :meth:`HostedWindow.note_ints` knows of the magnitudes of the values a window's
+    INT64 sums read: the largest seen since the engine had inserted ``unknown_until`` items
+    (those items' values are not known), and the engine's inserted count it expects next."""
+
+    __slots__ = ("expect", "largest", "unknown_until")
+
+    def __init__(self, unknown_until: int) -> None:
+        self.unknown_until = unknown_until
+        self.expect = unknown_until
+        self.largest = 0

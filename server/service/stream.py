@@ -297,6 +297,9 @@ class Stream:
         ts = cols[0]
         columns_of, rows, late, buffered, kept = self._admit(cols)
         lifted = self._lift(columns_of, rows, kept)
+        released = len(columns_of[self.spec.timestamp_field])
+        for win in self.windows.values():
+            win.note_ints(columns_of, released)
         if not replay:
             self._check_results(request, lifted)
         released_ts = columns_of[self.spec.timestamp_field]
@@ -399,7 +402,11 @@ class Stream:
         a per-row result carries them in) refuses the batch (``BAD_VALUES``)."""
         for name, win in self.windows.items():
             per_row = request.mode == PER_ROW and (not request.which or name in request.which)
-            if win.checks_results or (per_row and win.checks_row_ints and name in lifted):
+            # (INT64 sums that surely fit need no preview: most batches, see row_ints_fit)
+            ints = per_row and win.checks_row_ints and name in lifted
+            if ints and win.row_ints_fit(len(lifted[name])):
+                ints = False
+            if win.checks_results or ints:
                 win.check_results(lifted[name], per_row=per_row)
 
     def _check_windows(self, which: Sequence[str]) -> None:

@@ -1,6 +1,9 @@
 """A stream's lateness rule (:class:`Reorder`): which rows of a batch are late (refused with
 late_policy REJECT, dropped with DROP), and the reorder buffer that holds rows back until the
-newest timestamp is ``allowed_lateness`` past them (DROP with allowed lateness). What it
+newest timestamp is ``allowed_lateness`` past them (DROP with allowed lateness). With a
+buffer a row is late when it is more than ``allowed_lateness`` older than the newest row
+received before it (a watermark): however the rows are split into batches, the same rows are
+late. What it
 holds lives in the stream's state (:class:`~.state.StreamState`), saved with it."""
 
 from __future__ import annotations
@@ -63,11 +66,24 @@ class Reorder:
             dropped = len(ts) - len(passing)
             return (None if dropped == 0 else passing.tolist()), dropped
         keep: list[int] = []
-        for i, t in enumerate(ts):
-            if high is None or t >= high:
-                keep.append(i)
-                if not self.lateness:  # in order unless a reorder buffer sorts them
+        if not self.lateness:
+            for i, t in enumerate(ts):
+                if high is None or t >= high:
+                    keep.append(i)
                     high = t
+        else:
+            # the watermark, row by row in the order the rows came: the newest timestamp
+            # received so far (the stream's, then this batch's rows before) less the allowed
+            # lateness; a row older than it is late. The same rows split into other batches
+            # meet the same watermark (it followed the newest row the windows had when the
+            # batch began: [8, 10, 12] then [20, 11] kept 11, [20] then [11] dropped it).
+            lateness = self.lateness
+            released = st.newest
+            seen = st.seen
+            for i, t in enumerate(ts):
+                if (seen is None or t >= seen - lateness) and (released is None or t >= released):
+                    keep.append(i)
+                    seen = t if seen is None else max(seen, t)
         late = len(ts) - len(keep)
         return (None if late == 0 else keep), late
 
@@ -106,19 +122,24 @@ class Reorder:
 
     def release(
         self, st: StreamState, rows: list[dict[str, Any]]
-    ) -> tuple[list[dict[str, Any]], int]:
+    ) -> tuple[list[dict[str, Any]], int, list[int]]:
         """The reorder buffer: ``rows`` go in, the rows it releases come out in timestamp order
-        (with the rows it still holds)."""
+        (with the rows it still holds, and which of ``rows`` each released row is: its index,
+        or -1 for a row an earlier batch brought)."""
         if not self.lateness:
-            return rows, 0
+            return rows, 0, list(range(len(rows)))
         tsf = self.spec.timestamp_field
+        first = st.arrivals + 1  # this batch's rows arrive as first, first + 1, ...
         for r in rows:
             st.arrivals += 1
             heapq.heappush(st.buffer, (r[tsf], st.arrivals, r))
             st.seen = r[tsf] if st.seen is None else max(st.seen, r[tsf])
         out = []
+        which = []
         if st.seen is not None:
             limit = st.seen - self.lateness
             while st.buffer and st.buffer[0][0] <= limit:
-                out.append(heapq.heappop(st.buffer)[2])
-        return out, len(st.buffer)
+                _, arrival, row = heapq.heappop(st.buffer)
+                out.append(row)
+                which.append(arrival - first if arrival >= first else -1)
+        return out, len(st.buffer), which

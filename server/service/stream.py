@@ -440,7 +440,8 @@ class Stream:
     ) -> tuple[dict[str, Any], list[dict[str, Any]] | None, int, int, list[int] | None]:
         """The rows that pass the lateness rule and leave the reorder buffer: (their columns
         by name, the same as rows when the buffer made them, rows late, rows buffered, and
-        the request's rows they are when some were dropped and no buffer reorders them)."""
+        the request's row each is when some were dropped or a buffer reorders them: -1 for
+        a row the buffer held from an earlier batch)."""
         rows_idx, late = self.reorder.admit(self.state, cols[0])
         if rows_idx is not None:
             cols = [_take(c, rows_idx) for c in cols]
@@ -448,8 +449,10 @@ class Stream:
         if not self.reorder.lateness:
             return dict(zip(names, cols, strict=True)), None, late, 0, rows_idx
         rows = [dict(zip(names, r, strict=True)) for r in zip(*cols, strict=True)]
-        rows, buffered = self.reorder.release(self.state, rows)
-        return {n: [r[n] for r in rows] for n in names}, rows, late, buffered, None
+        rows, buffered, which = self.reorder.release(self.state, rows)
+        origin = list(range(len(cols[0]))) if rows_idx is None else rows_idx
+        positions = [origin[i] if i >= 0 else -1 for i in which]
+        return {n: [r[n] for r in rows] for n in names}, rows, late, buffered, positions
 
     def _lift(
         self,

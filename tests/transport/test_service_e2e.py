@@ -364,6 +364,41 @@ def test_drop_policy_counts_late_rows_and_reorders_within_lateness(client: Windo
     assert r.rows_applied == 2 and r.rows_buffered == 1
 
 
+def test_per_row_results_of_released_rows_name_their_request_rows(client: WindowClient) -> None:
+    """A reorder buffer releases rows of earlier batches with a batch's own: each per-row
+    result names its request row, -1 for a row an earlier batch brought (``_row`` of the
+    Arrow tables, ``row_positions`` of the protobuf ones); an outside tester got 0, 1 for
+    two rows of earlier batches in reply to a batch of one row, itself held back."""
+    fields = (Field("x", "DOUBLE"),)
+    lateness = timedelta(seconds=5)
+    for arrow in (False, True):
+        name = f"released{int(arrow)}"
+        spec = StreamSpec(
+            name, fields, late_policy="DROP", allowed_lateness=lateness, wall_clock=False
+        )
+        client.create_stream(spec)
+        client.create_window(
+            WindowSpec(name, "w", (Aggregation("l", "last", "x"),), Policy.count(100))
+        )
+        client.append(name, {"ts": [10 * S, 8 * S], "x": [10.0, 8.0]})
+        client.append(name, {"ts": [12 * S], "x": [12.0]})
+        r = client.append(name, {"ts": [16 * S], "x": [16.0]}, results="per_row", arrow=arrow)
+        assert (r.rows_applied, r.rows_buffered) == (2, 2)  # 8 and 10 left; 12 and 16 wait
+        first = r.row_tables["w"].column("_row").to_pylist() if arrow else r.row_positions
+        assert first == [-1, -1]  # neither is this request's row
+        r = client.append(
+            name, {"ts": [30 * S, 25 * S], "x": [30.0, 25.0]}, results="per_row", arrow=arrow
+        )
+        assert r.rows_applied == 3  # 12 and 16 (earlier batches), then 25 (this one's row 1)
+        if arrow:
+            table = r.row_tables["w"]
+            assert table.column("l").to_pylist() == [12.0, 16.0, 25.0]
+            assert table.column("_row").to_pylist() == [-1, -1, 1]
+        else:
+            assert r.row_results["w"]["l"] == [12.0, 16.0, 25.0]
+            assert r.row_positions == [-1, -1, 1]
+
+
 def _cli(target: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*mtawindows_command(), *args, "--target", target, "--json", "--raw"]

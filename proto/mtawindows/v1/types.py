@@ -462,7 +462,8 @@ class AppendResult:
     row_results: dict[str, Mapping[str, Any]] = dc_field(default_factory=dict)
     # a keyed stream's FINAL results: one per (window, key) the batch changed
     key_results: list[WindowResult] = dc_field(default_factory=list)
-    # per-row mode, when not every row was applied: the request's row of each entry
+    # per-row mode, when not every row was applied or a reorder buffer released them: the
+    # request's row of each entry (-1: a row the buffer held from an earlier batch)
     row_positions: list[int] | None = None
     # per-row mode asked as Arrow: window -> a pyarrow.Table, one row per applied row (output
     # columns, structs as struct columns, then "_size" and "_row": the request's row)

@@ -83,6 +83,10 @@ def _result_array(
         return arrow_column(r.kind, [None] * n) if r.kind != "STRUCT" else _null_struct(r, n)
     col = _spark_array(r, table.column(r.output).combine_chunks())
     sent = table.column("_row").to_numpy()
+    if (sent < 0).any():  # rows a reorder buffer held from an earlier batch: not these rows'
+        ours = sent >= 0
+        col = col.filter(pa.array(ours))
+        sent = sent[ours]
     if applied is not None:
         sent = np.flatnonzero(np.asarray(applied, dtype=bool))[sent]
     if len(sent) == n and (sent == np.arange(n)).all():

@@ -117,3 +117,16 @@ def test_nanos_reads_any_timestamp_unit() -> None:
     assert nanos(pa.array([t], pa.timestamp("us", tz="UTC"))) == [ns]
     assert nanos(pa.array([ns + 1], pa.timestamp("ns"))) == [ns + 1]
     assert nanos(pa.chunked_array([pa.array([ns], pa.int64())])) == [ns]
+
+
+def test_results_of_rows_an_earlier_batch_brought_are_not_given_to_this_chunks_rows() -> None:
+    """A reorder buffer's per-row results name their request row, -1 for a row an earlier
+    batch brought: such a result belongs to none of this chunk's rows (index -1 would have
+    been the chunk's last row), and a row with no result of its own gets null."""
+    from mtawindows.spark_connector.sliding import ResultColumn, _result_array
+
+    r = ResultColumn("w", "l", "l", "DOUBLE")
+    table = pa.table({"l": [12.0, 16.0, 25.0], "_size": [1, 2, 3], "_row": [-1, -1, 1]})
+    assert _result_array(r, table, None, 2).to_pylist() == [None, 25.0]
+    sent_only = [False, True, True]  # the chunk's row 0 was not sent (applied False)
+    assert _result_array(r, table, sent_only, 3).to_pylist() == [None, None, 25.0]

@@ -212,7 +212,9 @@ def add_serve_flags(s: argparse.ArgumentParser) -> None:
     _flag(
         s,
         "--grace",
-        "seconds in-flight calls get to finish at a graceful stop",
+        "seconds in-flight calls get to finish at a graceful stop; past it they are "
+        "cancelled, and a batch still running leaves its stream unsaved, as a kill would "
+        "(exit status 3)",
         kind=float,
         default=10.0,
     )

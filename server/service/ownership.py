@@ -330,6 +330,8 @@ class Ownership:
         groups: dict[str, list[str]] = {}
         for name in list(self.fences):
             stream, group = split_unit(name)
+            if stream in self.registry.abandoned:  # a batch still runs: its lease runs out
+                continue
             if group is not None:
                 groups.setdefault(stream, []).append(name)
                 continue

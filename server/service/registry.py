@@ -79,6 +79,14 @@ class Registry:
         # a cluster: whether this server holds the stream's own lease, fresh (its windows
         # then change here only: an append need not ask Redis for their version)
         self.owns_fresh: Callable[[str], bool] | None = None
+        # streams a stop past its grace left with a batch still running (abandon)
+        self.abandoned: set[str] = set()
+
+    def abandon(self, name: str) -> None:
+        """Stream ``name`` still runs a batch at a stop past its grace: neither saved by
+        :meth:`close` nor handed over by the cluster (``Ownership.stop``), as after a kill
+        (saving it would write half a batch)."""
+        self.abandoned.add(name)
 
     # -- lookup
     def stream(self, name: str) -> Any:
@@ -732,6 +740,8 @@ class Registry:
 
     def close(self) -> None:
         for s in self.streams.values():
+            if s.spec.name in self.abandoned:
+                continue
             if isinstance(s, KeyedStream):
                 s.close(flush=True)
                 continue

@@ -98,6 +98,9 @@ _ADVERTISE = re.compile(r"^(?:[A-Za-z0-9_.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]):(\d
 # at a graceful stop, once no handled call is in flight: how long the calls gRPC took as the
 # stop began get to reach a handler (or the stop to end by itself) before they are cancelled
 UNHANDLED_WAIT = 0.05
+# after the grace: how long the cancelled calls get to end before the stop goes on without them
+CANCEL_WAIT = 1.0
+ABANDONED_EXIT = 3  # the exit status of a stop that left calls running past its grace
 SUPERVISED_ENV = "MTAWINDOWS_SUPERVISED"  # set by ``--workers N`` for its server processes
 
 
@@ -199,6 +202,9 @@ class Server:
         self.servicer: WindowServicer | None = None
         self._restored = False
         self._stopping = False
+        # a graceful stop left calls running past its grace (their streams unsaved): the
+        # process exits without waiting for their threads (serve)
+        self.abandoned = False
         self._tasks: list[asyncio.Task[None]] = []
         self._restart: asyncio.Future[EmbeddedRedis] | None = None
         # what holds the server down, per watcher ("process": the supervisor, "ping": the
@@ -630,6 +636,7 @@ class Server:
             self.servicer.fanout.shutdown()  # Subscribe calls never end by themselves
         if self.server is not None:
             await self._stop_calls(self.server, self.config.grace)
+        busy = self._abandon_busy()
         log.info("stop: in-flight calls done after %.3f s", time.monotonic() - t0)
         if self.forwarder is not None:
             await self.forwarder.close()
@@ -639,10 +646,32 @@ class Server:
         if self.registry is not None:
             await asyncio.to_thread(self.registry.close)
         if self.servicer is not None:
-            self.servicer.pool.shutdown(wait=True)
-            self.servicer.flush_pool.shutdown(wait=True)
+            self.servicer.pool.shutdown(wait=not busy)
+            self.servicer.flush_pool.shutdown(wait=not busy)
         await self._release()
         log.info("stopped")
+
+    def _abandon_busy(self) -> list[str]:
+        """After the grace: the streams whose calls are still running (a batch on a worker
+        thread cannot be stopped) are left as they are, neither saved nor handed over, as
+        if the server had been killed there: saving a stream in the middle of a batch would
+        write half of it (a durable one's journal replays the batch at its next load; the
+        others come back at their last checkpoint; their leases run out). The process then
+        exits without waiting for those threads (:attr:`abandoned`)."""
+        if self.servicer is None or self.registry is None or not len(self.servicer.in_flight):
+            return []
+        busy = sorted(name for name, lk in self.servicer.locks.items() if lk.locked())
+        for name in busy:
+            self.registry.abandon(name)
+        self.abandoned = True
+        log.error(
+            "stop: calls still running after the grace (%s): streams %s are left unsaved, as "
+            "after a kill (a durable stream's journal replays its batch at the next load)",
+            self.servicer.in_flight.describe(),
+            busy,
+            extra={"event": "stop_abandoned", "streams": busy},
+        )
+        return busy
 
     async def _stop_calls(self, server: grpc.aio.Server, grace: float) -> None:
         """gRPC's graceful stop, ended once the calls this server's handlers took are over
@@ -663,7 +692,9 @@ class Server:
                     calls.describe(),
                     extra={"event": "stop_grace_over"},
                 )
-                break
+                # a call whose batch runs on a worker thread ends only with it: not waited
+                await asyncio.wait({stopping}, timeout=CANCEL_WAIT)
+                return
             # a call just ended sends its status; one scheduled as the stop began starts
             done, _ = await asyncio.wait({stopping}, timeout=UNHANDLED_WAIT)
             if done:
@@ -740,4 +771,8 @@ def _ping(clients: list[Any], url: str, timeout: float) -> str | None:
 
 
 def serve(config: ServeConfig) -> None:
-    asyncio.run(Server(config).serve_forever())
+    server = Server(config)
+    asyncio.run(server.serve_forever())
+    if server.abandoned:  # threads still running batches of streams left unsaved: not joined
+        logging.shutdown()
+        os._exit(ABANDONED_EXIT)

@@ -22,6 +22,7 @@ from mtawindows.client import (
     OutOfOrderError,
     Policy,
     ResourceExhaustedError,
+    Storage,
     StreamSpec,
     UnauthenticatedError,
     WindowClient,
@@ -367,5 +368,57 @@ def test_graceful_shutdown_flushes(tmp_path: Path) -> None:
     try:
         with WindowClient(srv.target) as c:
             assert c.query("g", "w").values == {"n": 500, "s": 1000.0, "m": 2.0}
+    finally:
+        srv.stop()
+
+
+def test_a_stop_past_its_grace_leaves_a_running_batch_as_a_kill_would(tmp_path: Path) -> None:
+    """A batch still running on a worker thread when the grace is over cannot be stopped, and
+    its stream cannot be saved halfway: the server left it running and never exited until it
+    was done (an outside tester: a SIGTERM'd server still up 30 s later). Now the stop goes
+    on without it (exit status 3, the stream neither saved nor handed over, as after a
+    kill), and the batch, never acknowledged, is applied once when it is sent again."""
+    import threading
+    import time
+
+    import numpy as np
+    import pyarrow as pa
+
+    srv = LocalServer(tmp_path / "long", "--grace", "1").start()
+    try:
+        with WindowClient(srv.target, timeout=600, retries=1) as c:
+            c.create_stream(StreamSpec("g", (Field("x", "INT64"),), wall_clock=False))
+            aggs = (Aggregation("n", "count"), Aggregation("s", "sum", "x"))
+            c.create_window(WindowSpec("g", "w", aggs, Policy.count(3), storage=Storage("redis")))
+            c.append("g", {"ts": [1], "x": [1]})
+            # values whose magnitude times the rows could pass int64 (1.1e14 x 100,000): the
+            # per-row batch is previewed on the engine, row by row against Redis (a long
+            # batch on purpose); its level pairs (up to 65,536 rows) still fit int64
+            n = 100_000
+            big = pa.table({"ts": np.arange(2, n + 2), "x": np.full(n, 110_000_000_000_000)})
+            failed: list[BaseException] = []
+
+            def send() -> None:
+                try:
+                    c.append("g", big, results="per_row", producer_id="p", sequence=1)
+                except BaseException as ex:
+                    failed.append(ex)
+
+            t = threading.Thread(target=send, daemon=True)
+            t.start()
+            time.sleep(3)  # well into the batch
+            assert t.is_alive(), f"the batch ended before the stop (not long any more): {failed}"
+            assert srv.stop(timeout=60) == 3  # not SIGKILLed: it stopped by itself
+            t.join(30)
+            assert failed  # never acknowledged
+        log = srv.log.read_text()
+        assert "stop_abandoned" in log
+        srv.start()
+        with WindowClient(srv.target, timeout=600) as c:
+            assert c.query("g", "w")["n"] == 1  # the last checkpoint: the first row
+            small = {"ts": [n + 2, n + 3], "x": [5, 6]}
+            got = c.append("g", small, producer_id="p", sequence=1)
+            assert (got.rows_applied, got.duplicate) == (2, False)
+            assert c.query("g", "w")["s"] == 1 + 5 + 6
     finally:
         srv.stop()

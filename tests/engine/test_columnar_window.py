@@ -483,3 +483,56 @@ def test_a_slice_sum_stored_as_one_float_still_reads() -> None:
     assert s.slice_to_lifted((1e16, 1.0)) == 1e16 + 1.0
     assert me.slice_to_lifted((4, 2.0)) == (4, 2.0)
     assert me.slice_to_lifted((4, 10.0, 0.0)) == (4, 2.5)
+
+
+# --------------------------------------------------------------- INT64 means, both paths
+MS = 1_000_000  # ns
+A, B = 2**62 - 50, 2**53 + 1  # near 2^62 (a few pass int64 when summed); 2^53 + 1
+
+
+def _int64_window(policy: Any) -> Any:
+    """A window of mean, count and sum of an INT64 field, as the service builds it."""
+    from mtawindows.server.service.window_builder import build_window
+    from mtawindows.v1.types import Aggregation, Field, StreamSpec, WindowSpec
+
+    aggs = (
+        Aggregation("mean", "mean", "i"),
+        Aggregation("n", "count"),
+        Aggregation("s", "sum", "i"),
+    )
+    stream = StreamSpec("s", (Field("i", "INT64"),), wall_clock=False)
+    return build_window(stream, WindowSpec("s", "w", aggs, policy))
+
+
+def _batch(ts: list[int], i: list[int]) -> dict[str, np.ndarray]:
+    return {"ts": np.array(ts, dtype=np.int64), "i": np.array(i, dtype=np.int64)}
+
+
+def test_an_int64_mean_over_sealed_slices_is_exact() -> None:
+    """Per-row and final means of an INT64 field on the columnar path are the exact mean
+    rounded once, where the window's rows sit in sealed slices (two rows each), in a tail
+    lifted as int64 beside a batch lifted as double-doubles, or cancel: each case was an
+    ulp or more off (a slice's int64 sum rounded to one float, an int64 sum rounded to a
+    float beside a double-double, ``hi`` and ``lo`` of a pair cancelling in the division:
+    -1/6 gave -0.16666666666662877)."""
+    from mtawindows.v1.types import Policy
+
+    by_time = Policy.time_range(timedelta(milliseconds=1))
+    cases = [
+        (by_time, [_batch([0] * 13 + [MS] * 4, [A] * 14 + [-A, B, B]), _batch([MS], [A]), _batch([MS], [-A])]),
+        (by_time, [_batch([0] * 13 + [MS] * 4, [A] * 13 + [B, B, A, A]), _batch([MS], [-A]), _batch([MS], [-A])]),
+        (by_time, [_batch([0] * 16 + [MS], [A] * 16 + [-A]), _batch([MS] * 14, [A] * 8 + [-A] * 5 + [B]), _batch([MS] * 2, [-A, -A])]),
+        (Policy.count(11), [_batch([0] * 7, [A] * 5 + [-A] * 2), _batch([0], [-A]), _batch([0], [-B]), _batch([0], [-(2**63)]), _batch([0], [B])]),
+    ]  # fmt: skip
+    for c, (policy, data) in enumerate(cases):
+        built = _int64_window(policy)
+        fast = ColumnarWindow(built.monoid, built.policy, slice_rows=2)
+        held: list[int] = []
+        for b, cols in enumerate(data):
+            got = fast.apply(cols, per_row=True)
+            assert got.rows is not None and got.sizes is not None
+            means = got.rows.column("mean").to_pylist()
+            for j, v in enumerate(cols["i"].tolist()):
+                held = [*held, v][len(held) + 1 - int(got.sizes[j]) :]
+                assert means[j] == float(Fraction(sum(held), len(held))), (c, b, j, held)
+        assert fast.query()["mean"] == float(Fraction(sum(held), len(held))), (c, held)

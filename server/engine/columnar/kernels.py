@@ -53,7 +53,7 @@ from ..monoids import (
     Variance,
 )
 
-__all__ = ["FOREIGN", "Kernel", "kernel_for", "search_sorted"]
+__all__ = ["FOREIGN", "Kernel", "kernel_for", "one_form", "search_sorted"]
 
 FOREIGN = -2  # a position standing for a value held by a stored slices' aggregate
 Comps = tuple[np.ndarray, ...]
@@ -155,6 +155,29 @@ def _dd_cumsum(hi: np.ndarray, lo: np.ndarray) -> Comps:
     return out_hi, out_lo
 
 
+def _dd_of(hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A sum's components as double-doubles: an int64 sum exactly (its top 53 bits and the
+    rest; a float of it alone rounds 2**54 + 2 to 2**54), floats as they are."""
+    if hi.dtype.kind != "i":
+        return hi.astype(np.float64, copy=False), lo.astype(np.float64, copy=False)
+    big = np.clip(hi.astype(np.float64), -(2.0**63), 2.0**63 - 1024)  # (int64s)
+    return big, (hi - big.astype(np.int64)).astype(np.float64) + lo.astype(np.float64)
+
+
+def one_form(k: Kernel, parts: list[Comps]) -> list[Comps]:
+    """``parts`` (components of kernel ``k``) ready to be joined or mixed: where a sum is
+    int64 in some and a double-double in others (lifted apart: a tail of small values, a
+    batch of large ones), the int64 ones as the double-doubles they are exactly (numpy's
+    common type rounds each to one float: 2**53 + 1 to 2**53)."""
+    j = k.sum_comp
+    if j is None or len({p[j].dtype.kind == "i" for p in parts}) < 2:
+        return parts
+    return [
+        p if p[j].dtype.kind != "i" else (*p[:j], *_dd_of(p[j], p[j + 1]), *p[j + 2 :])
+        for p in parts
+    ]
+
+
 def _rev(comps: Comps) -> Comps:
     return tuple(c[:, ::-1] for c in comps)
 
@@ -165,6 +188,7 @@ class Kernel:
     reads: tuple[str, ...] = ()  # the columns it reads
     commutative = True
     pos_comp: int | None = None  # the component holding row positions (rebased by callers)
+    sum_comp: int | None = None  # a sum's (hi, lo) components start here (Sum, Mean)
 
     def lift(self, cols: dict[str, np.ndarray], n: int) -> Comps:  # pragma: no cover
         raise NotImplementedError
@@ -294,6 +318,8 @@ class SumKernel(Kernel):
     lifted can pass int64 (``rows_bound``, set by the window: its rows and the batch's) and
     no combine does (checked); otherwise, and for floats, as a double-double ``(hi, lo)``."""
 
+    sum_comp = 0
+
     def __init__(self, field: str | None, owner: str = "Sum", log: bool = False) -> None:
         self.field = field
         self.reads = (field,) if field else ()
@@ -339,10 +365,7 @@ class SumKernel(Kernel):
             if not (((a[0] ^ s) & (b[0] ^ s)) < 0).any():
                 hi, lo = np.broadcast_arrays(s, a[1])
                 return hi, lo
-        f = np.float64
-        ahi, alo, bhi, blo = np.broadcast_arrays(
-            a[0].astype(f), a[1].astype(f), b[0].astype(f), b[1].astype(f)
-        )
+        ahi, alo, bhi, blo = np.broadcast_arrays(*_dd_of(a[0], a[1]), *_dd_of(b[0], b[1]))
         out_hi = np.empty(ahi.shape)
         out_lo = np.empty(ahi.shape)
         _dd_add(ahi, alo, bhi, blo, out_hi, out_lo)
@@ -441,6 +464,8 @@ class MeanKernel(SumKernel):
     """(count, sum) carried; the mean is lowered as sum / count (one rounding of the
     double-double sum: at least as close as the tree's running mean)."""
 
+    sum_comp = 1
+
     def __init__(self, field: str | None, owner: str = "Mean", log: bool = False) -> None:
         super().__init__(field, owner, log)
         self.counts = CountKernel()
@@ -463,11 +488,7 @@ class MeanKernel(SumKernel):
     def _mean(self, comps: Comps) -> tuple[np.ndarray, np.ndarray]:
         n = comps[0]
         has = n > 0
-        hi, lo = comps[1], comps[2]
-        if hi.dtype.kind == "i":  # an int64 sum: as the double-double it is exactly
-            big = np.clip(hi.astype(np.float64), -(2.0**63), 2.0**63 - 1024)  # (int64s)
-            rest = (hi - big.astype(np.int64)).astype(np.float64)
-            hi, lo = big, rest + lo.astype(np.float64)
+        hi, lo = _dd_of(comps[1], comps[2])
         return has, _dd_div(hi, lo, np.where(has, n, 1))
 
     def to_lifted(self, comps: Comps, i: int, values: Any) -> Any:
@@ -482,6 +503,9 @@ class MeanKernel(SumKernel):
         return DD_MEAN
 
     def to_slice(self, comps: Comps, i: int, values: Any) -> Any:
+        if comps[1].dtype.kind == "i":  # an int64 sum: the double-double it is exactly (one
+            # float of it rounds 2**63 - 100 to 2**63: a window over slices was an ulp off)
+            return (int(comps[0][i]), *_dd_pair(comps[1][i].item()))
         return (int(comps[0][i]), float(comps[1][i]), float(comps[2][i]))
 
     def from_slice(self, agg: Any) -> Comps:
@@ -715,12 +739,17 @@ class MaxCountKernel(Kernel):
 def _dd_div(hi: np.ndarray, lo: np.ndarray, n: np.ndarray) -> np.ndarray:
     """``(hi + lo) / n`` of double-doubles by counts, rounded once (but within a hair of a
     halfway case), not ``fl(fl(hi + lo) / n)`` (157 of 2,000 means of three were an ulp off
-    that way): the quotient ``q``, the remainder ``hi - q n`` exactly (TwoProduct by
-    Veltkamp splitting; Sterbenz makes ``hi - p`` exact) plus ``lo``, then ``q + r / n``.
-    Where the terms are not finite or too large to split, ``fl(fl(hi + lo) / n)``."""
+    that way): the pair normalized (TwoSum: a scan's ``lo`` may be as large as ``hi``,
+    the two cancelling: -1/6 came back -0.16666666666662877), the quotient ``q``, the
+    remainder ``hi - q n`` exactly (TwoProduct by Veltkamp splitting; Sterbenz makes
+    ``hi - p`` exact) plus ``lo``, then ``q + r / n``. Where the terms are not finite or too
+    large to split, ``fl(fl(hi + lo) / n)``."""
     nf = n.astype(np.float64)
     with np.errstate(all="ignore"):
         whole = np.where(np.isfinite(hi), hi + lo, hi) / nf
+        t = hi + lo
+        bp = t - hi
+        hi, lo = t, (hi - (t - bp)) + (lo - bp)
         q = hi / nf
         p, e = _two_prod(q, nf)
         r = ((hi - p) - e + lo) / nf

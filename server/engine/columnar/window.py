@@ -45,7 +45,7 @@ from ...storage.protocol import CorruptDataError, StoreError
 from ..amta import AmortizedMTA
 from ..monoids import Count, Last, Max, Record
 from ..policies import CountPolicy, TimeRangePolicy, _getter
-from .kernels import FOREIGN, Comps, Kernel, SumKernel, _ints, kernel_for, search_sorted
+from .kernels import FOREIGN, Comps, Kernel, SumKernel, _ints, kernel_for, one_form, search_sorted
 from .ranges import range_aggregates, scan_all
 from .slide import slide
 
@@ -1020,14 +1020,11 @@ class ColumnarWindow:
                     arrays.append(k.lower(comps, values))
                     lasts.append(k.to_lifted(comps, n - 1, values))
                     continue
-            xc = (
-                lifted[i]
-                if tl is None
-                else tuple(
-                    np.concatenate(p)
-                    for p in zip(tl, _shift(lifted[i], k.pos_comp, nt), strict=True)
-                )
-            )
+            if tl is None:
+                xc = lifted[i]
+            else:
+                tx = one_form(k, [tl, _shift(lifted[i], k.pos_comp, nt)])
+                xc = tuple(np.concatenate(p) for p in zip(*tx, strict=True))
             if k.pos_comp is not None:
                 xc = _shift(xc, k.pos_comp, ny)
             pieces: list[tuple[np.ndarray, Comps]] = []  # (rows, their results)
@@ -1065,6 +1062,8 @@ class ColumnarWindow:
                     assert mc is not None
                     got = fx_rows
                 pieces.append((old, got))
+            parts = one_form(k, [pc for _, pc in pieces])
+            pieces = [(rows, pc) for (rows, _), pc in zip(pieces, parts, strict=True)]
             comps = _assemble(xc, pieces, n, k.pos_comp)
             arrays.append(k.lower(comps, values))
             lasts.append(k.to_lifted(comps, n - 1, values))
@@ -1520,10 +1519,11 @@ def _joined(got: list[BatchResult], per_row: bool) -> BatchResult:
 
 def _fold_first(k: Kernel, m: Comps, xc: Comps) -> Comps:
     """``xc`` with its first row replaced by ``m ⊕ it``: a scan of it is ``m ⊕`` each prefix."""
-    first = k.combine(m, tuple(c[:1] for c in xc))
+    head = k.combine(m, tuple(c[:1] for c in xc))
+    first, rest = one_form(k, [head, tuple(c[1:] for c in xc)])
     return tuple(
-        np.concatenate([f, c[1:].astype(np.result_type(f, c), copy=False)])
-        for f, c in zip(first, xc, strict=True)
+        np.concatenate([f, c.astype(np.result_type(f, c), copy=False)])
+        for f, c in zip(first, rest, strict=True)
     )
 
 

@@ -307,16 +307,38 @@ class Min(_Extreme):
 class Mean(MonoidBase):
     """Arithmetic mean as mergeable ``(count, mean)``: stable for large counts and magnitudes.
 
-    ``lower`` gives ``None`` for an empty window.
+    ``integers=True`` (a mean of an INT64 column): ``(count, sum)`` with the sum an exact
+    Python integer (past int64 too), lowered as ``sum / count``, the exact mean rounded once
+    (Python's int true division). The float form would round each integer above 2^53 (an
+    epoch in nanoseconds) before adding it: hundreds off. It also takes the float form,
+    which is what releases before it saved (checkpoints, keyed states, old-layout blocks):
+    combined with one, an exact aggregate becomes the float form (as exact as before), until
+    those items leave the window. ``lower`` gives ``None`` for an empty window.
     """
 
     codec_layout = "qd"
 
-    identity = (0, 0.0)
+    identity: tuple[int, Any] = (0, 0.0)
     commutative = True
 
-    def _lift_value(self, v: Any) -> tuple[int, float]:
-        return (1, float(_real("Mean", v)))
+    def __init__(self, field: str | None = None, *, integers: bool = False) -> None:
+        self.integers = integers
+        if integers:
+            self.identity = (0, 0)
+            self.codec_layout = "qw"  # the sum may pass int64: the codecs' wide integers
+            self.combine = self._combine_exact  # type: ignore[method-assign]
+            self.lower = self._lower_exact  # type: ignore[method-assign]
+        super().__init__(field)
+
+    def _lift_value(self, v: Any) -> tuple[int, Any]:
+        if not self.integers:
+            return (1, float(_real("Mean", v)))
+        if v.__class__ is int:
+            return (1, v)
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            msg = f"Mean(integers=True): expected an int, got {type(v).__name__} {v!r}"
+            raise TypeError(msg)
+        return (1, int(v))  # numpy's ints too
 
     def combine(self, older: tuple[int, float], newer: tuple[int, float]) -> tuple[int, float]:
         na, ma = older
@@ -328,8 +350,39 @@ class Mean(MonoidBase):
         n = na + nb
         return (n, ma + (mb - ma) * nb / n)
 
+    def _combine_exact(self, older: tuple[int, Any], newer: tuple[int, Any]) -> tuple[int, Any]:
+        """``integers=True``: sums of two ``(count, sum)`` added; beside a float form, the
+        sum as its mean and the float combine."""
+        na, sa = older
+        nb, sb = newer
+        if nb == 0:
+            return older
+        if na == 0:
+            return newer
+        if sa.__class__ is int and sb.__class__ is int:
+            return (na + nb, sa + sb)
+        return Mean.combine(self, _as_mean(older), _as_mean(newer))
+
     def lower(self, agg: tuple[int, float]) -> float | None:
         return agg[1] if agg[0] else None
+
+    def _lower_exact(self, agg: tuple[int, Any]) -> float | None:
+        n, s = agg
+        if not n:
+            return None
+        return s / n if s.__class__ is int else s  # (int / int: rounded once)
+
+    # describe() and repr() leave ``integers`` out: both name stored definitions (a Redis
+    # window's meta, a columnar checkpoint's members), and a window saved before it existed
+    # holds float forms it reads, so it reopens as it was (only its codec layout changes: a
+    # StructCodec's ``legacy`` form reads the old one)
+
+
+def _as_mean(agg: tuple[int, Any]) -> tuple[int, float]:
+    """An exact mean's ``(count, sum)`` as the float form ``(count, mean)``; a float form as
+    it is."""
+    n, s = agg
+    return (n, s / n) if s.__class__ is int and n else agg
 
 
 class Variance(MonoidBase):

@@ -44,6 +44,8 @@ def columnar_lifter(
         shape = _SHAPES.get(type(m))
         if shape is None:
             return None
+        if shape == "count-float" and getattr(m, "integers", False):
+            shape = "count-value"  # an INT64 mean's exact (count, sum)
         specs.append((shape, f or "", key))
 
     def lift(cols: Mapping[str, list[Any]]) -> list[Any]:
@@ -77,6 +79,8 @@ def _column(spec: tuple[str, str, str], cols: Mapping[str, list[Any]], n: int) -
         return cols[f]
     if shape == "count-float":
         return zip(itertools.repeat(1), map(float, cols[f]))
+    if shape == "count-value":
+        return zip(itertools.repeat(1), cols[f])
     if shape == "moments":
         return zip(itertools.repeat(1), map(float, cols[f]), itertools.repeat(0.0))
     if shape == "value-one":

@@ -39,6 +39,7 @@ __all__ = [
     "ORDERED",
     "build_aggregation",
     "field_types",
+    "legacy_layout",
     "need_field",
     "struct_layout",
 ]
@@ -128,11 +129,13 @@ def _extreme(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tu
 
 
 def _mean(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tuple[Monoid, Output]:
-    """mean, geomean: a DOUBLE."""
+    """mean, geomean: a DOUBLE; a mean of an INT64 field is exact (an integer sum) and
+    rounded once."""
     _params(where, agg, ())
-    need_field(where, agg, types, NUMERIC)
-    m = Mean(agg.field) if agg.monoid.lower() == "mean" else GeometricMean(agg.field)
-    return m, Output(agg.name, FieldType.DOUBLE)
+    t = need_field(where, agg, types, NUMERIC)
+    if agg.monoid.lower() == "mean":
+        return Mean(agg.field, integers=t == FieldType.INT64), Output(agg.name, FieldType.DOUBLE)
+    return GeometricMean(agg.field), Output(agg.name, FieldType.DOUBLE)
 
 
 def _spread(where: str, agg: Aggregation, types: Mapping[str, FieldType]) -> tuple[Monoid, Output]:
@@ -313,7 +316,7 @@ def struct_layout(record: Record, types: Mapping[str, FieldType]) -> tuple[str, 
         elif kind in (Sum, Max, Min, First, Last) and t is not None:
             out.append(t)
         elif kind is Mean and t is not None:
-            out.append("qd")
+            out.append("qw" if getattr(m, "integers", False) else "qd")
         elif kind in (Variance, StdDev) and t is not None:
             out.append("qdd")
         elif kind is MaxCount and t is not None:
@@ -328,3 +331,14 @@ def struct_layout(record: Record, types: Mapping[str, FieldType]) -> tuple[str, 
         else:
             return None
     return tuple(out)
+
+
+def legacy_layout(record: Record, layout: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The layout :func:`struct_layout` gave ``record`` before INT64 means were exact (their
+    ``(count, mean)`` as "m": see :class:`~..storage.codecs.StructCodec`), or None when it
+    gave this one: a window saved then reopens in that form."""
+    old = tuple(
+        "m" if isinstance(m, Mean) and m.integers else part
+        for m, part in zip(record.monoids, layout, strict=True)
+    )
+    return old if old != layout else None

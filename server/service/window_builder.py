@@ -14,7 +14,7 @@ from ..engine.hopping import HopPlan, SliceCutoff, slice_record
 from ..engine.monoids import Monoid, Record
 from ..storage.codecs import StructCodec
 from .compiled import NAME, Built, DefinitionError, Output
-from .monoid_catalog import build_aggregation, field_types, struct_layout
+from .monoid_catalog import build_aggregation, field_types, legacy_layout, struct_layout
 from .policy_catalog import build_policy, compile_expression_policy, timedelta_ns
 
 __all__ = ["build_window"]
@@ -70,11 +70,12 @@ def build_window(stream: StreamSpec, spec: WindowSpec) -> Built:
     except EngineRefusal as ex:
         raise DefinitionError(ex.field, str(ex)) from None
     layout = struct_layout(record, types)
+    legacy = legacy_layout(record, layout) if layout is not None else None
     if layout is not None:
-        record.codec = StructCodec(layout)  # type: ignore[attr-defined]
+        record.codec = StructCodec(layout, legacy=legacy)  # type: ignore[attr-defined]
     built = Built(record, policy, outputs, hidden, batch_safe)
     if spec.slide is not None:
-        _hopping(spec, built, layout)
+        _hopping(spec, built, layout, legacy)
     return built
 
 
@@ -83,7 +84,12 @@ def build_window(stream: StreamSpec, spec: WindowSpec) -> Built:
 MAX_BOUNDARIES_PER_RANGE = 100_000
 
 
-def _hopping(spec: WindowSpec, built: Built, layout: tuple[str, ...] | None) -> None:
+def _hopping(
+    spec: WindowSpec,
+    built: Built,
+    layout: tuple[str, ...] | None,
+    legacy: tuple[str, ...] | None = None,
+) -> None:
     """A hopping window's plan and final aggregator (:mod:`..engine.hopping`)."""
     p = spec.policy
     if p.kind not in ("count", "time_range"):
@@ -132,4 +138,6 @@ def _hopping(spec: WindowSpec, built: Built, layout: tuple[str, ...] | None) -> 
     except EngineRefusal as ex:
         raise DefinitionError(ex.field, str(ex)) from None
     if layout is not None:
-        built.slice_monoid.codec = StructCodec((*layout, "q", "q"))  # type: ignore[attr-defined]
+        built.slice_monoid.codec = StructCodec(  # type: ignore[attr-defined]
+            (*layout, "q", "q"), legacy=None if legacy is None else (*legacy, "q", "q")
+        )

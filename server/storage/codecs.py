@@ -11,8 +11,11 @@ Each monoid owns a codec (like Beam's accumulator coder); :func:`codec_for` pick
   in its own bytes once its type is registered (:func:`register_value_type`).
 
 Layouts: ``"q"`` int64, ``"d"`` float64, ``"n"`` a number that keeps its Python type (int64 or
-float64, tagged); a string of several letters is a tuple of scalars (``"qdd"`` for variance
-moments); a tuple of layouts is a :class:`~mtawindows.server.engine.monoids.Record`.
+float64, tagged), ``"w"`` the same with integers of up to 128 bits (an exact sum of int64s:
+an INT64 mean's); a string of several letters is a tuple of scalars (``"qdd"`` for variance
+moments); a tuple of layouts is a :class:`~mtawindows.server.engine.monoids.Record`. ``"m"``
+is an INT64 mean as releases before exact INT64 means stored it (a :class:`StructCodec`'s
+``legacy`` form: see there).
 
 Every record carries a 4-byte *stamp* derived from its (window, level, position), and struct
 records a magic flag byte: bytes that were not written at that place by that window (foreign,
@@ -271,13 +274,36 @@ class MsgpackCodec:
 
 # ---------------------------------------------------------------------------- struct
 Layout = str | tuple["Layout", ...]
-_SCALARS = {"q": "q", "d": "d", "n": "Bqd"}
-_ZERO = {"q": (0,), "d": (0.0,), "n": (0, 0, 0.0)}
+_SCALARS = {"q": "q", "d": "d", "n": "Bqd", "w": "BqQd", "m": "qd"}
+_ZERO = {"q": (0,), "d": (0.0,), "n": (0, 0, 0.0), "w": (0, 0, 0, 0.0), "m": (0, 0.0)}
+_STORED = {"m": "qd"}  # a legacy letter: the layout its bytes were written as (the name)
 _MAGIC = 0xA0
+_M64 = (1 << 64) - 1
 
 
 def _num(v: Any) -> tuple[int, int, float]:
     return (1, v, 0.0) if v.__class__ is int else (0, 0, v)
+
+
+def _wide(v: Any) -> tuple[int, int, int, float]:
+    """Letter "w": an integer as its high (signed) and low (unsigned) 64 bits, or a float."""
+    return (1, v >> 64, v & _M64, 0.0) if v.__class__ is int else (0, 0, 0, v)
+
+
+def _as_mean(v: Any) -> tuple[int, float]:
+    """Letter "m": an INT64 mean's ``(count, exact sum)`` as ``(count, mean)``, the form
+    releases before exact INT64 means stored (a ``(count, mean)`` already in it as it is)."""
+    n, x = v
+    if x.__class__ is int:
+        return (n, x / n if n else 0.0)
+    return (n, x)
+
+
+def _stored(layout: Layout) -> Layout:
+    """``layout`` as its bytes are laid out (a legacy letter as the layout it was)."""
+    if isinstance(layout, tuple):
+        return tuple(_stored(sub) for sub in layout)
+    return _STORED.get(layout, layout)
 
 
 class _Gen:
@@ -296,15 +322,16 @@ class _Gen:
         if len(layout) > 1:
             return ", ".join(self._flat(ch, f"{var}[{i}]") for i, ch in enumerate(layout))
         if layout not in _SCALARS:
-            msg = f"StructCodec: unknown layout letter {layout!r}; expected one of q, d, n"
+            msg = f"StructCodec: unknown layout letter {layout!r}; expected one of q, d, n, w, m"
             raise ValueError(msg)
         self.fmt += _SCALARS[layout]
         self.zero.extend(_ZERO[layout])
         self.width += len(_ZERO[layout])
-        return f"*N({var})" if layout == "n" else var
+        return f"*{_HELPERS[layout]}({var})" if layout in _HELPERS else var
 
     def inline(self, var: str) -> str:
-        """Source of the flattened value ``var`` with no helper calls (n: flag, int, float)."""
+        """Source of the flattened value ``var``: "n" inline (flag, int, float), the other
+        helpers' letters ("w", "m") by their call."""
 
         def go(layout: Layout, v: str) -> str:
             if isinstance(layout, tuple):
@@ -314,6 +341,8 @@ class _Gen:
             if layout == "n":
                 isint = f"{v}.__class__ is int"
                 return f"{isint}, ({v} if {isint} else 0), (0.0 if {isint} else {v})"
+            if layout in _HELPERS:
+                return f"*{_HELPERS[layout]}({v})"
             return v
 
         return go(self._layout, var)
@@ -330,10 +359,21 @@ class _Gen:
             if layout == "n":
                 pos[0] += 3
                 return f"(t[{i + 1}] if t[{i}] else t[{i + 2}])"
+            if layout == "w":
+                pos[0] += 4
+                return f"((t[{i + 1}] << 64 | t[{i + 2}]) if t[{i}] else t[{i + 3}])"
+            if layout == "m":
+                pos[0] += 2
+                return f"(t[{i}], t[{i + 1}])"
             pos[0] += 1
             return f"t[{i}]"
 
         return go(self._layout)
+
+
+# the letters whose values are flattened by a helper (the names the generated code calls)
+_HELPERS = {"n": "N", "w": "W", "m": "LM"}
+_HELPER_ENV: dict[str, Any] = {"N": _num, "W": _wide, "LM": _as_mean}
 
 
 class StructCodec:
@@ -341,22 +381,34 @@ class StructCodec:
 
     A record is ``<flags:B, stamp:I, e0..., e1...>`` (little-endian); ``flags`` is ``0xA0`` plus
     one bit per non-empty slot, an empty slot is stored as zeros. ``record_size`` bytes each.
+
+    ``legacy``: the layout an earlier release gave the same window (its INT64 means "m" where
+    this one has exact "qw"), as the codec :attr:`legacy` (None when there is none): a window
+    stored in that form reopens with it (:meth:`RedisStore.attach
+    <mtawindows.server.storage.redis_store.RedisStore.attach>`) and keeps it, its stored
+    blocks as they were (its means as doubles: as exact as they were).
     """
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: Layout, *, legacy: Layout | None = None) -> None:
         g = _Gen(layout)
         self.layout = layout
-        self.name = f"struct/1:{layout!r}"
+        self.name = f"struct/1:{_stored(layout)!r}"
+        self.legacy = StructCodec(legacy) if legacy is not None else None
         self._struct = struct.Struct("<BI" + g.fmt + g.fmt)
         self.record_size = self._struct.size
-        env: dict[str, Any] = {"N": _num}
+        env: dict[str, Any] = dict(_HELPER_ENV)
         flatten: Callable[[Any], tuple[Any, ...]] = eval(f"lambda v: ({g.flat},)", env)
         self._flatten = flatten
         self._zero = tuple(g.zero)
         self._record_fmt = g.fmt + g.fmt
         self._runs: dict[int, struct.Struct] = {}
         # a whole run flattened by one generated loop, packed by one Struct (our own source)
-        fast_env: dict[str, Any] = {"EMPTY": EMPTY, "M3": _MAGIC | 3, "slow": self._slow_record}
+        fast_env: dict[str, Any] = {
+            **_HELPER_ENV,
+            "EMPTY": EMPTY,
+            "M3": _MAGIC | 3,
+            "slow": self._slow_record,
+        }
         src = (
             "def flat_run(pairs, checks):\n"
             "    out = []\n"

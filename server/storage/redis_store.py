@@ -457,7 +457,8 @@ class RedisStore:
     # ------------------------------------------------------------------ window life cycle
     def attach(self, window: CheckpointedWindow) -> None:
         """Bind to ``window``: record (or check) its definition and, for an existing window,
-        restore its checkpoint and replay its log into ``window``."""
+        restore its checkpoint and replay its log into ``window``. A window stored in its
+        codec's ``legacy`` form (by an earlier release: a StructCodec's) keeps that form."""
         if self._attached:
             msg = f"RedisStore {self.window_id!r} already belongs to a window; make one store per window"
             raise RuntimeError(msg)
@@ -488,6 +489,10 @@ class RedisStore:
         except (UnicodeDecodeError, KeyError, ValueError) as ex:
             msg = f"window {self.window_id!r}: key {self.keys.meta!r} is not a window definition ({ex!r})"
             raise CorruptDataError(msg) from ex
+        legacy = getattr(self.codec, "legacy", None)
+        if legacy is not None and meta.get("codec") == legacy.name:
+            self.codec = legacy  # stored by an earlier release: its blocks keep their layout
+            desc["codec"] = legacy.name
         for field in ("format", "algorithm", "monoid", "policy", "codec"):
             if meta.get(field) != desc[field]:
                 msg = (

@@ -536,3 +536,78 @@ def test_an_int64_mean_over_sealed_slices_is_exact() -> None:
                 held = [*held, v][len(held) + 1 - int(got.sizes[j]) :]
                 assert means[j] == float(Fraction(sum(held), len(held))), (c, b, j, held)
         assert fast.query()["mean"] == float(Fraction(sum(held), len(held))), (c, held)
+
+
+I64 = st.one_of(
+    st.integers(2**62 - 50, 2**62 + 50),  # a few of them pass int64 when summed
+    st.integers(-(2**62) - 50, -(2**62) + 50),
+    st.sampled_from([2**53 + 1, -(2**53) - 1, 2**53 - 1, 2**63 - 1, -(2**63)]),
+    st.integers(-4, 4),  # small values, ties, cancellation
+    st.integers(-(2**63), 2**63 - 1),
+)
+
+
+@st.composite
+def int64_batches(draw: Any) -> list[dict[str, np.ndarray]]:
+    out = []
+    t = 0
+    for _ in range(draw(st.integers(1, 6))):
+        n = draw(st.integers(1, 60))
+        steps = draw(st.lists(st.sampled_from([0, 0, 1, 2, 5, 40]), min_size=n, max_size=n))
+        ts = t + np.cumsum(np.array(steps, dtype=np.int64)) * MS  # ties, gaps
+        t = int(ts[-1])
+        i = np.array(draw(st.lists(I64, min_size=n, max_size=n)), dtype=np.int64)
+        out.append({"ts": ts, "i": i})
+    return out
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    size=st.integers(1, 50),
+    by_time=st.booleans(),
+    slice_rows=st.sampled_from([2, 7, 64]),
+    data=int64_batches(),
+)
+def test_int64_means_are_exact_on_both_paths(
+    size: int, by_time: bool, slice_rows: int, data: list[dict[str, np.ndarray]]
+) -> None:
+    """A mean of an INT64 field as the service builds it, with an INT64 sum beside it (such
+    a window keeps its per-row engine; its columnar shadow gives per-row results): the same
+    batches through the engine (lifted by the service's batch lift) and the columnar window,
+    a count window or a time range of 1..50. Every per-row mean and each window's mean is
+    ``float(Fraction(sum, n))`` of the rows held: equal, not close (the engine's float mean
+    rounded each value above 2^53 first: hundreds off)."""
+    from mtawindows.server.service.columnar_lift import columnar_lifter
+    from mtawindows.v1.types import Policy
+
+    policy = Policy.time_range(timedelta(milliseconds=size)) if by_time else Policy.count(size)
+    built = _int64_window(policy)
+    engine = AmortizedMTA(built.monoid, built.policy)
+    lift = columnar_lifter(built.monoid, set())
+    assert lift is not None
+    fast = ColumnarWindow(built.monoid, built.policy, slice_rows=slice_rows)
+    held: list[int] = []  # the values in the window after the last row
+    for b, cols in enumerate(data):
+        ints = cols["i"].tolist()
+        lifted = lift({"ts": cols["ts"].tolist(), "i": ints})
+        if b % 3 == 2:  # without per-row results: the window's mean after the batch only
+            engine.apply_lifted(lifted)
+            fast.apply(cols)
+            assert len(fast) == len(engine)
+            held = [*held, *ints][len(held) + len(ints) - len(engine) :]
+        else:
+            totals: list[Any] = []
+            sizes: list[int] = []
+            engine.apply_lifted(lifted, totals=totals, sizes=sizes)
+            got = fast.apply(cols, per_row=True)
+            assert got.rows is not None and got.sizes is not None
+            assert got.sizes.tolist() == sizes
+            means = got.rows.column("mean").to_pylist()
+            for j, v in enumerate(ints):
+                held = [*held, v][len(held) + 1 - sizes[j] :]
+                exact = float(Fraction(sum(held), len(held)))
+                assert built.monoid.lower(totals[j])["mean"] == exact, (b, j, "engine", held)
+                assert means[j] == exact, (b, j, "columnar", held)
+        exact = float(Fraction(sum(held), len(held)))
+        assert engine.query()["mean"] == exact, (b, "engine", held)
+        assert fast.query()["mean"] == exact, (b, "columnar", held)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 import statistics
+from fractions import Fraction
 from typing import Any
 
 import hypothesis.strategies as st
+import numpy as np
 import pytest
 from hypothesis import given
 
@@ -183,3 +185,109 @@ def test_declared_commutativity_is_checked() -> None:
     assert [v.law for v in report.violations] and all(
         v.law == "commutativity" for v in report.violations
     )
+
+
+# ------------------------------------------------------------------ the INT64 mean
+INT64 = st.one_of(
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(2**62 - 1000, 2**62 + 1000),  # near +-2^62: their sums pass int64
+    st.integers(-(2**62) - 1000, -(2**62) + 1000),
+    st.sampled_from([2**53 + 1, -(2**53) - 1, 2**53 + 3, -(2**63), 2**63 - 1]),
+    st.integers(-3, 3),  # ties, cancellation
+)
+
+
+@given(xs=st.lists(INT64, min_size=1, max_size=6))
+def test_an_int64_mean_is_exact_and_its_laws_hold_to_the_bit(xs: list[int]) -> None:
+    """``Mean(integers=True)`` keeps ``(count, sum)`` of Python integers: identity and
+    associativity hold exactly (no tolerance), and the mean is the exact one rounded once
+    (the float form rounds each value above 2^53 before it adds it)."""
+    m = M.Mean(integers=True)
+    report = check_laws(m, xs, eq=_to_the_bit, max_triples=400)
+    assert report.ok, report.explain()
+    for split in range(len(xs) + 1):  # any grouping of the items: one exact answer
+        agg = m.combine(
+            m.combine_all(map(m.lift, xs[:split])), m.combine_all(map(m.lift, xs[split:]))
+        )
+        assert agg == (len(xs), sum(xs))
+        assert m.lower(agg) == float(Fraction(sum(xs), len(xs)))
+
+
+def _to_the_bit(a: Any, b: Any) -> bool:
+    return bool(a == b) and type(a[1]) is type(b[1])
+
+
+def test_an_int64_mean_of_an_outside_testers_rows() -> None:
+    """-2**63, 2**62 + 383, 2**62 + 910: 431 exactly (the float form gave 512)."""
+    rows = [-(2**63), 2**62 + 383, 2**62 + 910]
+    m = M.Mean("v", integers=True)
+    assert m.lower(m.combine_all(m.lift({"v": v}) for v in rows)) == 431.0
+    rec = M.Record(mean=M.Mean("v", integers=True), n=M.Count())
+    assert rec.lower(rec.combine_all(rec.lift({"v": v}) for v in rows)) == {"mean": 431.0, "n": 3}
+    assert m.lift({"v": np.int64(5)}) == (1, 5) and type(m.lift({"v": np.int64(5)})[1]) is int
+    for bad in (1.5, True, "7"):
+        with pytest.raises(TypeError, match=r"Mean\(integers=True\): expected an int"):
+            m.lift({"v": bad})
+    # what a stored definition names is what it was: a window saved before reopens
+    assert m.describe() == M.Mean("v").describe() and repr(m) == repr(M.Mean("v"))
+
+
+class _OldOrNew:
+    """An INT64 mean whose items come either lifted now (``("new", v)``: the exact form) or
+    as a release before exact INT64 means saved them (``("old", v)``: ``(count, mean)``)."""
+
+    commutative = True
+
+    def __init__(self) -> None:
+        self.m = M.Mean(integers=True)
+        self.old = M.Mean()
+        self.identity = self.m.identity
+        self.combine = self.m.combine
+
+    def lift(self, x: tuple[str, Any]) -> Any:
+        form, v = x
+        if form == "old-empty":
+            return self.old.identity  # an empty aggregate saved then: (0, 0.0)
+        return self.m.lift(v) if form == "new" else self.old.lift(v)
+
+    def lower(self, agg: Any) -> Any:
+        return self.m.lower(agg)
+
+
+@given(
+    items=st.lists(
+        st.tuples(st.sampled_from(["new", "new", "old", "old-empty"]), INT64),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_an_int64_mean_beside_the_float_form_keeps_the_laws(items: list[tuple[str, int]]) -> None:
+    """A window saved before exact INT64 means holds ``(count, mean)`` floats: combined with
+    exact ``(count, sum)`` items in any grouping, the laws hold (floats within rounding, both
+    sides in the same form) and the mean stays close to the exact one."""
+    mixed = _OldOrNew()
+    scale = max(abs(v) for _, v in items) * 2.0**-48  # a float mean's rounding, at most
+    report = check_laws(
+        mixed, items, eq=lambda a, b: _same_form_close(a, b, scale), max_triples=400
+    )
+    assert report.ok, report.explain()
+    m = mixed.m
+    lifted = [mixed.lift(x) for x in items]
+    full = [x for f, x in items if f != "old-empty"]
+    agg = m.combine_all(lifted)
+    assert agg[0] == len(full)
+    if full:
+        exact = Fraction(sum(full), len(full))
+        assert abs(Fraction(m.lower(agg)) - exact) <= scale
+        if all(f == "new" for f, _ in items):
+            assert m.lower(agg) == float(exact)
+
+
+def _same_form_close(a: Any, b: Any, tol: float) -> bool:
+    """Equal counts, the same form (an exact sum or a float mean), exact sums equal and float
+    means within ``tol`` (rounding, relative to the largest value: means cancel)."""
+    if a[0] != b[0] or type(a[1]) is not type(b[1]):
+        return a[0] == b[0] == 0  # an empty aggregate of either form is the identity
+    if type(a[1]) is int:
+        return bool(a == b)
+    return abs(a[1] - b[1]) <= tol

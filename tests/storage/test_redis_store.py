@@ -5,6 +5,7 @@ dying mid-stream, corrupt or foreign data, block deletion and local memory."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import random
 import signal
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,14 @@ from mtawindows.server.engine.monoids import (
 from mtawindows.server.engine.naive import NaiveWindow
 from mtawindows.server.engine.policies import CountPolicy, TimeRangePolicy
 from mtawindows.server.sentinels import EMPTY
-from mtawindows.server.storage.codecs import MsgpackCodec, StructCodec, codec_for, stamp, stamps
+from mtawindows.server.storage.codecs import (
+    CodecError,
+    MsgpackCodec,
+    StructCodec,
+    codec_for,
+    stamp,
+    stamps,
+)
 from mtawindows.server.storage.embedded import EmbeddedRedis
 from mtawindows.server.storage.protocol import CorruptDataError, StoreUnavailableError
 from mtawindows.server.storage.redis_store import RedisStore
@@ -83,6 +92,62 @@ def test_struct_codec_refuses_foreign_and_shifted_records() -> None:
         c.decode_run(data[:-1], checks)
     with pytest.raises(CorruptDataError):  # zero padding (SETRANGE past the end)
         c.decode_run(bytes(len(data)), checks)
+
+
+WIDE = [
+    0,
+    1,
+    -1,
+    2**63 - 1,
+    -(2**63),
+    -(2**63 - 1),
+    2**64,
+    2**100,
+    -(2**100),
+    2**127 - 1,
+    -(2**127),
+    1000 * (2**63 - 1),  # a sum of many int64s
+    -1000 * 2**63,
+    sum(range(2**62, 2**62 + 5000)),
+]
+
+
+def test_struct_codec_w_keeps_wide_integers_and_floats() -> None:
+    """Letter "w" (an INT64 mean's exact sum, past int64): integers up to 128 bits and floats
+    come back as they went, each its own type; a record holds one wherever it sits."""
+    c = StructCodec(("q", "qw"))
+    floats = [0.0, -0.0, 1.5, -2.5e300, float("inf"), float("-inf"), 2.0**70]
+    vals = [*WIDE, *floats]
+    pairs = [((i, (i + 1, v)), (7, (3, vals[-1 - i]))) for i, v in enumerate(vals)]
+    pairs += [(EMPTY, (1, (1, 2**100))), ((2, (2, -(2**90))), EMPTY)]  # one slot empty
+    checks = [stamp(3, 1, p) for p in range(len(pairs))]
+    data = c.encode_run(pairs, checks)
+    assert len(data) == len(pairs) * c.record_size
+    back = c.decode_run(data, checks)
+    assert back == pairs
+    assert [type(b[0][1][1]) for b in back[: len(vals)]] == [type(v) for v in vals]
+    nan = c.decode_run(c.encode_run([((0, (1, math.nan)), EMPTY)], checks[:1]), checks[:1])
+    assert math.isnan(nan[0][0][1][1])
+    assert c.name == "struct/1:('q', 'qw')"
+    with pytest.raises(CodecError, match="cannot encode"):  # past 128 bits: refused
+        c.encode_run([((0, (1, 2**127)), EMPTY)], checks[:1])
+
+
+def test_a_legacy_qd_record_still_decodes() -> None:
+    """A window stored before exact INT64 means holds its mean as ``"qd"`` ``(count,
+    mean)``: the codec's ``legacy`` form has that name and record size, reads those records
+    as floats, and writes an exact ``(count, sum)`` as the mean the old layout holds."""
+    old = StructCodec(("q", "qd"))  # as the release before built an INT64 mean's window
+    new = StructCodec(("q", "qw"), legacy=("q", "m"))
+    assert new.name != old.name and new.legacy is not None
+    legacy = new.legacy
+    assert (legacy.name, legacy.record_size) == (old.name, old.record_size)
+    pairs = [((1, (1, 1.7e18)), (3, (3, -5.25))), (EMPTY, (2, (2, 0.5)))]
+    checks = [stamp(9, 0, p) for p in range(2)]
+    assert legacy.decode_run(old.encode_run(pairs, checks), checks) == pairs
+    exact = [((2, (2, 2**62 + 2**62 + 1)), (3, (3, -7)))]
+    back = old.decode_run(legacy.encode_run(exact, checks[:1]), checks[:1])
+    assert back == [((2, (2, float(Fraction(2**63 + 1, 2)))), (3, (3, -7 / 3)))]
 
 
 def test_stamps_of_a_run_equal_each_stamp() -> None:

@@ -313,6 +313,8 @@ def struct_layout(record: Record, types: Mapping[str, FieldType]) -> tuple[str, 
         t = letters.get(ftype) if ftype is not None else None
         if kind is Count:
             out.append("q")
+        elif kind is Sum and getattr(m, "integers", False) and t == "q":
+            out.append("w")  # exact: a level pair of 8 epoch-ns values passes int64
         elif kind in (Sum, Max, Min, First, Last) and t is not None:
             out.append(t)
         elif kind is Mean and t is not None:
@@ -334,11 +336,18 @@ def struct_layout(record: Record, types: Mapping[str, FieldType]) -> tuple[str, 
 
 
 def legacy_layout(record: Record, layout: tuple[str, ...]) -> tuple[str, ...] | None:
-    """The layout :func:`struct_layout` gave ``record`` before INT64 means were exact (their
-    ``(count, mean)`` as "m": see :class:`~..storage.codecs.StructCodec`), or None when it
-    gave this one: a window saved then reopens in that form."""
-    old = tuple(
-        "m" if isinstance(m, Mean) and m.integers else part
-        for m, part in zip(record.monoids, layout, strict=True)
-    )
+    """The layout :func:`struct_layout` gave ``record`` before INT64 means and sums were
+    stored exactly (a mean's ``(count, mean)`` as "m": see
+    :class:`~..storage.codecs.StructCodec`; a sum as an int64, "q", which a level pair past
+    int64 could not be written in), or None when it gave this one: a window saved then
+    reopens in that form."""
+
+    def before(m: Any, part: str) -> str:
+        if isinstance(m, Mean) and m.integers:
+            return "m"
+        if type(m) is Sum and part == "w":
+            return "q"
+        return part
+
+    old = tuple(before(m, part) for m, part in zip(record.monoids, layout, strict=True))
     return old if old != layout else None

@@ -65,18 +65,18 @@ batches = st.lists(
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(batches=batches, keep=st.integers(1, 6))
+@given(batches=batches, keep=st.integers(1, 6), kind=st.sampled_from(["memory", "redis"]))
 def test_per_row_int64_sums_are_answered_or_refused_exactly_as_the_oracle_says(
-    redis_url: str, batches: list[tuple[list[int], str]], keep: int
+    redis_url: str, batches: list[tuple[list[int], str]], keep: int, kind: str
 ) -> None:
     """Random batches of INT64 values (small, and near the edges of int64) into a count
-    window of an INT64 sum, asking per-row, final or no results: a per-row batch is refused
-    exactly when some row's window sum passes int64 (and changes nothing), else every
-    per-row sum is exact; the oracle is the rows themselves, as Python integers. (In
-    memory: a Redis window's level pairs of such values pass int64 on their own; the bound
-    after a restart is the next test's.)"""
+    window of an INT64 sum, in memory or on Redis (whose level pairs of such values pass
+    int64 on their own: they could not be written, and the window's store failed), asking
+    per-row, final or no results: a per-row batch is refused exactly when some row's window
+    sum passes int64 (and changes nothing), else every per-row sum is exact; the oracle is
+    the rows themselves, as Python integers. (The bound after a restart: the next test.)"""
     prefix = f"ribound{random.randrange(10**9)}"
-    reg = _open(redis_url, prefix, True, keep, "memory")
+    reg = _open(redis_url, prefix, True, keep, kind)
     rows: list[int] = []
     ts = 0
     try:
@@ -152,5 +152,35 @@ def test_small_sums_skip_the_preview_and_a_large_value_brings_it_back(
         append([1, 1, 1, 1, 1], mode="NONE")  # every restored row left
         append([2])
         assert calls[0] == 1
+    finally:
+        reg.close()
+
+
+def test_level_pairs_of_an_int64_sum_past_int64_are_written(redis_url: str) -> None:
+    """A Redis window's level pairs aggregate runs of rows (2, 4, 8, ... of them) whatever the
+    window holds: eight epoch-ns values, or two values above 2^62, sum past int64 in one
+    pair. They were stored as int64 and could not be written: the window's store failed and
+    every later call with it. Now stored exactly (128 bits), reloaded as they were."""
+    prefix = f"ribound{random.randrange(10**9)}"
+    reg = _open(redis_url, prefix, True, 64)
+    a = 2**62 + 1
+    values = [a, a, -a, -a] * 32  # pairs of (a, a) pass int64; the window's sum is 0
+    try:
+        s = reg.streams["s"]
+        for k in range(0, len(values), 8):
+            cols = {
+                "ts": ("TIMESTAMP", list(range(k + 1, k + 9))),
+                "x": ("INT64", values[k : k + 8]),
+            }
+            s.append(cols, mode="FINAL")
+        reg.flush(s, final=True)
+        assert reg.result("s", "w").values == {"n": 64, "s": 0}
+        reg.close()
+        reg = _open(redis_url, prefix, False, 64)
+        assert reg.result("s", "w").values == {"n": 64, "s": 0}
+        cols = {"ts": ("TIMESTAMP", [129, 130]), "x": ("INT64", [7, 8])}
+        got = reg.streams["s"].append(cols, mode="PER_ROW")
+        want = [sum((values + [7, 8][: i + 1])[-64:]) for i in range(2)]  # -a + 7, -2a + 15
+        assert got.row_results["w"].typed()["s"][1] == want
     finally:
         reg.close()

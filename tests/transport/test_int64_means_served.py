@@ -140,7 +140,8 @@ def _old_format(
 ) -> tuple[float, str]:
     """Window ``spec`` of ``stream`` (made by the server, still empty) written again as the
     release before exact INT64 means stored it: its mean the float ``Mean`` (the same
-    definition: ``describe()`` has no ``integers``) in the ``"qd"`` layout, ``rows`` in it.
+    definition: ``describe()`` has no ``integers``) in the ``"qd"`` layout, its INT64 sum an
+    int64 (``"q"``), ``rows`` in it.
     Its mean after the rows (the old release's answer) and its meta key."""
     from mtawindows.server.engine import AmortizedMTA, Mean, Record
     from mtawindows.server.service.window_builder import build_window
@@ -155,8 +156,8 @@ def _old_format(
     built = build_window(StreamSpec(stream, FIELDS, wall_clock=False), spec)
     new = built.monoid
     old = Record({n: Mean(m.field) if isinstance(m, Mean) else m for n, m in new.fields.items()})
-    layout = tuple(
-        "qd" if isinstance(m, Mean) else part
+    layout = tuple(  # (an INT64 sum was an int64, "q", then: now 128 bits, "w")
+        "qd" if isinstance(m, Mean) else "q" if part == "w" else part
         for m, part in zip(new.monoids, new.codec.layout, strict=True)  # type: ignore[attr-defined]
     )
     old.codec = StructCodec(layout)  # type: ignore[attr-defined]

@@ -661,6 +661,8 @@ class Server:
         if self.servicer is None or self.registry is None or not len(self.servicer.in_flight):
             return []
         busy = sorted(name for name, lk in self.servicer.locks.items() if lk.locked())
+        if not busy:  # (calls that change no stream: they end with their cancellation)
+            return []
         for name in busy:
             self.registry.abandon(name)
         self.abandoned = True

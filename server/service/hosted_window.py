@@ -187,16 +187,23 @@ class HostedWindow:
         if m is None or m.expect != engine.inserted + rows or engine.evicted < m.unknown_until:
             return False
         held = engine.inserted - engine.evicted + rows
+        policy = self.spec.policy
+        if policy.kind == "count":  # after each row it holds at most its size
+            held = min(held, policy.size)
         return bool(held * m.largest < 2**63)
 
-    def check_results(self, lifted: list[Any], *, per_row: bool) -> None:
+    def check_results(
+        self, lifted: list[Any], *, per_row: bool, origin: Sequence[int] | None = None
+    ) -> None:
         """Refuse the batch ``lifted`` (FAILED_PRECONDITION, ``LOWER_FAILED``) when a plugin's
         ``lower`` raises on a result it would give this window: the result after the batch
         (every append lowers it), and with ``per_row`` the result after every row. Computed
         without applying the batch (``preview_lifted`` of the engine: the window unchanged,
         the same policy decisions), so a refused batch changes nothing and a retry gets the
         same refusal. A CEL policy runs here too; its error count is kept as it was (the
-        apply counts them)."""
+        apply counts them). ``origin``: the request's row of each lifted item (-1: a row a
+        reorder buffer held from an earlier batch), when they are not the request's rows one
+        for one; the refusal names that row."""
         policy = self.built.policy
         errors = policy.errors[0] if isinstance(policy, CelPolicy) else None
         totals: list[Any] | None = [] if per_row else None
@@ -217,6 +224,8 @@ class HostedWindow:
         past = self.int64_past(totals or ())
         if past is not None:
             out, row, v = past
+            if origin is not None:
+                row = origin[row]
             raise int64_row_result(self.stream.name, self.spec.name, out, row, v)
 
     def int64_past(self, totals: Sequence[Any]) -> tuple[str, int, int] | None:

@@ -53,9 +53,9 @@ def int64_row_result(
     stream: str, window: str, output: str, row: int, value: int, key: str | None = None
 ) -> ServiceError:
     """INVALID_ARGUMENT, ``BAD_VALUES``: with per-row results, the INT64 sum ``output`` of
-    ``window`` (of a keyed stream's ``key``) would be ``value`` after the batch's row ``row``
-    (an unkeyed stream's: of the rows applied; a keyed stream's: of the request), past
-    int64, which a per-row result carries (found before the batch changed anything)."""
+    ``window`` (of a keyed stream's ``key``) would be ``value`` after the request's row
+    ``row`` (-1: a row a reorder buffer held from an earlier batch), past int64, which a
+    per-row result carries (found before the batch changed anything)."""
     shown = (
         str(value) if len(str(value)) <= 40 else f"{str(value)[:20]}...({len(str(value))} digits)"
     )
@@ -66,8 +66,13 @@ def int64_row_result(
     return ServiceError(
         "INVALID_ARGUMENT",
         Reason.BAD_VALUES,
-        f"window {window!r}: its sum {output!r}{of_key} would be {shown} after row {row} of "
-        "this batch, past what INT64 holds (-2**63 to 2**63-1), and per-row results carry it "
+        f"window {window!r}: its sum {output!r}{of_key} would be {shown} after "
+        + (
+            f"row {row} of this batch"
+            if row >= 0
+            else "a row the reorder buffer held from an earlier batch (released by this one)"
+        )
+        + ", past what INT64 holds (-2**63 to 2**63-1), and per-row results carry it "
         "as INT64; nothing was applied. Ask for final results or none (a result past int64 "
         "is answered as the nearest double), or send values whose sums fit",
         [(f"columns (window {window!r}, sum {output!r})", "a per-row INT64 sum past int64")],

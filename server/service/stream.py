@@ -301,7 +301,7 @@ class Stream:
         for win in self.windows.values():
             win.note_ints(columns_of, released)
         if not replay:
-            self._check_results(request, lifted)
+            self._check_results(request, lifted, kept)
         released_ts = columns_of[self.spec.timestamp_field]
         result = AppendResult(rows_applied=len(released_ts), rows_late=late, rows_buffered=buffered)
         if request.mode == PER_ROW and kept is not None:
@@ -394,7 +394,9 @@ class Stream:
         text = f"window {name!r} refused a row: {clip(str(ex))}" + (f" {said}" if said else "")
         return invalid(where, text, Reason.BAD_VALUES, meta)
 
-    def _check_results(self, request: Append, lifted: dict[str, list[Any]]) -> None:
+    def _check_results(
+        self, request: Append, lifted: dict[str, list[Any]], origin: list[int] | None = None
+    ) -> None:
         """A window with a plugin's ``lower`` lowers the results the batch would give it
         before anything changes (journal, windows, ledger): one that raises refuses the
         batch here (``LOWER_FAILED``), as a ``lift`` that raises does. With per-row results,
@@ -407,7 +409,7 @@ class Stream:
             if ints and win.row_ints_fit(len(lifted[name])):
                 ints = False
             if win.checks_results or ints:
-                win.check_results(lifted[name], per_row=per_row)
+                win.check_results(lifted[name], per_row=per_row, origin=origin)
 
     def _check_windows(self, which: Sequence[str]) -> None:
         for w in which:

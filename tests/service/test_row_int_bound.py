@@ -184,3 +184,70 @@ def test_level_pairs_of_an_int64_sum_past_int64_are_written(redis_url: str) -> N
         assert got.row_results["w"].typed()["s"][1] == want
     finally:
         reg.close()
+
+
+def test_a_count_window_bounds_its_rows_by_its_size(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A count window holds at most its size after each row: two epoch-ns values fit int64,
+    so a count(2) window answers per-row sums of them without the preview (an outside
+    tester: 5.4 s for 10,000 rows, the bound counting every row of the batch)."""
+    prefix = f"ribound{random.randrange(10**9)}"
+    reg = _open(redis_url, prefix, True, 2)
+    try:
+        calls = _previews(reg, monkeypatch)
+        epoch = 1_767_225_600 * 10**9
+        values = [epoch + k for k in range(1000)]
+        cols = {"ts": ("TIMESTAMP", list(range(1, 1001))), "x": ("INT64", values)}
+        got = reg.streams["s"].append(cols, mode="PER_ROW")
+        want = [sum(values[max(0, i - 1) : i + 1]) for i in range(1000)]
+        assert got.row_results["w"].typed()["s"][1] == want
+        assert calls[0] == 0
+    finally:
+        reg.close()
+
+
+def test_a_refusal_names_the_request_row_or_a_row_held_from_an_earlier_batch(
+    redis_url: str,
+) -> None:
+    """The row a per-row INT64 refusal names is the request's: a row dropped as late before
+    it shifts nothing, and a row a reorder buffer held from an earlier batch is named as
+    such (an outside tester got "row 2" of a batch of two rows)."""
+    from datetime import timedelta
+
+    from mtawindows.server.service.refusals import ServiceError
+
+    for lateness, batches, row in (
+        (timedelta(0), [([5, 3, 6, 7], [1, 9, 2**62, 2**62])], "3"),  # 3 is late: dropped
+        (timedelta(microseconds=5), [([1, 2, 3], [7, 2**62, 2**62]), ([20, 21], [1, 1])], "-1"),
+    ):
+        reg = Registry(redis_url, prefix=f"ribound{random.randrange(10**9)}")
+        try:
+            spec = StreamSpec(
+                "s",
+                (Field("x", "INT64"),),
+                late_policy="DROP",
+                allowed_lateness=lateness,
+                wall_clock=False,
+            )
+            reg.create_stream(spec)
+            aggs = (Aggregation("s", "sum", "x"),)
+            reg.create_window(
+                WindowSpec("s", "w", aggs, Policy.count(10), storage=Storage("memory"))
+            )
+            s = reg.streams["s"]
+            *before, (ts, xs) = batches
+            for bts, bxs in before:
+                us = [t * 1000 for t in bts]
+                s.append({"ts": ("TIMESTAMP", us), "x": ("INT64", bxs)}, mode="NONE")
+            us = [t * 1000 for t in ts]
+            with pytest.raises(ServiceError) as info:
+                s.append({"ts": ("TIMESTAMP", us), "x": ("INT64", xs)}, mode="PER_ROW")
+            assert info.value.reason == "BAD_VALUES"
+            assert info.value.metadata["row"] == row
+            if row == "-1":
+                assert "held from an earlier batch" in info.value.message
+            else:
+                assert f"after row {row} of this batch" in info.value.message
+        finally:
+            reg.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import urllib.request
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -390,7 +391,8 @@ def test_a_stop_past_its_grace_leaves_a_running_batch_as_a_kill_would(tmp_path: 
             c.create_stream(StreamSpec("g", (Field("x", "INT64"),), wall_clock=False))
             aggs = (Aggregation("n", "count"), Aggregation("s", "sum", "x"))
             durable = Storage("redis", durable=True)  # (the first row: journaled, not timed)
-            c.create_window(WindowSpec("g", "w", aggs, Policy.count(3), storage=durable))
+            day = Policy.time_range(timedelta(days=1))  # (a count window's size bounds it)
+            c.create_window(WindowSpec("g", "w", aggs, day, storage=durable))
             c.append("g", {"ts": [1], "x": [1]})
             # values whose magnitude times the rows could pass int64 (1.1e14 x 100,000): the
             # per-row batch is previewed on the engine, row by row against Redis (a long

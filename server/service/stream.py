@@ -297,12 +297,11 @@ class Stream:
         ts = cols[0]
         columns_of, rows, late, buffered, kept = self._admit(cols)
         lifted = self._lift(columns_of, rows, kept)
-        released = len(columns_of[self.spec.timestamp_field])
+        released_ts = columns_of[self.spec.timestamp_field]
         for win in self.windows.values():
-            win.note_ints(columns_of, released)
+            win.note_ints(columns_of, len(released_ts))
         if not replay:
             self._check_results(request, lifted, kept)
-        released_ts = columns_of[self.spec.timestamp_field]
         result = AppendResult(rows_applied=len(released_ts), rows_late=late, rows_buffered=buffered)
         if request.mode == PER_ROW and kept is not None:
             result.row_positions = kept  # the request's row of each result (late rows left)
@@ -405,9 +404,12 @@ class Stream:
         for name, win in self.windows.items():
             per_row = request.mode == PER_ROW and (not request.which or name in request.which)
             # (INT64 sums that surely fit need no preview: most batches, see row_ints_fit)
-            ints = per_row and win.checks_row_ints and name in lifted
-            if ints and win.row_ints_fit(len(lifted[name])):
-                ints = False
+            ints = (
+                per_row
+                and win.checks_row_ints
+                and name in lifted
+                and not win.row_ints_fit(len(lifted[name]))
+            )
             if win.checks_results or ints:
                 win.check_results(lifted[name], per_row=per_row, origin=origin)
 

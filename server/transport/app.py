@@ -636,7 +636,7 @@ class Server:
             self.servicer.fanout.shutdown()  # Subscribe calls never end by themselves
         if self.server is not None:
             await self._stop_calls(self.server, self.config.grace)
-        busy = self._abandon_busy()
+        self._abandon_busy()
         log.info("stop: in-flight calls done after %.3f s", time.monotonic() - t0)
         if self.forwarder is not None:
             await self.forwarder.close()
@@ -646,12 +646,12 @@ class Server:
         if self.registry is not None:
             await asyncio.to_thread(self.registry.close)
         if self.servicer is not None:
-            self.servicer.pool.shutdown(wait=not busy)
-            self.servicer.flush_pool.shutdown(wait=not busy)
+            self.servicer.pool.shutdown(wait=not self.abandoned)
+            self.servicer.flush_pool.shutdown(wait=not self.abandoned)
         await self._release()
         log.info("stopped")
 
-    def _abandon_busy(self) -> list[str]:
+    def _abandon_busy(self) -> None:
         """After the grace: the streams whose calls are still running (a batch on a worker
         thread cannot be stopped) are left as they are, neither saved nor handed over, as
         if the server had been killed there: saving a stream in the middle of a batch would
@@ -659,10 +659,10 @@ class Server:
         others come back at their last checkpoint; their leases run out). The process then
         exits without waiting for those threads (:attr:`abandoned`)."""
         if self.servicer is None or self.registry is None or not len(self.servicer.in_flight):
-            return []
+            return
         busy = sorted(name for name, lk in self.servicer.locks.items() if lk.locked())
         if not busy:  # (calls that change no stream: they end with their cancellation)
-            return []
+            return
         for name in busy:
             self.registry.abandon(name)
         self.abandoned = True
@@ -673,7 +673,6 @@ class Server:
             busy,
             extra={"event": "stop_abandoned", "streams": busy},
         )
-        return busy
 
     async def _stop_calls(self, server: grpc.aio.Server, grace: float) -> None:
         """gRPC's graceful stop, ended once the calls this server's handlers took are over

@@ -180,6 +180,7 @@ def time_service(
     state: bool = False,
     windows: int = 1,
     shared: bool = True,
+    pipelined: bool = False,
 ) -> tuple[float, float]:
     """Seconds for the rows after the first :data:`WARM` batches through gRPC into one
     server (its own embedded Redis), and the first batch's own: a server's first batches
@@ -192,7 +193,8 @@ def time_service(
     with ``state`` the window's state is columnar (``MTAWINDOWS_COLUMNAR_STATE=1``: no engine
     over lifted rows); ``windows`` 4: the four windows of the in-process case, sharing the
     first one's rows (the default) or, without ``shared``, each with rows of its own
-    (``--no-shared-rows``)."""
+    (``--no-shared-rows``); ``pipelined``: the batches through ``append_batches`` (one
+    AppendBatches call, four batches in flight) instead of one ``append`` at a time."""
     import pyarrow as pa
 
     env = {
@@ -227,6 +229,20 @@ def time_service(
             else:
                 batches.append({"ts": ts[i : i + BATCH].tolist(), "v": v[i : i + BATCH].tolist()})
         t0 = first = time.perf_counter()
+        if pipelined:  # the warm-up batches first, one at a time, then the rest timed
+            kw: dict[str, Any] = {"results": mode, "arrow": arrow and mode == "per_row"}
+            for j, batch in enumerate(batches[:WARM]):
+                c.append("s", batch, **kw)
+                if j == 0:
+                    first = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            piped = c.append_batches("s", batches[WARM:], **kw)
+            for batch, res in zip(batches[WARM:], piped, strict=True):
+                if mode == "per_row":
+                    n = batch.num_rows if arrow else len(batch["ts"])
+                    got = res.row_tables["w"].num_rows if arrow else len(res.row_results["w"]["m"])
+                    assert got == n
+            batches = []
         for j, batch in enumerate(batches):
             if j == 1:
                 first = time.perf_counter() - t0
@@ -411,6 +427,7 @@ def main() -> None:
     # longer a row)
     case = "max + sum, 60 s, Redis-backed, gRPC"
     services = (
+        (True, True, False, "columnar state (the default), Arrow both ways, append_batches"),
         (True, True, False, "columnar state (the default), Arrow both ways"),
         (True, False, False, "columnar state (the default), lists and protobuf"),
         (True, True, True, "engine + columnar shadow (--no-columnar-state), Arrow both ways"),
@@ -427,7 +444,12 @@ def main() -> None:
         pandas_times = [time_pandas(ts[:k], v[:k], 60)[0]]
         runs = []
         for _ in range(1 if engine else 3):
-            runs.append(time_service(ts[:k], v[:k], columnar, "per_row", arrow, state=not engine))
+            piped = "append_batches" in name
+            runs.append(
+                time_service(
+                    ts[:k], v[:k], columnar, "per_row", arrow, state=not engine, pipelined=piped
+                )
+            )
             pandas_times.append(time_pandas(ts[:k], v[:k], 60)[0])
         t, first = min(runs)
         tp = min(pandas_times)
@@ -447,6 +469,7 @@ def main() -> None:
             met=(tp / t >= 0.2) if not engine else None,
         )
     ingest = (
+        (True, True, "Arrow, columnar state (the default), append_batches"),
         (True, True, "Arrow, columnar state (the default)"),
         (False, True, "lists and protobuf, columnar state (the default)"),
         (True, False, "Arrow, engine (--no-columnar-state)"),
@@ -455,7 +478,9 @@ def main() -> None:
     for arrow, state, name in ingest:
         k = min(n, GRPC_ROWS if state else ENGINE_ROWS)
         timed = k - WARM * BATCH
-        t = time_service(ts[:k], v[:k], True, "none", arrow, state=state)[0] * k / timed
+        piped = "append_batches" in name
+        t = time_service(ts[:k], v[:k], True, "none", arrow, state=state, pipelined=piped)[0]
+        t *= k / timed
         report.add(
             "through gRPC", case, f"batched ingest (no results), {name}", k / t, "rows/s", n=timed
         )

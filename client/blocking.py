@@ -8,6 +8,7 @@ thread into one iterator."""
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 import time
@@ -39,13 +40,49 @@ from .batch_writer import BatchWriter
 from .calls import Key, KeyPage
 from .channel import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_TARGET, credentials, open_channel
 from .cluster_map import ClusterMap
-from .errors import MtaWindowsError, NotOwnerError, from_rpc_error
+from .errors import DeadlineExceededError, MtaWindowsError, NotOwnerError, from_rpc_error
 from .key_groups import KeyedAppend, Pending, merge_key_pages, missing_groups
+from .pipeline import BatchFeed, resendable
 from .rows import Rows
 
 T = TypeVar("T")
 MAX_PART_THREADS = 32  # threads sending the parts of split appends and ListKeys fan-outs
 _END = object()  # a merged subscription's queue: a member's subscription ended
+
+
+def _same(m: Any) -> Any:
+    return m
+
+
+def _alone(request: pb.AppendRequest) -> bool:
+    """A batch too large for one message goes by itself, as AppendStream pieces."""
+    return len(request.arrow_ipc) > calls.STREAM_BYTES
+
+
+class _Watchdog:
+    """Cancels an AppendBatches call whose oldest unanswered batch was sent over ``limit``
+    seconds ago (a server alive but stuck; a dead one fails the call by keepalive)."""
+
+    def __init__(self, rpc: Any, feed: BatchFeed, limit: float) -> None:
+        self.rpc = rpc
+        self.feed = feed
+        self.limit = limit
+        self.expired = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="mtaw-batches")
+        self._thread.start()
+
+    def _run(self) -> None:
+        step = min(1.0, self.limit / 4)
+        while not self._stop.wait(step):
+            oldest = self.feed.oldest()
+            if oldest is not None and time.monotonic() - oldest > self.limit:
+                self.expired = True
+                self.rpc.cancel()
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 class _FanIn:
@@ -418,10 +455,154 @@ class WindowClient(ClientBase):
         req = calls.append_request(
             stream, rows, schema, producer_id, sequence, results, windows, arrow
         )
-        key_field = self._key_field(stream)
+        return self._append_request(req, timeout)
+
+    def _append_request(self, req: pb.AppendRequest, timeout: float | None) -> AppendResult:
+        key_field = self._key_field(req.stream)
         if key_field:
             return self._append_keyed(req, key_field, timeout)
         return self._run(calls.append(req), timeout)
+
+    def append_batches(
+        self,
+        stream: str,
+        batches: Iterable[Rows],
+        *,
+        producer_id: str | None = None,
+        start_sequence: int = 1,
+        results: str = "none",
+        windows: Sequence[str] = (),
+        arrow: bool = False,
+        in_flight: int = 4,
+        timeout: float | None = None,
+    ) -> Iterator[AppendResult]:
+        """Append ``batches`` in order, pipelined over one ``AppendBatches`` call: the next
+        batches are encoded and sent while the server applies one (at most ``in_flight``
+        unanswered), and the answers come back in order. Returns an iterator of each batch's
+        :class:`AppendResult`, as :meth:`append` returns it (``results``, ``windows``,
+        ``arrow`` as there); the batches are pulled from ``batches`` as the pipeline has
+        room (a generator may make them as it goes). Each batch is atomic, as an Append.
+
+        With ``producer_id`` the batches carry sequences ``start_sequence``,
+        ``start_sequence + 1``, ... and are idempotent: after a call cut while batches were
+        unanswered (a failover, a server's stop, the network) those are sent again and
+        applied once (an answer then says ``duplicate`` for one applied before the cut).
+        Without it, a batch refused because its stream is elsewhere or its server stopping
+        (nothing of it applied) is sent again too; a call cut otherwise raises, and the
+        answers yielded before say which batches were applied (the ones after may or may
+        not have been). A batch refused for itself raises its error after the answers of the
+        batches before it (none after it is applied); ``metadata["batch"]`` is its index in
+        ``batches``. ``timeout``: seconds each batch's answer may take from its send
+        (default: the client's). A keyed stream whose key groups are held apart on a
+        cluster, and a batch over 4 MB of Arrow, go as :meth:`append` sends them, in
+        turn."""
+        calls.result_mode(results, arrow)  # refused here, before anything is sent
+        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
+            msg = f"in_flight: expected an int >= 1, got {in_flight!r}"
+            raise ValueError(msg)
+        if producer_id and (
+            isinstance(start_sequence, bool)
+            or not isinstance(start_sequence, int)
+            or start_sequence < 1
+        ):
+            msg = f"start_sequence: expected an int >= 1, got {start_sequence!r}"
+            raise ValueError(msg)
+        return self._append_batches(
+            stream, iter(batches), producer_id, start_sequence, results, windows, arrow,
+            in_flight, timeout,
+        )  # fmt: skip
+
+    def _append_batches(
+        self,
+        stream: str,
+        batches: Iterator[Rows],
+        producer_id: str | None,
+        start_sequence: int,
+        results: str,
+        windows: Sequence[str],
+        arrow: bool,
+        in_flight: int,
+        timeout: float | None,
+    ) -> Generator[AppendResult, None, None]:
+        schema = self.schema(stream)
+        first = start_sequence if producer_id else None
+
+        def requests() -> Iterator[pb.AppendRequest]:
+            for i, rows in enumerate(batches):
+                seq = first + i if first is not None else None
+                yield calls.append_request(
+                    stream, rows, schema, producer_id, seq, results, windows, arrow
+                )
+
+        source: Iterator[pb.AppendRequest] = requests()
+        if self._key_field(stream) and len(self._group_holders(stream)) > 1:
+            for req in source:  # held apart: each batch split by holder, as append splits it
+                yield self._append_request(req, timeout)
+            return
+        done = 0  # batches answered
+        while True:
+            feed = BatchFeed(source, in_flight, _alone)
+            ended = yield from self._pipeline(stream, feed, timeout)
+            left = feed.close()
+            done += feed.answers
+            if feed.error is not None:  # a batch that did not encode: after those before it
+                raise feed.error
+            if ended is None:
+                if not left:
+                    return
+            elif not resendable(ended, len(left) - (feed.held is not None), bool(producer_id)):
+                ended.metadata["batch"] = str(done)
+                raise ended
+            if not left:  # the call failed before a batch was sent: the next goes by Append
+                left = list(itertools.islice(source, 1))
+                if not left:
+                    return
+            # the first batch left goes through Append (which follows the cluster, waits out
+            # a move, sends a large batch in pieces, and gives up as an Append would), the
+            # rest over a new call
+            for req in left[:1]:
+                try:
+                    yield self._append_request(req, timeout)
+                except MtaWindowsError as ex:
+                    ex.metadata["batch"] = str(done)
+                    raise
+                done += 1
+            source = itertools.chain(left[1:], source)
+
+    def _pipeline(
+        self, stream: str, feed: BatchFeed, timeout: float | None
+    ) -> Generator[AppendResult, None, MtaWindowsError | None]:
+        """One AppendBatches call at the stream's server: each answer yielded as it comes;
+        returns how the call ended (None: every batch sent was answered) and leaves in
+        ``feed`` what was not answered. A batch unanswered ``timeout`` seconds after its send
+        cancels the call (DEADLINE_EXCEEDED)."""
+        call = calls.Call("AppendBatches", pb.AppendRequest(stream=stream), _same, False, stream)
+        course = self._course(call)
+        try:
+            self._ensure_map(course)
+        except MtaWindowsError as ex:
+            return ex
+        address = course.address()
+        rpc = self._stub(address).AppendBatches(iter(feed), metadata=self.metadata)
+        watch = _Watchdog(rpc, feed, timeout or self.timeout)
+        try:
+            for reply in rpc:
+                feed.answer()
+                yield convert.append_result_from_proto(reply)
+        except grpc.RpcError as err:
+            if watch.expired:
+                waited = watch.limit
+                msg = (
+                    f"AppendBatches: no answer from {address} for a batch within {waited:g} s "
+                    f"(timeout); the call was cancelled"
+                )
+                return DeadlineExceededError(msg, code="DEADLINE_EXCEEDED", target=address)
+            return from_rpc_error(err, address)
+        finally:
+            watch.stop()
+            rpc.cancel()  # a no-op once it ended; else (the caller left) it ends here
+        self.topology.answered(address)
+        return None
 
     def _append_keyed(
         self, req: pb.AppendRequest, key_field: str, timeout: float | None

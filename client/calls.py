@@ -167,6 +167,24 @@ def append_request(
     """The AppendRequest of ``rows`` (see :func:`~mtawindows.client.rows.encode_rows`);
     ``results`` is "none", "final" or "per_row" (ValueError otherwise); ``arrow``: per-row
     results as Arrow (``results="per_row"`` only, ValueError otherwise)."""
+    mode = result_mode(results, arrow)
+    columns, ipc, _ = encode_rows(_arrow_if_large(rows), schema)
+    return pb.AppendRequest(
+        stream=stream,
+        columns=columns,
+        arrow_ipc=ipc,
+        producer_id=producer_id or "",
+        sequence=sequence or 0,
+        results=mode,
+        windows=list(windows),
+        arrow_results=arrow,
+    )
+
+
+def result_mode(results: str, arrow: bool) -> pb.ResultMode:
+    """The AppendRequest's ``results`` for ``results`` ("none", "final" or "per_row",
+    ValueError otherwise) and ``arrow`` (per-row results as Arrow: ``results="per_row"``
+    only, ValueError otherwise; TypeError unless a bool)."""
     mode = RESULTS.get(results.lower()) if isinstance(results, str) else None
     if mode is None:
         msg = f"results: expected one of {list(RESULTS)}, got {results!r}"
@@ -180,17 +198,7 @@ def append_request(
             f"got results={results!r}"
         )
         raise ValueError(msg)
-    columns, ipc, _ = encode_rows(_arrow_if_large(rows), schema)
-    return pb.AppendRequest(
-        stream=stream,
-        columns=columns,
-        arrow_ipc=ipc,
-        producer_id=producer_id or "",
-        sequence=sequence or 0,
-        results=mode,
-        windows=list(windows),
-        arrow_results=arrow,
-    )
+    return mode
 
 
 def append(request: pb.AppendRequest) -> Call[pb.AppendResponse, AppendResult]:
@@ -845,6 +853,7 @@ __all__ = [
     "named_group",
     "query",
     "read_results",
+    "result_mode",
     "resume",
     "schema_of",
     "subscribe",

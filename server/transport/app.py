@@ -632,8 +632,8 @@ class Server:
         self._stopping = True
         await self.health.enter_graceful_shutdown()
         await self._cancel_tasks()
-        if self.servicer is not None:
-            self.servicer.fanout.shutdown()  # Subscribe calls never end by themselves
+        if self.servicer is not None:  # Subscribe and AppendBatches never end by themselves
+            self.servicer.shutdown()
         if self.server is not None:
             await self._stop_calls(self.server, self.config.grace)
         self._abandon_busy()

@@ -77,6 +77,8 @@ def _deny(handler: grpc.RpcMethodHandler | None, status: grpc.Status) -> grpc.Rp
     ser = handler.response_serializer
     if handler.unary_stream:
         return grpc.unary_stream_rpc_method_handler(deny_stream, deser, ser)
+    if handler.stream_stream:
+        return grpc.stream_stream_rpc_method_handler(deny_stream, deser, ser)
     if handler.request_streaming:
         return grpc.stream_unary_rpc_method_handler(deny, deser, ser)
     return grpc.unary_unary_rpc_method_handler(deny, deser, ser)

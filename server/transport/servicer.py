@@ -69,6 +69,7 @@ NEEDS_STORE = frozenset(
         "DeleteWindow",
         "Append",
         "AppendStream",
+        "AppendBatches",
         "Query",
         "ReadResults",
         "GetClusterMap",
@@ -78,7 +79,7 @@ NEEDS_STORE = frozenset(
     }
 )
 # the calls about one stream: a cut-off member (Ownership.isolated) refuses them at once
-STREAM_CALLS = FORWARDABLE | {"Subscribe", "AppendStream"}
+STREAM_CALLS = FORWARDABLE | {"Subscribe", "AppendStream", "AppendBatches"}
 # an Arrow batch of at most this many rows into a stream of columnar windows runs on the
 # event loop (Stream.inline_arrays_ok): a few milliseconds at most
 INLINE_ARROW_ROWS = 16_384
@@ -124,6 +125,10 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
         # the cluster (None: this server owns every stream of its Redis, unfenced)
         self.cluster: Ownership | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        # set by shutdown(): an AppendBatches call ends between two batches; the tasks of
+        # those waiting for their next batch, cancelled then (their clients may never send)
+        self.stopping = asyncio.Event()
+        self.waiting_batches: set[asyncio.Task[Any]] = set()
 
     def join(self, cluster: Ownership) -> None:
         """Serve as a member of ``cluster``: calls are routed through it; a stream moves only
@@ -510,6 +515,75 @@ class WindowServicer(pb_grpc.WindowServiceServicer):
                 self._append, stream, first, mode, table if table is not None else b""
             )
 
+    async def AppendBatches(
+        self, requests: AsyncIterator[Any], context: Any
+    ) -> AsyncIterator[pb.AppendResponse | bytes]:
+        """Batches one after another, each applied as :meth:`Append` applies it and answered
+        in order; the call ends at the first one refused (its error, naming its index), or
+        between two when the server stops (``SERVER_STOPPING``). gRPC reads the next
+        batches while one is applied: the client, the network and this server overlap."""
+        name: str | None = None
+        index = 0
+        rest = aiter(requests)
+        while True:
+            item = await self._next_batch(rest, index)
+            if item is None:
+                return
+            t0 = time.perf_counter()
+            token = None
+            if isinstance(item, decode.Carried):  # its Arrow bytes, for Append
+                token = decode.ARROW.set(item.payload)
+                item = item.message
+            try:
+                self.admit("AppendBatches", item)
+                if name is None:
+                    name = item.stream
+                elif item.stream != name:
+                    raise invalid(
+                        "stream",
+                        f"every batch of an AppendBatches names the first one's stream ({name!r})",
+                        given=repr(item.stream),
+                    )
+                reply = await self.Append(item, context)
+            except ServiceError as ex:
+                raise _at_batch(ex, index) from None
+            finally:
+                if token is not None:
+                    decode.ARROW.reset(token)
+                self.metrics.latency.labels("AppendBatches").observe(time.perf_counter() - t0)
+            yield reply
+            index += 1
+
+    async def _next_batch(self, rest: AsyncIterator[Any], index: int) -> Any:
+        """The next message of an AppendBatches (None after the client's last), unless the
+        server is stopping: then ``SERVER_STOPPING`` (:meth:`shutdown` cancels a call waiting
+        here, which may wait for ever: a producer keeps its call open between batches)."""
+        if self.stopping.is_set():
+            raise _stopping(index)
+        task = asyncio.current_task()
+        assert task is not None
+        self.waiting_batches.add(task)
+        try:
+            return await anext(rest)
+        except StopAsyncIteration:
+            return None
+        except asyncio.CancelledError:
+            if not self.stopping.is_set():  # the call's own end (its client, a deadline)
+                raise
+            task.uncancel()  # cancelled by shutdown(): the call ends with a status
+            raise _stopping(index) from None
+        finally:
+            self.waiting_batches.discard(task)
+
+    def shutdown(self) -> None:
+        """The server is stopping: AppendBatches calls end before their next batch, and
+        subscriptions end (:meth:`Fanout.shutdown`), so that a graceful stop waits for the
+        batches being applied only, not for calls that never end by themselves."""
+        self.stopping.set()
+        for task in list(self.waiting_batches):
+            task.cancel()
+        self.fanout.shutdown()
+
     def _append(
         self,
         stream: Stream,
@@ -874,6 +948,29 @@ def _key_stats(registry: Registry) -> tuple[list[tuple[str, dict[str, int]]], di
     return streams, {"used": c.used, "evictions": c.evictions, "loads": c.loads}
 
 
+def _at_batch(ex: ServiceError, index: int) -> ServiceError:
+    """An AppendBatches' refusal of its batch ``index``: the batch's error, saying so."""
+    return ServiceError(
+        ex.code,
+        ex.reason,
+        f"batch {index} of the AppendBatches call (the batches before it were applied, none "
+        f"from it on): {ex.message}",
+        ex.violations,
+        {**ex.metadata, "batch": str(index)},
+    )
+
+
+def _stopping(index: int) -> ServiceError:
+    return ServiceError(
+        "UNAVAILABLE",
+        Reason.SERVER_STOPPING,
+        f"the server is stopping: the AppendBatches call ends before its batch {index} (the "
+        f"batches before it were applied, none from it on); send the rest again, elsewhere or "
+        f"later",
+        metadata={"batch": str(index)},
+    )
+
+
 def _event_bytes(tags: Any, batch: int, result: Any) -> bytes:
     """A serialized SubscribeEvent: ``result`` of a window (output types ``tags``) after
     ``batch``."""
@@ -898,6 +995,13 @@ def add_servicer(
     for method in service.methods:
         request = getattr(pb, method.input_type.name)
         response = getattr(pb, method.output_type.name)
+        if method.client_streaming and method.server_streaming:  # AppendBatches
+            handlers[method.name] = grpc.stream_stream_rpc_method_handler(
+                _guard_batches(servicer, method.name, getattr(servicer, method.name)),
+                request_deserializer=_within(limit, request, decode.carrying_parser(request)),
+                response_serializer=_passthrough(response),
+            )
+            continue
         if method.server_streaming:
             handlers[method.name] = grpc.unary_stream_rpc_method_handler(
                 _guard_stream(servicer, method.name, getattr(servicer, method.name)),
@@ -1003,6 +1107,26 @@ def _guard_pieces(servicer: WindowServicer, method: str, fn: Callable[..., Any])
             await servicer.fail(method, context, ex)
         finally:
             servicer.metrics.latency.labels(method).observe(time.perf_counter() - t0)
+
+    return handle
+
+
+def _guard_batches(servicer: WindowServicer, method: str, fn: Callable[..., Any]) -> Any:
+    """The guard of a bidirectional stream (AppendBatches): ``fn`` admits each message itself
+    (a message that did not parse is refused at its turn, after the batches before it)."""
+
+    async def handle(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+        servicer.in_flight.enter(method, context)
+        replies = None
+        try:
+            replies = fn(requests, context)
+            async for reply in replies:
+                yield reply
+        except BaseException as ex:
+            await servicer.fail(method, context, ex, streaming=True)
+        finally:
+            if replies is not None:
+                await replies.aclose()
 
     return handle
 

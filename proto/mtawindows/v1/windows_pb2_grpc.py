@@ -113,6 +113,11 @@ class WindowServiceStub:
                 request_serializer=mtawindows_dot_v1_dot_windows__pb2.AppendRequest.SerializeToString,
                 response_deserializer=mtawindows_dot_v1_dot_windows__pb2.AppendResponse.FromString,
                 _registered_method=True)
+        self.AppendBatches = channel.stream_stream(
+                '/mtawindows.v1.WindowService/AppendBatches',
+                request_serializer=mtawindows_dot_v1_dot_windows__pb2.AppendRequest.SerializeToString,
+                response_deserializer=mtawindows_dot_v1_dot_windows__pb2.AppendResponse.FromString,
+                _registered_method=True)
         self.Query = channel.unary_unary(
                 '/mtawindows.v1.WindowService/Query',
                 request_serializer=mtawindows_dot_v1_dot_windows__pb2.QueryRequest.SerializeToString,
@@ -298,6 +303,31 @@ class WindowServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AppendBatches(self, request_iterator, context):
+        """Appends batches one after another over one call, pipelined: each message is one batch, an
+        AppendRequest as Append takes it (Arrow IPC or protobuf columns, whole), applied as Append
+        applies it (atomically), in the order sent. Streams one AppendResponse per batch, in that
+        order (what Append returns for it). The client sends the next batches without waiting for the answers:
+        the server reads them while it applies one, so the client's encoding and decoding, the
+        network and the server's work overlap (a producer's per-row results about 1.3x as fast
+        as one Append at a time, measured). Every message names the first message's stream.
+        The call ends at the first batch refused, with that batch's error (its message names the
+        batch's index in the call, metadata `batch`): nothing of it or of a later message is
+        applied, and the answers received say which batches were. A stopping server ends the call
+        between two batches (UNAVAILABLE SERVER_STOPPING, metadata `batch`: the first batch not
+        applied). A call cut otherwise (its client gone, the network) leaves the batch being
+        applied, if any, applied or not, as an Append whose reply was lost: send the unanswered
+        batches with a producer_id and sequence each to apply each once. Not forwarded: a member
+        that does not own the stream refuses the first batch NOT_OWNER (the SDK then sends the
+        batches left as Appends, which follow the cluster's routing).
+        Errors: those of Append, for the batch refused; INVALID_ARGUMENT INVALID_ARGUMENT (a
+        message naming another stream than the first); UNAVAILABLE SERVER_STOPPING.
+        Idempotent per batch only with a producer_id and sequence in each.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Query(self, request, context):
         """Returns a window's current result (a hopping window's: its last closed boundary's); with
         QueryRequest.range or count, the result over that suffix of the window.
@@ -434,6 +464,11 @@ def add_WindowServiceServicer_to_server(servicer, server):
             ),
             'AppendStream': grpc.stream_unary_rpc_method_handler(
                     servicer.AppendStream,
+                    request_deserializer=mtawindows_dot_v1_dot_windows__pb2.AppendRequest.FromString,
+                    response_serializer=mtawindows_dot_v1_dot_windows__pb2.AppendResponse.SerializeToString,
+            ),
+            'AppendBatches': grpc.stream_stream_rpc_method_handler(
+                    servicer.AppendBatches,
                     request_deserializer=mtawindows_dot_v1_dot_windows__pb2.AppendRequest.FromString,
                     response_serializer=mtawindows_dot_v1_dot_windows__pb2.AppendResponse.SerializeToString,
             ),
@@ -775,6 +810,33 @@ class WindowService:
             request_iterator,
             target,
             '/mtawindows.v1.WindowService/AppendStream',
+            mtawindows_dot_v1_dot_windows__pb2.AppendRequest.SerializeToString,
+            mtawindows_dot_v1_dot_windows__pb2.AppendResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendBatches(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/mtawindows.v1.WindowService/AppendBatches',
             mtawindows_dot_v1_dot_windows__pb2.AppendRequest.SerializeToString,
             mtawindows_dot_v1_dot_windows__pb2.AppendResponse.FromString,
             options,

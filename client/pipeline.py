@@ -1,0 +1,123 @@
+"""Batches appended over one ``AppendBatches`` call, pipelined (:class:`BatchFeed`,
+:func:`resendable`), for :meth:`WindowClient.append_batches`.
+
+One ``Append`` at a time leaves each side idle while the other works: the client encodes a
+batch, the server applies it, the client decodes the answer. Over ``AppendBatches`` the client
+sends the next batches while the server applies one (at most ``in_flight`` unanswered), and
+the answers come back in order, one per batch::
+
+    gRPC's sending thread:  encode 1, send 1 | encode 2, send 2 | encode 3 ...  (BatchFeed)
+    server:                        apply 1, answer 1 | apply 2, answer 2 | ...
+    caller's thread:                          decode 1, yield 1 | decode 2 ...
+
+The call ends at the first batch the server refuses (nothing of it applied, nor of any
+after it); what the client then does depends on why (:func:`resendable`): a refusal that
+applied nothing because the stream is elsewhere or the server is stopping sends the batches
+left on, one by one through ``Append`` (which follows the cluster) and then over a new call;
+a call cut while batches were unanswered resends them only when they carry a producer_id and
+sequence (applied once); anything else raises.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+
+from mtawindows.v1 import windows_pb2 as pb
+from mtawindows.v1.reasons import Reason
+
+from .errors import MtaWindowsError
+
+__all__ = ["NOTHING_APPLIED", "BatchFeed", "resendable"]
+
+# refusals of an AppendBatches call that applied nothing of the batch they name nor of any
+# later one (the stream is served elsewhere, or this server is stopping): the batches left
+# go on elsewhere, keyed or not
+NOTHING_APPLIED = frozenset(
+    {Reason.NOT_OWNER, Reason.STREAM_MOVING, Reason.MEMBER_ISOLATED, Reason.SERVER_STOPPING}
+)
+
+
+def resendable(ex: MtaWindowsError, unanswered: int, idempotent: bool) -> bool:
+    """Whether the batches left after an AppendBatches call ended with ``ex`` (``unanswered``
+    of them sent and not answered) may be sent again: nothing of them was applied, or none
+    was sent, or each is applied once (``idempotent``: a producer_id and sequence each)."""
+    if ex.reason in NOTHING_APPLIED or unanswered == 0:
+        return True
+    return idempotent and ex.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")
+
+
+class BatchFeed:
+    """The requests of one AppendBatches call, pulled by gRPC's sending thread from
+    ``source`` (encoded there, as they are pulled: the caller's thread meanwhile decodes
+    answers): at most ``in_flight`` sent and unanswered; the feed ends when ``source`` does,
+    when it raises (:attr:`error`, raised by the caller after the answers before it), at a
+    request ``alone`` says goes by itself (:attr:`held`: a batch too large for one message,
+    sent as AppendStream pieces) or when :meth:`close` d."""
+
+    def __init__(
+        self,
+        source: Iterator[pb.AppendRequest],
+        in_flight: int,
+        alone: Callable[[pb.AppendRequest], bool],
+    ) -> None:
+        self.source = source
+        self.alone = alone
+        self.slots = threading.Semaphore(in_flight)
+        # held while a request is pulled from source: the caller takes it to own the source
+        # again once the call ended (a pull in progress is then finished and recorded)
+        self.lock = threading.Lock()
+        self.sent: deque[tuple[pb.AppendRequest, float]] = deque()  # unanswered, send time
+        self.held: pb.AppendRequest | None = None
+        self.error: BaseException | None = None
+        self.exhausted = False
+        self.closed = False
+        self.answers = 0
+
+    def __iter__(self) -> Iterator[pb.AppendRequest]:
+        while True:
+            self.slots.acquire()
+            with self.lock:
+                if self.closed:
+                    return
+                try:
+                    request = next(self.source)
+                except StopIteration:
+                    self.exhausted = True
+                    return
+                except BaseException as ex:  # the caller's rows did not encode, say
+                    self.error = ex
+                    return
+                if self.alone(request):
+                    self.held = request
+                    return
+                self.sent.append((request, time.monotonic()))
+            yield request
+
+    def answer(self) -> None:
+        """The oldest unanswered request was answered: a slot for the next."""
+        self.sent.popleft()
+        self.answers += 1
+        self.slots.release()
+
+    def oldest(self) -> float | None:
+        """When the oldest unanswered request was sent (None: none is)."""
+        try:
+            return self.sent[0][1]
+        except IndexError:
+            return None
+
+    def close(self) -> list[pb.AppendRequest]:
+        """End the feed (its thread returns before pulling another request) and return the
+        requests left: those sent and unanswered, then the one held back, in order."""
+        self.closed = True
+        self.slots.release()  # a feed waiting for a slot wakes and returns
+        with self.lock:  # a pull in progress is finished (and recorded) first
+            left = [r for r, _ in self.sent]
+            self.sent.clear()
+            if self.held is not None:
+                left.append(self.held)
+                self.held = None
+        return left

@@ -1,0 +1,298 @@
+"""AppendBatches: batches one after another over one call, pipelined (the SDK's
+``append_batches``).
+
+Through a real server: the same batches through ``append_batches`` and one ``append`` at a
+time into a twin stream give the same answers, per-row results and window state (every
+built-in, windows by count and time range, in Redis and in memory, a durable one and one the
+engine answers; Arrow and protobuf batches; a batch too large for one message among them; a
+keyed stream); a batch refused in the middle ends the call after the answers of the batches
+before it, applied, and nothing after (its index named); a batch naming another stream is
+refused; a server stopping ends an idle call at once instead of waiting its grace; a server
+that stops answering times the call out; a token-protected server refuses it without one.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pyarrow as pa
+import pytest
+
+from mtawindows.client import Field, Policy, StreamSpec, WindowClient, WindowSpec, calls
+from mtawindows.client.errors import (
+    DeadlineExceededError,
+    InvalidArgumentError,
+    UnauthenticatedError,
+    from_rpc_error,
+)
+from mtawindows.client.rows import _arrow_ipc
+from mtawindows.testing import LocalServer
+from mtawindows.v1 import windows_pb2 as pb
+from mtawindows.v1 import windows_pb2_grpc as pb_grpc
+
+from .test_append_stream import state, table_of
+from .test_arrow_results import flatten
+from .test_columnar_shadow import WINDOWS
+from .test_service_e2e import AGGS, make_stream, random_batch
+
+pytestmark = [pytest.mark.server, pytest.mark.redis]
+
+
+def _windows(c: WindowClient, *streams: str) -> None:
+    for s in streams:
+        make_stream(c, s)
+        for name, policy, _pred, storage in WINDOWS:
+            c.create_window(WindowSpec(s, name, AGGS, policy, "AMTA", storage))
+
+
+def _same_answer(got: Any, want: Any, where: Any) -> None:
+    assert (got.rows_applied, got.rows_late, got.duplicate) == (
+        want.rows_applied,
+        want.rows_late,
+        want.duplicate,
+    ), where
+    assert got.results == want.results, where
+    assert got.row_results == want.row_results, where
+    assert set(got.row_tables) == set(want.row_tables), where
+    for name, table in want.row_tables.items():
+        assert flatten(got.row_tables[name]) == flatten(table), (where, name)
+
+
+@pytest.mark.parametrize("results", ["per_row", "final", "none"])
+def test_batches_answer_as_appends_one_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, results: str
+) -> None:
+    monkeypatch.setattr(calls, "STREAM_BYTES", 60_000)  # a batch over it goes alone, in pieces
+    rng = random.Random(hash(results) % 1000)
+    with LocalServer(tmp_path / "d") as srv, srv.client() as c:
+        _windows(c, "one", "piped")
+        t = 0
+        batches = []
+        for _ in range(24):
+            batch, t = random_batch(rng, t, rng.choice((0, 1, 7, 300, 2500)))
+            batches.append(table_of(batch) if rng.random() < 0.5 else batch)
+        assert any(len(_arrow_ipc(b)) > 60_000 for b in batches if isinstance(b, pa.Table))
+        arrow = results == "per_row" and rng.random() < 0.5
+        want = [c.append("one", b, results=results, arrow=arrow) for b in batches]
+        got = list(c.append_batches("piped", batches, results=results, arrow=arrow, in_flight=3))
+        assert len(got) == len(want)
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            _same_answer(g, w, i)
+        assert state(c, "piped") == state(c, "one")
+        assert c.get_stream("piped").rows_appended == c.get_stream("one").rows_appended
+
+
+def test_a_generator_of_batches_in_any_pipeline_depth(tmp_path: Path) -> None:
+    """Batches made as they are pulled (a generator), every ``in_flight`` from 1 to more
+    than the batches: the same answers in the same order."""
+    rng = random.Random(11)
+    with LocalServer(tmp_path / "d") as srv, srv.client() as c:
+        made: list[dict[str, list[Any]]] = []
+        t = 0
+        for _ in range(12):
+            batch, t = random_batch(rng, t, rng.randint(1, 400))
+            made.append(batch)
+        _windows(c, "one")
+        want = [c.append("one", b, results="per_row") for b in made]
+        for depth in (1, 2, 5, 50):
+            name = f"p{depth}"
+            _windows(c, name)
+            pulled = []
+
+            def source(pulled: list[int] = pulled) -> Iterator[dict[str, list[Any]]]:
+                for i, b in enumerate(made):
+                    pulled.append(i)
+                    yield b
+
+            got = c.append_batches(name, source(), results="per_row", in_flight=depth)
+            assert pulled == []  # nothing pulled before the first answer is asked for
+            for i, (g, w) in enumerate(zip(got, want, strict=True)):
+                _same_answer(g, w, (depth, i))
+            assert pulled == list(range(len(made)))
+            assert state(c, name) == state(c, "one")
+
+
+def test_a_keyed_stream(tmp_path: Path) -> None:
+    rng = random.Random(5)
+    with LocalServer(tmp_path / "d") as srv, srv.client() as c:
+        fields = (Field("x", "DOUBLE"), Field("k", "INT64"), Field("tag", "STRING"))
+        for s in ("a", "b"):
+            c.create_stream(StreamSpec(s, fields, wall_clock=False, key="tag"))
+            c.create_window(WindowSpec(s, "w", AGGS[:6], Policy.count(50)))
+        t = 0
+        batches = []
+        for _ in range(8):
+            batch, t = random_batch(rng, t, rng.randint(1, 500))
+            batches.append(batch)
+        want = [c.append("a", b, results="final") for b in batches]
+        got = list(c.append_batches("b", batches, results="final"))
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            _same_answer(g, w, i)
+        keys = [k.key for k in c.list_keys("a").keys]
+        assert keys == [k.key for k in c.list_keys("b").keys] and keys
+        for key in keys:
+            assert c.query("a", "w", key=key).values == c.query("b", "w", key=key).values
+
+
+def test_a_refused_batch_ends_the_call_after_the_batches_before_it(tmp_path: Path) -> None:
+    rng = random.Random(9)
+    with LocalServer(tmp_path / "d") as srv, srv.client() as c:
+        _windows(c, "one", "piped")
+        t = 0
+        batches: list[Any] = []
+        for _ in range(8):
+            batch, t = random_batch(rng, t, rng.randint(50, 500))
+            batches.append(batch)
+        batches[3] = table_of(batches[3]).drop_columns(["x"])
+        for b in batches[:3]:
+            c.append("one", b, results="per_row")
+        got: list[Any] = []
+        with pytest.raises(InvalidArgumentError) as e:
+            for r in c.append_batches("piped", batches, results="per_row", in_flight=6):
+                got.append(r)  # noqa: PERF402 (it raises part-way)
+        assert len(got) == 3 and all(r.rows_applied > 0 for r in got)
+        assert e.value.reason == "SCHEMA_MISMATCH", str(e.value)
+        assert e.value.metadata["batch"] == "3"
+        assert "batch 3 of the AppendBatches call" in str(e.value)
+        assert state(c, "piped") == state(c, "one")  # nothing of batch 3 or after
+        assert c.get_stream("piped").rows_appended == c.get_stream("one").rows_appended
+        # rows the client cannot encode: raised at their turn, the batches before applied
+        batches[3] = {"ts": [10**12], "x": ["not a number"], "k": [1], "tag": ["a"]}
+        with pytest.raises((TypeError, ValueError)):
+            list(c.append_batches("piped", batches[3:5], results="none"))
+        assert state(c, "piped") == state(c, "one")
+        # the server is up, and the call carries on from there
+        assert len(list(c.append_batches("piped", batches[4:]))) == 4
+        for b in batches[4:]:
+            c.append("one", b)
+        assert state(c, "piped") == state(c, "one")
+
+
+def test_every_batch_names_the_first_ones_stream(tmp_path: Path) -> None:
+    with LocalServer(tmp_path / "d") as srv, srv.client() as c:
+        for s in ("s", "t"):
+            make_stream(c, s)
+            c.create_window(WindowSpec(s, "w", AGGS[:2], Policy.count(5)))
+        schema = c.schema("s")
+
+        def batch(stream: str, t: int) -> pb.AppendRequest:
+            rows = {"ts": [t], "x": [1.0], "k": [1], "tag": ["a"]}
+            return calls.append_request(stream, rows, schema, None, None, "final", ())
+
+        with grpc.insecure_channel(srv.target) as ch:
+            answers = pb_grpc.WindowServiceStub(ch).AppendBatches(
+                iter([batch("s", 1), batch("s", 2), batch("t", 3), batch("s", 4)]), timeout=60
+            )
+            got = []
+            with pytest.raises(grpc.RpcError) as e:
+                for a in answers:
+                    got.append(a.rows_applied)  # noqa: PERF401 (it raises part-way)
+        err = from_rpc_error(e.value, srv.target)
+        assert got == [1, 1]
+        assert err.reason == "INVALID_ARGUMENT" and err.metadata["batch"] == "2"
+        assert "names the first one's stream ('s')" in str(err) and "'t'" in str(err)
+        assert c.query("s", "w")["n"] == 2 and c.query("t", "w")["n"] == 0
+
+
+def test_arguments_are_refused_before_anything_is_sent(tmp_path: Path) -> None:
+    with LocalServer(tmp_path / "d") as srv, srv.client() as c:
+        make_stream(c, "s")
+        rows = [{"ts": [1], "x": [1.0], "k": [1], "tag": ["a"]}]
+        for kw, word in (
+            ({"in_flight": 0}, "in_flight"),
+            ({"in_flight": True}, "in_flight"),
+            ({"results": "all"}, "results"),
+            ({"arrow": True, "results": "final"}, "arrow"),
+            ({"producer_id": "p", "start_sequence": 0}, "start_sequence"),
+        ):
+            with pytest.raises(ValueError, match=word):
+                c.append_batches("s", rows, **kw)
+        assert c.get_stream("s").rows_appended == 0
+
+
+def test_a_stopping_server_ends_an_idle_call_at_once(tmp_path: Path) -> None:
+    """A producer keeps its call open between batches; a SIGTERM'd server ends the call
+    (SERVER_STOPPING, naming the next batch) instead of waiting its whole grace for it, and
+    the batches answered before are there after a restart."""
+    srv = LocalServer(tmp_path / "d", "--grace", "100").start()
+    try:
+        with srv.client() as c:
+            make_stream(c, "s")
+            c.create_window(WindowSpec("s", "w", AGGS[:2], Policy.count(100)))
+            schema = c.schema("s")
+        go_on = threading.Event()
+
+        def batches() -> Iterator[pb.AppendRequest]:
+            for t in (1, 2):
+                rows = {"ts": [t], "x": [1.0], "k": [1], "tag": ["a"]}
+                yield calls.append_request("s", rows, schema, None, None, "none", ())
+            go_on.wait(120)  # the producer has nothing to send for now
+
+        with grpc.insecure_channel(srv.target) as ch:
+            answers = pb_grpc.WindowServiceStub(ch).AppendBatches(batches(), timeout=300)
+            assert [next(answers).rows_applied for _ in range(2)] == [1, 1]
+            t0 = time.monotonic()
+            assert srv.stop(timeout=100) == 0
+            assert time.monotonic() - t0 < 50  # far under the grace (not a timing claim)
+            with pytest.raises(grpc.RpcError) as e:
+                next(answers)
+            go_on.set()
+        err = from_rpc_error(e.value, srv.target)
+        assert (err.reason, err.metadata.get("batch")) == ("SERVER_STOPPING", "2"), str(err)
+        srv.start()
+        with srv.client() as c:
+            assert c.query("s", "w")["n"] == 2
+    finally:
+        srv.stop()
+
+
+def test_a_server_that_stops_answering_times_the_call_out(tmp_path: Path) -> None:
+    """A server alive but silent (SIGSTOP): the batch's answer does not come within the
+    timeout, the call is cancelled (DEADLINE_EXCEEDED, naming the batch); once it answers
+    again, the stream is whole: the batches answered, and at most the unanswered ones."""
+    with LocalServer(tmp_path / "d") as srv, srv.client() as c:
+        make_stream(c, "s")
+        c.create_window(WindowSpec("s", "w", AGGS[:2], Policy.count(10_000)))
+        rows = [{"ts": [t], "x": [1.0], "k": [1], "tag": ["a"]} for t in range(1, 40)]
+        answered = 0
+        with pytest.raises(DeadlineExceededError) as e:
+            for _ in c.append_batches("s", iter(rows), timeout=1.0, in_flight=2):
+                answered += 1
+                if answered == 5:
+                    os.kill(srv.pid, signal.SIGSTOP)
+        try:
+            assert answered == 5
+            assert e.value.metadata["batch"] == "5"
+            assert "within 1 s" in str(e.value)
+        finally:
+            os.kill(srv.pid, signal.SIGCONT)
+        n = c.query("s", "w")["n"]
+        assert 5 <= n <= 7  # the two sent and unanswered may have been applied
+
+
+def test_a_token_is_needed(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("s3cret-token\n")
+    with LocalServer(tmp_path / "d", "--tokens-file", str(tokens)) as srv:
+        with WindowClient(srv.target, token="s3cret-token") as c:
+            make_stream(c, "s")
+            c.create_window(WindowSpec("s", "w", AGGS[:2], Policy.count(10)))
+            schema = c.schema("s")
+        rows = {"ts": [1], "x": [1.0], "k": [1], "tag": ["a"]}
+        req = calls.append_request("s", rows, schema, None, None, "none", ())
+        with grpc.insecure_channel(srv.target) as ch, pytest.raises(grpc.RpcError) as e:
+            list(pb_grpc.WindowServiceStub(ch).AppendBatches(iter([req]), timeout=30))
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        with WindowClient(srv.target, token="wrong") as c, pytest.raises(UnauthenticatedError):
+            list(c.append_batches("s", [rows]))
+        with WindowClient(srv.target, token="s3cret-token") as c:
+            assert [r.rows_applied for r in c.append_batches("s", [rows])] == [1]
+            assert c.query("s", "w")["n"] == 1

@@ -11,6 +11,7 @@ import time
 import weakref
 from collections.abc import (
     AsyncGenerator,
+    AsyncIterable,
     AsyncIterator,
     Awaitable,
     Callable,
@@ -43,10 +44,42 @@ from .channel import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_TARGET, credentials, ope
 from .cluster_map import ClusterMap
 from .errors import MtaWindowsError, NotOwnerError, from_rpc_error
 from .key_groups import KeyedAppend, Pending, merge_key_pages, missing_groups
+from .pipeline import (
+    AsyncBatchFeed,
+    alone,
+    batches_call,
+    check_arguments,
+    resendable,
+    timed_out,
+)
 from .rows import Rows
 
 T = TypeVar("T")
 _END = object()  # a merged subscription's queue: a member's subscription ended
+
+
+async def _each(batches: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[Any]:
+    if isinstance(batches, AsyncIterable):
+        async for b in batches:
+            yield b
+    else:
+        for b in batches:
+            yield b
+
+
+async def _chained(first: list[Any], rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    for item in first:
+        yield item
+    async for item in rest:
+        yield item
+
+
+async def _raising(ex: BaseException) -> AsyncIterator[pb.AppendRequest]:
+    """A source of batches that raises ``ex`` when the next batch is asked for."""
+    nothing: tuple[pb.AppendRequest, ...] = ()
+    for item in nothing:  # (nothing: an async generator that raises at its first step)
+        yield item
+    raise ex
 
 
 class _FanIn:
@@ -335,10 +368,128 @@ class AsyncWindowClient(ClientBase):
         req = calls.append_request(
             stream, rows, schema, producer_id, sequence, results, windows, arrow
         )
-        key_field = self._key_field(stream)
+        return await self._append_request(req, timeout)
+
+    async def _append_request(self, req: pb.AppendRequest, timeout: float | None) -> AppendResult:
+        key_field = self._key_field(req.stream)
         if key_field:
             return await self._append_keyed(req, key_field, timeout)
         return await self._run(calls.append(req), timeout)
+
+    def append_batches(
+        self,
+        stream: str,
+        batches: Iterable[Rows] | AsyncIterable[Rows],
+        *,
+        producer_id: str | None = None,
+        start_sequence: int = 1,
+        results: str = "none",
+        windows: Sequence[str] = (),
+        arrow: bool = False,
+        in_flight: int = 4,
+        timeout: float | None = None,
+    ) -> AsyncIterator[AppendResult]:
+        """As :meth:`WindowClient.append_batches`: an async iterator of each batch's
+        :class:`AppendResult`, in order; ``batches`` an iterable or an async iterable (the
+        batches pulled as the pipeline has room)."""
+        check_arguments(results, arrow, in_flight, producer_id, start_sequence)
+        return self._append_batches(
+            stream, batches, producer_id, start_sequence, results, windows, arrow, in_flight,
+            timeout,
+        )  # fmt: skip
+
+    async def _append_batches(
+        self,
+        stream: str,
+        batches: Iterable[Rows] | AsyncIterable[Rows],
+        producer_id: str | None,
+        start_sequence: int,
+        results: str,
+        windows: Sequence[str],
+        arrow: bool,
+        in_flight: int,
+        timeout: float | None,
+    ) -> AsyncGenerator[AppendResult, None]:
+        schema = await self.schema(stream)
+        first = start_sequence if producer_id else None
+
+        async def requests() -> AsyncIterator[pb.AppendRequest]:
+            i = 0
+            async for rows in _each(batches):
+                seq = first + i if first is not None else None
+                i += 1
+                yield calls.append_request(
+                    stream, rows, schema, producer_id, seq, results, windows, arrow
+                )
+
+        source: AsyncIterator[pb.AppendRequest] = requests()
+        if self._key_field(stream) and len(await self._group_holders(stream)) > 1:
+            async for req in source:  # held apart: each batch split by holder
+                yield await self._append_request(req, timeout)
+            return
+        done = 0
+        idempotent = bool(producer_id)
+        while True:
+            feed = AsyncBatchFeed(source, in_flight, alone)
+            async for result in self._pipeline(stream, feed, timeout):
+                yield result
+            ended = feed.ended
+            done += feed.answers
+            if ended is not None and not resendable(ended, feed.unanswered(), idempotent):
+                feed.stop()
+                ended.metadata["batch"] = str(done)
+                raise ended
+            left = await feed.close()
+            if not left:
+                if feed.error is not None:
+                    raise feed.error
+                if ended is None:
+                    return
+                nxt = await anext(source, None)
+                if nxt is None:
+                    return
+                left = [nxt]
+            if feed.error is not None:
+                source = _raising(feed.error)
+            try:
+                yield await self._append_request(left[0], timeout)
+            except MtaWindowsError as ex:
+                ex.metadata["batch"] = str(done)
+                raise
+            done += 1
+            source = _chained(left[1:], source)
+
+    async def _pipeline(
+        self, stream: str, feed: AsyncBatchFeed, timeout: float | None
+    ) -> AsyncGenerator[AppendResult, None]:
+        """As :meth:`WindowClient._pipeline`; how the call ended goes in ``feed.ended``."""
+        course = self._course(batches_call(stream))
+        try:
+            await self._ensure_map(course)
+        except MtaWindowsError as ex:
+            feed.ended = ex
+            return
+        address = course.address()
+        rpc = self._stub(address).AppendBatches(feed.requests(), metadata=self.metadata)
+        limit = timeout or self.timeout
+        watch = asyncio.ensure_future(feed.watch(rpc, limit))
+        try:
+            async for reply in rpc:
+                feed.answer()
+                yield convert.append_result_from_proto(reply)
+        except grpc.RpcError as err:
+            feed.ended = timed_out(address, limit) if feed.expired else from_rpc_error(err, address)
+            return
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not feed.expired or (task is not None and task.cancelling()):
+                raise  # this task is cancelled, not the call by the watchdog
+            feed.ended = timed_out(address, limit)
+            return
+        finally:
+            watch.cancel()
+            rpc.cancel()  # a no-op once it ended; else (the caller left) it ends here
+        self.topology.answered(address)
 
     async def _append_keyed(
         self, req: pb.AppendRequest, key_field: str, timeout: float | None

@@ -40,9 +40,9 @@ from .batch_writer import BatchWriter
 from .calls import Key, KeyPage
 from .channel import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_TARGET, credentials, open_channel
 from .cluster_map import ClusterMap
-from .errors import DeadlineExceededError, MtaWindowsError, NotOwnerError, from_rpc_error
+from .errors import MtaWindowsError, NotOwnerError, from_rpc_error
 from .key_groups import KeyedAppend, Pending, merge_key_pages, missing_groups
-from .pipeline import BatchFeed, resendable
+from .pipeline import BatchFeed, alone, batches_call, check_arguments, resendable, timed_out
 from .rows import Rows
 
 T = TypeVar("T")
@@ -50,13 +50,10 @@ MAX_PART_THREADS = 32  # threads sending the parts of split appends and ListKeys
 _END = object()  # a merged subscription's queue: a member's subscription ended
 
 
-def _same(m: Any) -> Any:
-    return m
-
-
-def _alone(request: pb.AppendRequest) -> bool:
-    """A batch too large for one message goes by itself, as AppendStream pieces."""
-    return len(request.arrow_ipc) > calls.STREAM_BYTES
+def _raising(ex: BaseException) -> Iterator[pb.AppendRequest]:
+    """A source of batches that raises ``ex`` when the next batch is asked for."""
+    yield from ()  # (nothing: a generator that raises at its first step)
+    raise ex
 
 
 class _Watchdog:
@@ -496,17 +493,7 @@ class WindowClient(ClientBase):
         (default: the client's). A keyed stream whose key groups are held apart on a
         cluster, and a batch over 4 MB of Arrow, go as :meth:`append` sends them, in
         turn."""
-        calls.result_mode(results, arrow)  # refused here, before anything is sent
-        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
-            msg = f"in_flight: expected an int >= 1, got {in_flight!r}"
-            raise ValueError(msg)
-        if producer_id and (
-            isinstance(start_sequence, bool)
-            or not isinstance(start_sequence, int)
-            or start_sequence < 1
-        ):
-            msg = f"start_sequence: expected an int >= 1, got {start_sequence!r}"
-            raise ValueError(msg)
+        check_arguments(results, arrow, in_flight, producer_id, start_sequence)
         return self._append_batches(
             stream, iter(batches), producer_id, start_sequence, results, windows, arrow,
             in_flight, timeout,
@@ -540,33 +527,36 @@ class WindowClient(ClientBase):
                 yield self._append_request(req, timeout)
             return
         done = 0  # batches answered
+        idempotent = bool(producer_id)
         while True:
-            feed = BatchFeed(source, in_flight, _alone)
+            feed = BatchFeed(source, in_flight, alone)
             ended = yield from self._pipeline(stream, feed, timeout)
-            left = feed.close()
             done += feed.answers
-            if feed.error is not None:  # a batch that did not encode: after those before it
-                raise feed.error
-            if ended is None:
-                if not left:
-                    return
-            elif not resendable(ended, len(left) - (feed.held is not None), bool(producer_id)):
+            if ended is not None and not resendable(ended, feed.unanswered(), idempotent):
+                feed.stop()  # not waiting for a batch the feed may be pulling (it may block)
                 ended.metadata["batch"] = str(done)
                 raise ended
-            if not left:  # the call failed before a batch was sent: the next goes by Append
+            left = feed.close()  # the batches sent and unanswered, or held back, in order
+            if not left:
+                if feed.error is not None:  # a batch that did not encode: at its turn
+                    raise feed.error
+                if ended is None:
+                    return
+                # the call failed before a batch was sent: the next goes by Append
                 left = list(itertools.islice(source, 1))
                 if not left:
                     return
+            if feed.error is not None:  # raised after the batches left before it
+                source = _raising(feed.error)
             # the first batch left goes through Append (which follows the cluster, waits out
             # a move, sends a large batch in pieces, and gives up as an Append would), the
             # rest over a new call
-            for req in left[:1]:
-                try:
-                    yield self._append_request(req, timeout)
-                except MtaWindowsError as ex:
-                    ex.metadata["batch"] = str(done)
-                    raise
-                done += 1
+            try:
+                yield self._append_request(left[0], timeout)
+            except MtaWindowsError as ex:
+                ex.metadata["batch"] = str(done)
+                raise
+            done += 1
             source = itertools.chain(left[1:], source)
 
     def _pipeline(
@@ -576,8 +566,7 @@ class WindowClient(ClientBase):
         returns how the call ended (None: every batch sent was answered) and leaves in
         ``feed`` what was not answered. A batch unanswered ``timeout`` seconds after its send
         cancels the call (DEADLINE_EXCEEDED)."""
-        call = calls.Call("AppendBatches", pb.AppendRequest(stream=stream), _same, False, stream)
-        course = self._course(call)
+        course = self._course(batches_call(stream))
         try:
             self._ensure_map(course)
         except MtaWindowsError as ex:
@@ -591,12 +580,7 @@ class WindowClient(ClientBase):
                 yield convert.append_result_from_proto(reply)
         except grpc.RpcError as err:
             if watch.expired:
-                waited = watch.limit
-                msg = (
-                    f"AppendBatches: no answer from {address} for a batch within {waited:g} s "
-                    f"(timeout); the call was cancelled"
-                )
-                return DeadlineExceededError(msg, code="DEADLINE_EXCEEDED", target=address)
+                return timed_out(address, watch.limit)
             return from_rpc_error(err, address)
         finally:
             watch.stop()

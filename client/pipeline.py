@@ -20,17 +20,29 @@ sequence (applied once); anything else raises.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 from mtawindows.v1 import windows_pb2 as pb
 from mtawindows.v1.reasons import Reason
 
-from .errors import MtaWindowsError
+from . import calls
+from .errors import DeadlineExceededError, MtaWindowsError
 
-__all__ = ["NOTHING_APPLIED", "BatchFeed", "resendable"]
+__all__ = [
+    "NOTHING_APPLIED",
+    "AsyncBatchFeed",
+    "BatchFeed",
+    "alone",
+    "batches_call",
+    "check_arguments",
+    "resendable",
+    "timed_out",
+]
 
 # refusals of an AppendBatches call that applied nothing of the batch they name nor of any
 # later one (the stream is served elsewhere, or this server is stopping): the batches left
@@ -38,6 +50,45 @@ __all__ = ["NOTHING_APPLIED", "BatchFeed", "resendable"]
 NOTHING_APPLIED = frozenset(
     {Reason.NOT_OWNER, Reason.STREAM_MOVING, Reason.MEMBER_ISOLATED, Reason.SERVER_STOPPING}
 )
+
+
+def check_arguments(
+    results: str, arrow: bool, in_flight: int, producer_id: str | None, start_sequence: int
+) -> None:
+    """``append_batches``' arguments, refused before anything is sent."""
+    calls.result_mode(results, arrow)
+    if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
+        msg = f"in_flight: expected an int >= 1, got {in_flight!r}"
+        raise ValueError(msg)
+    if producer_id and (
+        isinstance(start_sequence, bool)
+        or not isinstance(start_sequence, int)
+        or start_sequence < 1
+    ):
+        msg = f"start_sequence: expected an int >= 1, got {start_sequence!r}"
+        raise ValueError(msg)
+
+
+def alone(request: pb.AppendRequest) -> bool:
+    """A batch too large for one message goes by itself, as AppendStream pieces."""
+    return len(request.arrow_ipc) > calls.STREAM_BYTES
+
+
+def _same(m: Any) -> Any:
+    return m
+
+
+def batches_call(stream: str) -> calls.Call[Any, Any]:
+    """The call an AppendBatches is routed as (to ``stream``'s owner; never relayed)."""
+    return calls.Call("AppendBatches", pb.AppendRequest(stream=stream), _same, False, stream)
+
+
+def timed_out(address: str, limit: float) -> DeadlineExceededError:
+    msg = (
+        f"AppendBatches: no answer from {address} for a batch within {limit:g} s (timeout); "
+        f"the call was cancelled"
+    )
+    return DeadlineExceededError(msg, code="DEADLINE_EXCEEDED", target=address)
 
 
 def resendable(ex: MtaWindowsError, unanswered: int, idempotent: bool) -> bool:
@@ -109,11 +160,19 @@ class BatchFeed:
         except IndexError:
             return None
 
-    def close(self) -> list[pb.AppendRequest]:
-        """End the feed (its thread returns before pulling another request) and return the
-        requests left: those sent and unanswered, then the one held back, in order."""
+    def unanswered(self) -> int:
+        return len(self.sent)
+
+    def stop(self) -> None:
+        """End the feed: its thread returns before pulling another request (one waiting
+        for a slot wakes now; one pulling returns once that pull is over)."""
         self.closed = True
-        self.slots.release()  # a feed waiting for a slot wakes and returns
+        self.slots.release()
+
+    def close(self) -> list[pb.AppendRequest]:
+        """:meth:`stop`, and return the requests left once a pull in progress is over:
+        those sent and unanswered, then the one held back, in order."""
+        self.stop()
         with self.lock:  # a pull in progress is finished (and recorded) first
             left = [r for r, _ in self.sent]
             self.sent.clear()
@@ -121,3 +180,100 @@ class BatchFeed:
                 left.append(self.held)
                 self.held = None
         return left
+
+
+class AsyncBatchFeed:
+    """:class:`BatchFeed` for the asyncio client: the requests of one AppendBatches call,
+    pulled by grpc.aio's task from ``source`` (an async iterator). Each pull runs as a task of
+    its own, shielded: the call ending (grpc.aio then cancels whatever pulls its requests)
+    never cuts the caller's source in the middle of a batch; :meth:`close` waits for it."""
+
+    def __init__(
+        self,
+        source: AsyncIterator[pb.AppendRequest],
+        in_flight: int,
+        alone: Callable[[pb.AppendRequest], bool],
+    ) -> None:
+        self.source = source
+        self.alone = alone
+        self.slots = asyncio.Semaphore(in_flight)
+        self.sent: deque[tuple[pb.AppendRequest, float]] = deque()
+        self.held: pb.AppendRequest | None = None
+        self.error: BaseException | None = None
+        self.exhausted = False
+        self.closed = False
+        self.answers = 0
+        self.expired = False  # cancelled by the watchdog (the timeout)
+        self.ended: MtaWindowsError | None = None  # how the call ended (None: answered all)
+        self._pull: asyncio.Future[pb.AppendRequest | None] | None = None
+
+    async def _next(self) -> pb.AppendRequest | None:
+        try:
+            request = await anext(self.source)
+        except StopAsyncIteration:
+            self.exhausted = True
+            return None
+        except Exception as ex:  # the caller's rows did not encode, say
+            self.error = ex
+            return None
+        if self.alone(request):
+            self.held = request
+            return None
+        self.sent.append((request, time.monotonic()))
+        return request
+
+    def ended_by_close(self) -> bool:  # (a method: read afresh after each await)
+        return self.closed
+
+    async def requests(self) -> AsyncIterator[pb.AppendRequest]:
+        while not self.closed:
+            await self.slots.acquire()
+            if self.ended_by_close():
+                return
+            self._pull = asyncio.ensure_future(self._next())
+            request = await asyncio.shield(self._pull)
+            if request is None or self.ended_by_close():
+                return
+            yield request
+
+    def answer(self) -> None:
+        self.sent.popleft()
+        self.answers += 1
+        self.slots.release()
+
+    def oldest(self) -> float | None:
+        try:
+            return self.sent[0][1]
+        except IndexError:
+            return None
+
+    def unanswered(self) -> int:
+        return len(self.sent)
+
+    def stop(self) -> None:
+        self.closed = True
+        self.slots.release()
+
+    async def close(self) -> list[pb.AppendRequest]:
+        """:meth:`stop`, and the requests left once a pull in progress is over: those sent
+        and unanswered, then the one held back, in order."""
+        self.stop()
+        if self._pull is not None:
+            await self._pull
+        left = [r for r, _ in self.sent]
+        self.sent.clear()
+        if self.held is not None:
+            left.append(self.held)
+            self.held = None
+        return left
+
+    async def watch(self, rpc: Any, limit: float) -> None:
+        """Cancel ``rpc`` once its oldest unanswered batch was sent over ``limit`` s ago."""
+        step = min(1.0, limit / 4)
+        while True:
+            await asyncio.sleep(step)
+            oldest = self.oldest()
+            if oldest is not None and time.monotonic() - oldest > limit:
+                self.expired = True
+                rpc.cancel()
+                return

@@ -13,6 +13,7 @@ that stops answering times the call out; a token-protected server refuses it wit
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import signal
@@ -26,7 +27,15 @@ import grpc
 import pyarrow as pa
 import pytest
 
-from mtawindows.client import Field, Policy, StreamSpec, WindowClient, WindowSpec, calls
+from mtawindows.client import (
+    AsyncWindowClient,
+    Field,
+    Policy,
+    StreamSpec,
+    WindowClient,
+    WindowSpec,
+    calls,
+)
 from mtawindows.client.errors import (
     DeadlineExceededError,
     InvalidArgumentError,
@@ -71,14 +80,16 @@ def test_batches_answer_as_appends_one_at_a_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, results: str
 ) -> None:
     monkeypatch.setattr(calls, "STREAM_BYTES", 60_000)  # a batch over it goes alone, in pieces
-    rng = random.Random(hash(results) % 1000)
+    rng = random.Random(["per_row", "final", "none"].index(results))
     with LocalServer(tmp_path / "d") as srv, srv.client() as c:
         _windows(c, "one", "piped")
         t = 0
         batches = []
-        for _ in range(24):
-            batch, t = random_batch(rng, t, rng.choice((0, 1, 7, 300, 2500)))
+        for i in range(24):
+            batch, t = random_batch(rng, t, 2500 if i == 12 else rng.choice((0, 1, 7, 300, 2500)))
             batches.append(table_of(batch) if rng.random() < 0.5 else batch)
+        if not isinstance(batches[12], pa.Table):  # one too large for one message
+            batches[12] = table_of(batches[12])
         assert any(len(_arrow_ipc(b)) > 60_000 for b in batches if isinstance(b, pa.Table))
         arrow = results == "per_row" and rng.random() < 0.5
         want = [c.append("one", b, results=results, arrow=arrow) for b in batches]
@@ -258,7 +269,8 @@ def test_a_server_that_stops_answering_times_the_call_out(tmp_path: Path) -> Non
     """A server alive but silent (SIGSTOP): the batch's answer does not come within the
     timeout, the call is cancelled (DEADLINE_EXCEEDED, naming the batch); once it answers
     again, the stream is whole: the batches answered, and at most the unanswered ones."""
-    with LocalServer(tmp_path / "d") as srv, srv.client() as c:
+    # (pings far apart: the timeout, not the keepalive, ends the call)
+    with LocalServer(tmp_path / "d") as srv, srv.client(keepalive_ms=30_000) as c:
         make_stream(c, "s")
         c.create_window(WindowSpec("s", "w", AGGS[:2], Policy.count(10_000)))
         rows = [{"ts": [t], "x": [1.0], "k": [1], "tag": ["a"]} for t in range(1, 40)]
@@ -296,3 +308,100 @@ def test_a_token_is_needed(tmp_path: Path) -> None:
         with WindowClient(srv.target, token="s3cret-token") as c:
             assert [r.rows_applied for r in c.append_batches("s", [rows])] == [1]
             assert c.query("s", "w")["n"] == 1
+
+
+def test_a_refusal_is_raised_while_the_producer_has_nothing_to_send(tmp_path: Path) -> None:
+    """The producer's generator waits for its next batch (its source is idle) when the
+    server refuses an earlier one: the error comes at once, not when the producer next has
+    a batch."""
+    with LocalServer(tmp_path / "d") as srv, srv.client() as c:
+        make_stream(c, "s")
+        c.create_window(WindowSpec("s", "w", AGGS[:2], Policy.count(100)))
+        idle = threading.Event()
+        resumed = threading.Event()
+
+        def batches() -> Iterator[Any]:
+            yield {"ts": [1], "x": [1.0], "k": [1], "tag": ["a"]}
+            yield pa.table({"ts": pa.array([2], pa.int64()).cast(pa.timestamp("ns"))})
+            idle.wait(120)  # nothing more to send for now
+            resumed.set()
+            yield {"ts": [3], "x": [1.0], "k": [1], "tag": ["a"]}
+
+        got = []
+        with pytest.raises(InvalidArgumentError) as e:
+            for r in c.append_batches("s", batches()):
+                got.append(r.rows_applied)  # noqa: PERF401 (it raises part-way)
+        assert not resumed.is_set()  # raised while the producer still waits
+        idle.set()
+        assert got == [1] and e.value.metadata["batch"] == "1"
+        assert c.query("s", "w")["n"] == 1
+
+
+def test_the_asyncio_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``AsyncWindowClient.append_batches``: an async generator of batches (a large one among
+    them, sent alone), the same answers and state as appends one at a time; a refused batch
+    raised after the answers before it; a silent server timed out; arguments refused."""
+    monkeypatch.setattr(calls, "STREAM_BYTES", 60_000)
+    rng = random.Random(77)
+    batches: list[Any] = []
+    t = 0
+    for _ in range(14):
+        batch, t = random_batch(rng, t, rng.choice((1, 40, 300, 2500)))
+        batches.append(table_of(batch) if rng.random() < 0.5 else batch)
+    with LocalServer(tmp_path / "d") as srv, srv.client() as c:
+        _windows(c, "one", "piped", "bad")
+        want = [c.append("one", b, results="per_row", arrow=True) for b in batches]
+
+        async def go() -> tuple[list[Any], list[Any], BaseException | None]:
+            async with AsyncWindowClient(srv.target) as ac:
+                with pytest.raises(ValueError, match="in_flight"):
+                    ac.append_batches("piped", batches, in_flight=0)
+
+                async def source() -> Any:
+                    for b in batches:
+                        await asyncio.sleep(0)
+                        yield b
+
+                got = [
+                    r
+                    async for r in ac.append_batches(
+                        "piped", source(), results="per_row", arrow=True, in_flight=3
+                    )
+                ]
+                wrong = [*batches[:2], table_of(random_batch(rng, t, 5)[0]).drop_columns(["x"])]
+                answered: list[Any] = []
+                err: BaseException | None = None
+                try:
+                    async for r in ac.append_batches("bad", wrong + batches[2:4]):
+                        answered.append(r)  # noqa: PERF401 (it raises part-way)
+                except InvalidArgumentError as ex:
+                    err = ex
+                return got, answered, err
+
+        got, answered, err = asyncio.run(go())
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            _same_answer(g, w, i)
+        assert state(c, "piped") == state(c, "one")
+        assert len(answered) == 2 and err is not None
+        assert isinstance(err, InvalidArgumentError) and err.metadata["batch"] == "2"
+        assert c.get_stream("bad").rows_appended == sum(r.rows_applied for r in answered)
+
+        async def silent() -> tuple[int, BaseException | None]:
+            rows = [{"ts": [10**15 + i], "x": [1.0], "k": [1], "tag": ["a"]} for i in range(30)]
+            n = 0
+            # (pings far apart: the timeout, not the keepalive, ends the call)
+            async with AsyncWindowClient(srv.target, keepalive_ms=30_000) as ac:
+                try:
+                    async for _ in ac.append_batches("bad", rows, timeout=1.0, in_flight=2):
+                        n += 1
+                        if n == 3:
+                            os.kill(srv.pid, signal.SIGSTOP)
+                except DeadlineExceededError as ex:
+                    return n, ex
+                finally:
+                    os.kill(srv.pid, signal.SIGCONT)
+            return n, None
+
+        n, timed = asyncio.run(silent())
+        assert n == 3 and isinstance(timed, DeadlineExceededError), timed
+        assert timed.metadata["batch"] == "3" and "within 1 s" in str(timed)

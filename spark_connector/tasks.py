@@ -27,6 +27,10 @@ class TaskChunks:
         self.producer = f"spark:{query or query_id}:{self.partition}"
         self._chunks: dict[str, int] = {}
 
+    def following(self, stream: str) -> int:
+        """The sequence :meth:`next_sequence` gives next (not taken)."""
+        return self.batch_id * CHUNKS_PER_BATCH + self._chunks.get(stream, 0) + 1
+
     def next_sequence(self, stream: str) -> int:
         n = self._chunks.get(stream, 0)
         if n >= CHUNKS_PER_BATCH:

@@ -16,7 +16,8 @@ README's ordering contract).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -27,7 +28,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from mtawindows.client import StreamSpec, WindowClient
+from mtawindows.client import AppendResult, StreamSpec
 
 from .arrow import rechunk, sorted_batches, to_stream_table
 from .clients import client_for
@@ -73,19 +74,39 @@ class Pusher:
 
     def send(self, chunk: pa.Table) -> None:
         """One Append of ``chunk`` to the stream (of a keyed stream: rows of any keys)."""
-        self._append(client_for(self.opts), self.opts.stream, chunk)
+        self.send_all([chunk])
 
-    def _append(self, client: WindowClient, stream: str, chunk: pa.Table) -> None:
-        seq = self.task.next_sequence(stream)
-        rows = to_stream_table(chunk, self.mapping, self.spec)
-        with explained(self.opts, f"appending {rows.num_rows} rows to stream {stream!r}"):
-            res = client.append(stream, rows, producer_id=self.task.producer, sequence=seq)
+    def send_all(self, chunks: Iterable[pa.Table]) -> None:
+        """The chunks to the stream in order, pipelined over one call (``append_batches``:
+        the next chunks are converted and sent while the server applies one), each with its
+        idempotency key (consecutive sequences)."""
+        client = client_for(self.opts)
+        stream = self.opts.stream
+        sizes: deque[int] = deque()
+
+        def tables() -> Iterator[pa.Table]:
+            for chunk in chunks:
+                self.task.next_sequence(stream)  # (counted: the sequence append_batches gives)
+                rows = to_stream_table(chunk, self.mapping, self.spec)
+                sizes.append(rows.num_rows)
+                yield rows
+
+        first = self.task.following(stream)
+        with explained(self.opts, f"appending rows to stream {stream!r}"):
+            answers = client.append_batches(
+                stream, tables(), producer_id=self.task.producer, start_sequence=first
+            )
+            for res in answers:
+                self._count(stream, sizes.popleft(), res)
+
+    def _count(self, stream: str, rows: int, res: AppendResult) -> None:
+        """One chunk of ``rows`` rows answered ``res``."""
         m = self.msg
         m.chunks += 1
-        m.rows_sent += rows.num_rows
+        m.rows_sent += rows
         if res.duplicate:
             m.chunks_duplicate += 1
-            m.rows_duplicate += rows.num_rows
+            m.rows_duplicate += rows
         m.rows_applied += res.rows_applied
         m.rows_late += res.rows_late
         if stream not in m.streams:
@@ -94,13 +115,12 @@ class Pusher:
 
 def push(pusher: Pusher, batches: Iterator[pa.RecordBatch]) -> MtaCommitMessage:
     """Send a partition's Arrow batches in chunks of ``batch_rows`` (sorted first by (key,
-    timestamp) with option ``sort``; a keyed stream's key is its key field)."""
+    timestamp) with option ``sort``; a keyed stream's key is its key field), pipelined."""
     opts = pusher.opts
     if opts.sort:
         order = [pusher.spec.key] if pusher.spec.key else []
         batches = iter(sorted_batches(batches, [*order, pusher.ts_column]))
-    for chunk in rechunk(batches, opts.batch_rows):
-        pusher.send(chunk)
+    pusher.send_all(rechunk(batches, opts.batch_rows))
     return pusher.msg
 
 

@@ -53,15 +53,16 @@ def spark_session() -> Any:
 
 
 class FlakyPusher(Pusher):
-    """Fails after sending two chunks, in partition 0 of micro-batch 1, on the task's first
-    attempt: the retry sends those chunks again."""
+    """Fails once two chunks were answered (a few more may be applied: they are pipelined),
+    in partition 0 of micro-batch 1, on the task's first attempt: the retry sends those
+    chunks again."""
 
-    def _append(self, client: Any, stream: str, chunk: Any) -> None:
+    def _count(self, stream: str, rows: int, res: Any) -> None:
         t = self.task
         if t.attempt == 0 and t.partition == 0 and t.batch_id == 1 and self.msg.chunks == 2:
             msg = "injected failure in the middle of a partition"
             raise RuntimeError(msg)
-        super()._append(client, stream, chunk)
+        super()._count(stream, rows, res)
 
 
 class FlakyStreamWriter(StreamWriter):

@@ -100,7 +100,63 @@ def resendable(ex: MtaWindowsError, unanswered: int, idempotent: bool) -> bool:
     return idempotent and ex.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")
 
 
-class BatchFeed:
+class _Feed:
+    """What both feeds keep of one AppendBatches call: the requests sent and unanswered (with
+    their send times), the one held back, how the source ended, the answers counted."""
+
+    def __init__(self, alone: Callable[[pb.AppendRequest], bool]) -> None:
+        self.alone = alone
+        self.sent: deque[tuple[pb.AppendRequest, float]] = deque()  # unanswered, send time
+        self.held: pb.AppendRequest | None = None
+        self.error: BaseException | None = None
+        self.exhausted = False
+        self.closed = False
+        self.answers = 0
+
+    def _taken(self, request: pb.AppendRequest) -> bool:
+        """Record a request pulled from the source: sent (True), or held back to go alone."""
+        if self.alone(request):
+            self.held = request
+            return False
+        self.sent.append((request, time.monotonic()))
+        return True
+
+    def _release(self) -> None:
+        raise NotImplementedError
+
+    def answer(self) -> None:
+        """The oldest unanswered request was answered: a slot for the next."""
+        self.sent.popleft()
+        self.answers += 1
+        self._release()
+
+    def oldest(self) -> float | None:
+        """When the oldest unanswered request was sent (None: none is)."""
+        try:
+            return self.sent[0][1]
+        except IndexError:
+            return None
+
+    def unanswered(self) -> int:
+        return len(self.sent)
+
+    def stop(self) -> None:
+        """End the feed: it returns before pulling another request (one waiting for a slot
+        wakes now; one pulling returns once that pull is over)."""
+        self.closed = True
+        self._release()
+
+    def _left(self) -> list[pb.AppendRequest]:
+        """The requests left: those sent and unanswered, then the one held back, in order."""
+        left = [r for r, _ in self.sent]
+        self.sent.clear()
+        if self.held is not None:
+            left.append(self.held)
+            self.held = None
+        return left
+
+
+class BatchFeed(_Feed):
     """The requests of one AppendBatches call, pulled by gRPC's sending thread from
     ``source`` (encoded there, as they are pulled: the caller's thread meanwhile decodes
     answers): at most ``in_flight`` sent and unanswered; the feed ends when ``source`` does,
@@ -114,18 +170,15 @@ class BatchFeed:
         in_flight: int,
         alone: Callable[[pb.AppendRequest], bool],
     ) -> None:
+        super().__init__(alone)
         self.source = source
-        self.alone = alone
         self.slots = threading.Semaphore(in_flight)
         # held while a request is pulled from source: the caller takes it to own the source
         # again once the call ended (a pull in progress is then finished and recorded)
         self.lock = threading.Lock()
-        self.sent: deque[tuple[pb.AppendRequest, float]] = deque()  # unanswered, send time
-        self.held: pb.AppendRequest | None = None
-        self.error: BaseException | None = None
-        self.exhausted = False
-        self.closed = False
-        self.answers = 0
+
+    def _release(self) -> None:
+        self.slots.release()
 
     def __iter__(self) -> Iterator[pb.AppendRequest]:
         while True:
@@ -141,48 +194,18 @@ class BatchFeed:
                 except BaseException as ex:  # the caller's rows did not encode, say
                     self.error = ex
                     return
-                if self.alone(request):
-                    self.held = request
+                if not self._taken(request):
                     return
-                self.sent.append((request, time.monotonic()))
             yield request
 
-    def answer(self) -> None:
-        """The oldest unanswered request was answered: a slot for the next."""
-        self.sent.popleft()
-        self.answers += 1
-        self.slots.release()
-
-    def oldest(self) -> float | None:
-        """When the oldest unanswered request was sent (None: none is)."""
-        try:
-            return self.sent[0][1]
-        except IndexError:
-            return None
-
-    def unanswered(self) -> int:
-        return len(self.sent)
-
-    def stop(self) -> None:
-        """End the feed: its thread returns before pulling another request (one waiting
-        for a slot wakes now; one pulling returns once that pull is over)."""
-        self.closed = True
-        self.slots.release()
-
     def close(self) -> list[pb.AppendRequest]:
-        """:meth:`stop`, and return the requests left once a pull in progress is over:
-        those sent and unanswered, then the one held back, in order."""
+        """:meth:`stop`, and return the requests left once a pull in progress is over."""
         self.stop()
         with self.lock:  # a pull in progress is finished (and recorded) first
-            left = [r for r, _ in self.sent]
-            self.sent.clear()
-            if self.held is not None:
-                left.append(self.held)
-                self.held = None
-        return left
+            return self._left()
 
 
-class AsyncBatchFeed:
+class AsyncBatchFeed(_Feed):
     """:class:`BatchFeed` for the asyncio client: the requests of one AppendBatches call,
     pulled by grpc.aio's task from ``source`` (an async iterator). Each pull runs as a task of
     its own, shielded: the call ending (grpc.aio then cancels whatever pulls its requests)
@@ -194,18 +217,15 @@ class AsyncBatchFeed:
         in_flight: int,
         alone: Callable[[pb.AppendRequest], bool],
     ) -> None:
+        super().__init__(alone)
         self.source = source
-        self.alone = alone
         self.slots = asyncio.Semaphore(in_flight)
-        self.sent: deque[tuple[pb.AppendRequest, float]] = deque()
-        self.held: pb.AppendRequest | None = None
-        self.error: BaseException | None = None
-        self.exhausted = False
-        self.closed = False
-        self.answers = 0
         self.expired = False  # cancelled by the watchdog (the timeout)
         self.ended: MtaWindowsError | None = None  # how the call ended (None: answered all)
         self._pull: asyncio.Future[pb.AppendRequest | None] | None = None
+
+    def _release(self) -> None:
+        self.slots.release()
 
     async def _next(self) -> pb.AppendRequest | None:
         try:
@@ -216,11 +236,7 @@ class AsyncBatchFeed:
         except Exception as ex:  # the caller's rows did not encode, say
             self.error = ex
             return None
-        if self.alone(request):
-            self.held = request
-            return None
-        self.sent.append((request, time.monotonic()))
-        return request
+        return request if self._taken(request) else None
 
     def ended_by_close(self) -> bool:  # (a method: read afresh after each await)
         return self.closed
@@ -236,36 +252,12 @@ class AsyncBatchFeed:
                 return
             yield request
 
-    def answer(self) -> None:
-        self.sent.popleft()
-        self.answers += 1
-        self.slots.release()
-
-    def oldest(self) -> float | None:
-        try:
-            return self.sent[0][1]
-        except IndexError:
-            return None
-
-    def unanswered(self) -> int:
-        return len(self.sent)
-
-    def stop(self) -> None:
-        self.closed = True
-        self.slots.release()
-
     async def close(self) -> list[pb.AppendRequest]:
-        """:meth:`stop`, and the requests left once a pull in progress is over: those sent
-        and unanswered, then the one held back, in order."""
+        """:meth:`stop`, and the requests left once a pull in progress is over."""
         self.stop()
         if self._pull is not None:
             await self._pull
-        left = [r for r, _ in self.sent]
-        self.sent.clear()
-        if self.held is not None:
-            left.append(self.held)
-            self.held = None
-        return left
+        return self._left()
 
     async def watch(self, rpc: Any, limit: float) -> None:
         """Cancel ``rpc`` once its oldest unanswered batch was sent over ``limit`` s ago."""

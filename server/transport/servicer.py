@@ -997,7 +997,7 @@ def add_servicer(
         response = getattr(pb, method.output_type.name)
         if method.client_streaming and method.server_streaming:  # AppendBatches
             handlers[method.name] = grpc.stream_stream_rpc_method_handler(
-                _guard_batches(servicer, method.name, getattr(servicer, method.name)),
+                _guard_stream(servicer, method.name, servicer.AppendBatches, admit=False),
                 request_deserializer=_within(limit, request, decode.carrying_parser(request)),
                 response_serializer=_passthrough(response),
             )
@@ -1111,32 +1111,19 @@ def _guard_pieces(servicer: WindowServicer, method: str, fn: Callable[..., Any])
     return handle
 
 
-def _guard_batches(servicer: WindowServicer, method: str, fn: Callable[..., Any]) -> Any:
-    """The guard of a bidirectional stream (AppendBatches): ``fn`` admits each message itself
-    (a message that did not parse is refused at its turn, after the batches before it)."""
+def _guard_stream(
+    servicer: WindowServicer, method: str, fn: Callable[..., Any], *, admit: bool = True
+) -> Any:
+    """The guard of a call that streams its replies: Subscribe (its request admitted first)
+    and AppendBatches (``admit`` False: ``fn`` admits each message itself, a message that
+    did not parse refused at its turn, after the batches before it)."""
 
-    async def handle(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
-        servicer.in_flight.enter(method, context)
-        replies = None
-        try:
-            replies = fn(requests, context)
-            async for reply in replies:
-                yield reply
-        except BaseException as ex:
-            await servicer.fail(method, context, ex, streaming=True)
-        finally:
-            if replies is not None:
-                await replies.aclose()
-
-    return handle
-
-
-def _guard_stream(servicer: WindowServicer, method: str, fn: Callable[..., Any]) -> Any:
     async def handle(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         servicer.in_flight.enter(method, context)
         events = None
         try:
-            servicer.admit(method, request)
+            if admit:
+                servicer.admit(method, request)
             events = fn(request, context)
             async for event in events:
                 yield event

@@ -47,6 +47,7 @@ from .key_groups import KeyedAppend, Pending, merge_key_pages, missing_groups
 from .pipeline import (
     AsyncBatchFeed,
     alone,
+    at_batch,
     batches_call,
     check_arguments,
     resendable,
@@ -418,14 +419,22 @@ class AsyncWindowClient(ClientBase):
             async for rows in _each(batches):
                 seq = first + i if first is not None else None
                 i += 1
-                yield calls.append_request(
+                req = calls.append_request(
                     stream, rows, schema, producer_id, seq, results, windows, arrow
                 )
+                if not alone(req):  # (one that goes alone is checked as append checks it)
+                    self._check_size("AppendBatches", req)
+                yield req
 
         source: AsyncIterator[pb.AppendRequest] = requests()
         if self._key_field(stream) and len(await self._group_holders(stream)) > 1:
+            i = 0
             async for req in source:  # held apart: each batch split by holder
-                yield await self._append_request(req, timeout)
+                try:
+                    yield await self._append_request(req, timeout)
+                except MtaWindowsError as ex:
+                    raise at_batch(ex, i) from None
+                i += 1
             return
         done = 0
         idempotent = bool(producer_id)
@@ -437,15 +446,17 @@ class AsyncWindowClient(ClientBase):
             done += feed.answers
             if ended is not None and not resendable(ended, feed.unanswered(), idempotent):
                 feed.stop()
-                ended.metadata["batch"] = str(done)
-                raise ended
+                raise at_batch(ended, done)
             left = await feed.close()
             if not left:
                 if feed.error is not None:
-                    raise feed.error
+                    raise at_batch(feed.error, done)
                 if ended is None:
                     return
-                nxt = await anext(source, None)
+                try:
+                    nxt = await anext(source, None)
+                except Exception as ex:  # the next batch did not encode
+                    raise at_batch(ex, done) from None
                 if nxt is None:
                     return
                 left = [nxt]
@@ -454,8 +465,7 @@ class AsyncWindowClient(ClientBase):
             try:
                 yield await self._append_request(left[0], timeout)
             except MtaWindowsError as ex:
-                ex.metadata["batch"] = str(done)
-                raise
+                raise at_batch(ex, done) from None
             done += 1
             source = _chained(left[1:], source)
 

@@ -42,7 +42,15 @@ from .channel import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_TARGET, credentials, ope
 from .cluster_map import ClusterMap
 from .errors import MtaWindowsError, NotOwnerError, from_rpc_error
 from .key_groups import KeyedAppend, Pending, merge_key_pages, missing_groups
-from .pipeline import BatchFeed, alone, batches_call, check_arguments, resendable, timed_out
+from .pipeline import (
+    BatchFeed,
+    alone,
+    at_batch,
+    batches_call,
+    check_arguments,
+    resendable,
+    timed_out,
+)
 from .rows import Rows
 
 T = TypeVar("T")
@@ -517,14 +525,20 @@ class WindowClient(ClientBase):
         def requests() -> Iterator[pb.AppendRequest]:
             for i, rows in enumerate(batches):
                 seq = first + i if first is not None else None
-                yield calls.append_request(
+                req = calls.append_request(
                     stream, rows, schema, producer_id, seq, results, windows, arrow
                 )
+                if not alone(req):  # (one that goes alone is checked as append checks it)
+                    self._check_size("AppendBatches", req)
+                yield req
 
         source: Iterator[pb.AppendRequest] = requests()
         if self._key_field(stream) and len(self._group_holders(stream)) > 1:
-            for req in source:  # held apart: each batch split by holder, as append splits it
-                yield self._append_request(req, timeout)
+            for i, req in enumerate(source):  # held apart: each batch split by holder
+                try:
+                    yield self._append_request(req, timeout)
+                except MtaWindowsError as ex:
+                    raise at_batch(ex, i) from None
             return
         done = 0  # batches answered
         idempotent = bool(producer_id)
@@ -534,16 +548,18 @@ class WindowClient(ClientBase):
             done += feed.answers
             if ended is not None and not resendable(ended, feed.unanswered(), idempotent):
                 feed.stop()  # not waiting for a batch the feed may be pulling (it may block)
-                ended.metadata["batch"] = str(done)
-                raise ended
+                raise at_batch(ended, done)
             left = feed.close()  # the batches sent and unanswered, or held back, in order
             if not left:
                 if feed.error is not None:  # a batch that did not encode: at its turn
-                    raise feed.error
+                    raise at_batch(feed.error, done)
                 if ended is None:
                     return
                 # the call failed before a batch was sent: the next goes by Append
-                left = list(itertools.islice(source, 1))
+                try:
+                    left = list(itertools.islice(source, 1))
+                except Exception as ex:  # the next batch did not encode
+                    raise at_batch(ex, done) from None
                 if not left:
                     return
             if feed.error is not None:  # raised after the batches left before it
@@ -554,8 +570,7 @@ class WindowClient(ClientBase):
             try:
                 yield self._append_request(left[0], timeout)
             except MtaWindowsError as ex:
-                ex.metadata["batch"] = str(done)
-                raise
+                raise at_batch(ex, done) from None
             done += 1
             source = itertools.chain(left[1:], source)
 

@@ -38,6 +38,7 @@ __all__ = [
     "AsyncBatchFeed",
     "BatchFeed",
     "alone",
+    "at_batch",
     "batches_call",
     "check_arguments",
     "resendable",
@@ -72,6 +73,18 @@ def check_arguments(
 def alone(request: pb.AppendRequest) -> bool:
     """A batch too large for one message goes by itself, as AppendStream pieces."""
     return len(request.arrow_ipc) > calls.STREAM_BYTES
+
+
+def at_batch(ex: BaseException, index: int) -> BaseException:
+    """``ex``, the error of batch ``index`` of ``append_batches`` (the answers before it were
+    yielded): in its ``metadata["batch"]`` (a service error), else in a note."""
+    if isinstance(ex, MtaWindowsError):
+        ex.metadata["batch"] = str(index)
+    else:
+        ex.add_note(
+            f"append_batches: batch {index} of the batches given (the batches before it were applied)"
+        )
+    return ex
 
 
 def _same(m: Any) -> Any:

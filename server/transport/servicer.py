@@ -949,12 +949,15 @@ def _key_stats(registry: Registry) -> tuple[list[tuple[str, dict[str, int]]], di
 
 
 def _at_batch(ex: ServiceError, index: int) -> ServiceError:
-    """An AppendBatches' refusal of its batch ``index``: the batch's error, saying so."""
+    """An AppendBatches' refusal of its batch ``index``: the batch's error, saying so (a
+    batch applied whose per-row results passed the message limit says ``applied``)."""
+    done = "the batches before it were applied, none from it on"
+    if ex.metadata.get("applied"):  # its reply passed the message limit
+        done = "it and the batches before it were applied, none after it"
     return ServiceError(
         ex.code,
         ex.reason,
-        f"batch {index} of the AppendBatches call (the batches before it were applied, none "
-        f"from it on): {ex.message}",
+        f"batch {index} of the AppendBatches call ({done}): {ex.message}",
         ex.violations,
         {**ex.metadata, "batch": str(index)},
     )

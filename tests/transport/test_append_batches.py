@@ -39,6 +39,8 @@ from mtawindows.client import (
 from mtawindows.client.errors import (
     DeadlineExceededError,
     InvalidArgumentError,
+    MessageTooLargeError,
+    ResourceExhaustedError,
     UnauthenticatedError,
     from_rpc_error,
 )
@@ -177,12 +179,14 @@ def test_a_refused_batch_ends_the_call_after_the_batches_before_it(tmp_path: Pat
         assert c.get_stream("piped").rows_appended == c.get_stream("one").rows_appended
         # rows the client cannot encode: raised at their turn, the batches before applied
         batches[3] = {"ts": [10**12], "x": ["not a number"], "k": [1], "tag": ["a"]}
-        with pytest.raises((TypeError, ValueError)):
-            list(c.append_batches("piped", batches[3:5], results="none"))
+        with pytest.raises((TypeError, ValueError)) as bad:
+            list(c.append_batches("piped", [batches[4], batches[3]], results="none"))
+        assert "append_batches: batch 1 of the batches given" in "".join(bad.value.__notes__)
+        c.append("one", batches[4])
         assert state(c, "piped") == state(c, "one")
         # the server is up, and the call carries on from there
-        assert len(list(c.append_batches("piped", batches[4:]))) == 4
-        for b in batches[4:]:
+        assert len(list(c.append_batches("piped", batches[5:]))) == 3
+        for b in batches[5:]:
             c.append("one", b)
         assert state(c, "piped") == state(c, "one")
 
@@ -405,3 +409,36 @@ def test_the_asyncio_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         n, timed = asyncio.run(silent())
         assert n == 3 and isinstance(timed, DeadlineExceededError), timed
         assert timed.metadata["batch"] == "3" and "within 1 s" in str(timed)
+
+
+def test_sizes_past_the_limits(tmp_path: Path) -> None:
+    """A batch over the client's message limit: MessageTooLargeError before it is sent, as
+    append raises it, naming the batch; per-row results over the server's limit: the batch
+    was applied (its error says so, and not that nothing of it was), none after it."""
+    with LocalServer(tmp_path / "d", "--max-message-mb", "1") as srv, srv.client() as c:
+        make_stream(c, "s")
+        c.create_window(WindowSpec("s", "w", AGGS, Policy.count(100)))
+        rng = random.Random(4)
+        t = 0
+        small, t = random_batch(rng, t, 10)
+        large, t = random_batch(rng, t, 20_000)  # per-row results of 14 outputs: > 1 MB
+        after, t = random_batch(rng, t, 10)
+        got: list[Any] = []
+        with pytest.raises(ResourceExhaustedError) as e:
+            for r in c.append_batches("s", [small, large, after], results="per_row"):
+                got.append(r)  # noqa: PERF402 (it raises part-way)
+        assert len(got) == 1
+        err = e.value
+        assert err.reason == "MESSAGE_TOO_LARGE", str(err)
+        assert (err.metadata["batch"], err.metadata.get("applied")) == ("1", "true")
+        assert "it and the batches before it were applied, none after it" in str(err)
+        assert c.get_stream("s").rows_appended == 20_010
+    with LocalServer(tmp_path / "e") as srv, srv.client(max_message_bytes=100_000) as c:
+        make_stream(c, "s")
+        c.create_window(WindowSpec("s", "w", AGGS[:2], Policy.count(100)))
+        small, t = random_batch(rng, 0, 10)
+        large, t = random_batch(rng, t, 20_000)  # protobuf columns: ~500 kB
+        with pytest.raises(MessageTooLargeError) as too:
+            list(c.append_batches("s", [small, large]))
+        assert too.value.metadata["batch"] == "1" and "max_message_bytes" in str(too.value)
+        assert c.get_stream("s").rows_appended == 10

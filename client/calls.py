@@ -657,19 +657,25 @@ class Course:
             return self._pause(ex, self._backoff(), failover=True)
         self.redirects += 1
         if self.redirects > MAX_REDIRECTS:
+            # the members disagree on the owner: for a moment in a failover (a member that
+            # has not seen the move yet), or for good; a pause and a fresh map, until the
+            # call's budget is spent (then this error)
             path = " -> ".join([*self.path, owner])
             msg = (
-                f"stream {stream!r}: the servers sent the call on {MAX_REDIRECTS} times "
+                f"stream {stream!r}: the servers sent the call on {self.redirects - 1} times "
                 f"without one taking it (NOT_OWNER: {path}); they disagree on the owner"
             )
-            raise RedirectLoopError(
+            loop = RedirectLoopError(
                 msg,
                 path=[*self.path, owner],
                 code=ex.code,
                 reason=ex.reason,
                 metadata=ex.metadata,
                 target=ex.target,
-            ) from ex
+            )
+            loop.__cause__ = ex
+            self.lookup = True
+            return self._pause(loop, self._backoff(), failover=True)
         if through:  # cut off from this client: through another member (address())
             return Step(0.0)
         if owner in self.chain:  # back to where this chain went before: let it settle

@@ -24,6 +24,9 @@ with the header ``mtawindows-forward: 1``, and that member, when it does not own
   owner that does not answer this member either (unreachable, or the call's deadline came
   first) is UNAVAILABLE ``OWNER_UNREACHABLE`` (metadata ``stream``, ``owner``): the call may
   have reached it, so the client resends only an idempotent call.
+* An owner this member cannot connect to (it refuses connections: stopped, or dead before its
+  lease ran out) is UNAVAILABLE ``STREAM_MOVING`` (metadata ``sent: false``): the call was
+  never sent, so any call, idempotent or not, goes again once the stream has moved.
 * The member's channels to the others are pooled (at most :data:`MAX_CHANNELS`), with the same
   keepalive as the SDK's: an owner gone silent fails a forwarded call in about two seconds. A
   member serving TLS forwards over TLS, trusting its own ``--tls-cert`` file (one certificate
@@ -53,6 +56,7 @@ from .decode import with_payload
 from .metrics import Metrics
 
 __all__ = [
+    "CONNECT_WAIT",
     "FORWARD",
     "FORWARDABLE",
     "FORWARDED",
@@ -60,6 +64,7 @@ __all__ = [
     "SERVED_BY",
     "Forwarder",
     "forwarding",
+    "owner_not_connected",
     "owner_unreachable",
 ]
 
@@ -72,6 +77,10 @@ _UNREACHED = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 )
 _DETAILS = "grpc-status-details-bin"
+CONNECT_WAIT = 2.0  # seconds a forwarded call waits for a connection to the owner at most
+_NOT_CONNECTING = frozenset(
+    {grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN}
+)
 _SERVICE = pb.DESCRIPTOR.services_by_name["WindowService"].full_name
 
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
@@ -86,6 +95,37 @@ def owner_unreachable(stream: str, owner: str, why: str) -> ServiceError:
         "the call may have reached it",
         metadata={"stream": stream, "owner": owner},
     )
+
+
+def owner_not_connected(stream: str, owner: str) -> ServiceError:
+    """UNAVAILABLE, ``STREAM_MOVING``: the owner could not be connected to, so the call was
+    not sent (nothing was done): its client calls again, any call, once the stream moved."""
+    return ServiceError(
+        "UNAVAILABLE",
+        Reason.STREAM_MOVING,
+        f"stream {stream!r}: its owner {owner} refuses connections from this member (stopped, "
+        "or gone before its lease ran out): the call was not sent, nothing was done; the "
+        "stream moves to a live member once the owner's lease ends: call again",
+        metadata={"stream": stream, "owner": owner, "sent": "false"},
+    )
+
+
+async def _connected(channel: grpc.aio.Channel, wait: float) -> bool:
+    """Whether ``channel`` is connected, or connects within ``wait`` seconds (False at once
+    when a connection attempt failed: the owner refuses connections)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    state = channel.get_state(try_to_connect=True)
+    while state != grpc.ChannelConnectivity.READY:
+        left = deadline - loop.time()
+        if state in _NOT_CONNECTING or left <= 0:
+            return False
+        try:
+            await asyncio.wait_for(channel.wait_for_state_change(state), left)
+        except TimeoutError:
+            return False
+        state = channel.get_state(try_to_connect=True)
+    return True
 
 
 class Forwarder:
@@ -146,7 +186,15 @@ class Forwarder:
         # a little before the caller's own deadline: it hears OWNER_UNREACHABLE from this
         # member (which it may keep using) rather than a deadline of its own
         timeout = None if left is None else max(0.001, left - min(0.25, left / 10))
-        send = self._channel(owner).unary_unary(f"/{_SERVICE}/{method}")
+        channel = self._channel(owner)
+        if not await _connected(
+            channel, CONNECT_WAIT if left is None else min(CONNECT_WAIT, left / 2)
+        ):
+            # never sent: the owner refuses connections (stopped, or dead before its lease
+            # ran out): nothing was done, any call may go again once the stream has moved
+            self._count(method, "unreachable")
+            raise owner_not_connected(stream, owner)
+        send = channel.unary_unary(f"/{_SERVICE}/{method}")
         try:
             # with the Arrow bytes the request carried (decode.carrying_parser)
             reply = await send(with_payload(request), timeout=timeout, metadata=metadata)

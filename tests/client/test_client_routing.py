@@ -335,18 +335,23 @@ def test_async_client_routes_the_same_way(cluster: FakeCluster) -> None:
 
 def test_servers_that_disagree_on_the_owner_end_in_a_named_loop(cluster: FakeCluster) -> None:
     """m1 says m2 owns the stream, m2 says m1: the client follows a bounded number of
-    redirects (pausing when the chain comes back), then raises an error naming the path."""
+    redirects (pausing when the chain comes back), then pauses and asks the map again (a
+    member that has not seen a move yet), until the call's budget is spent: then an error
+    naming the path."""
     _, m1, m2 = cluster.members
     live = [m.address for m in cluster.members]
     name = next(f"loop{i}" for i in range(1000) if place(f"loop{i}", live) == m1.address)
     m1.claims[name] = m2.address
     m2.claims[name] = m1.address
-    with WindowClient(m1.address, timeout=10) as c, pytest.raises(RedirectLoopError) as info:
+    with (
+        WindowClient(m1.address, timeout=10, retry_time=1.0) as c,
+        pytest.raises(RedirectLoopError) as info,
+    ):
         c.query(name, "w")
     err = info.value
     assert err.reason == "NOT_OWNER" and isinstance(err, NotOwnerError)
     assert set(err.path) == {m1.address, m2.address}
-    assert len(err.path) == calls.MAX_REDIRECTS + 2  # every try, and the redirect refused
+    assert len(err.path) >= calls.MAX_REDIRECTS + 2  # every try, and the redirect refused
     assert "disagree" in str(err) and m1.address in str(err)
 
 

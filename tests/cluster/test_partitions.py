@@ -364,7 +364,8 @@ def test_a_member_forwards_a_call_to_the_owner_when_asked(tmp_path: Path) -> Non
             make(c, name)
         forward = (("mtawindows-forward", "1"),)
         with WindowClient(b.target) as c:  # the request, as the SDK encodes it
-            request = append_request(name, batch(1), c.schema(name), "p", 1, "none", ())
+            request_schema = c.schema(name)
+            request = append_request(name, batch(1), request_schema, "p", 1, "none", ())
         with grpc.insecure_channel(b.target) as ch:
             stub = pb_grpc.WindowServiceStub(ch)
             reply, call = stub.Append.with_call(request, timeout=10, metadata=forward)
@@ -434,8 +435,21 @@ def test_a_member_forwards_a_call_to_the_owner_when_asked(tmp_path: Path) -> Non
             ei = error_info(info.value)
             assert ei.reason == "OWNER_UNREACHABLE" and ei.metadata["owner"] == a.target
             assert took < 1.0, took
-        with cluster.client() as c:
-            assert c.query(name, "n").values["n"] == 4
+            # an owner that refuses connections (killed: the others still count it live
+            # until its lease ends): the call is not sent, STREAM_MOVING, nothing done
+            rows_then = None
+            with cluster.client() as c:
+                rows_then = c.query(name, "n").values["n"]
+            a.kill()
+            plain = append_request(name, batch(5), request_schema, None, None, "none", ())
+            with pytest.raises(grpc.RpcError) as info:
+                stub.Append(plain, timeout=10, metadata=forward)
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE, info.value
+            ei = error_info(info.value)
+            assert ei.reason == "STREAM_MOVING", ei
+            assert (ei.metadata["owner"], ei.metadata["sent"]) == (a.target, "false")
+        with cluster.client() as c:  # at the new owner, once the lease ran out
+            assert c.query(name, "n").values["n"] == rows_then == 4
 
 
 def test_a_forwarded_call_carries_the_callers_token(tmp_path: Path) -> None:

@@ -53,8 +53,10 @@ class WindowServiceStub:
     `mtawindows-forwarded: <member id>`; the owner's answer comes back as it was (its reply, or
     its status with every detail), with trailing metadata `mtawindows-served-by: <the owner's
     address>`. A forwarded call is never forwarded again (NOT_OWNER then comes back to the
-    client). An owner that does not answer the forwarding member: UNAVAILABLE
-    OWNER_UNREACHABLE. Subscribe, ListStreams and GetClusterMap are never forwarded.
+    client). An owner the forwarding member cannot connect to: UNAVAILABLE STREAM_MOVING,
+    metadata sent: false (the call was not sent: nothing was done); an owner that does not
+    answer the call sent to it: UNAVAILABLE OWNER_UNREACHABLE. Subscribe, ListStreams and
+    GetClusterMap are never forwarded.
     """
 
     def __init__(self, channel):
@@ -188,8 +190,10 @@ class WindowServiceServicer:
     `mtawindows-forwarded: <member id>`; the owner's answer comes back as it was (its reply, or
     its status with every detail), with trailing metadata `mtawindows-served-by: <the owner's
     address>`. A forwarded call is never forwarded again (NOT_OWNER then comes back to the
-    client). An owner that does not answer the forwarding member: UNAVAILABLE
-    OWNER_UNREACHABLE. Subscribe, ListStreams and GetClusterMap are never forwarded.
+    client). An owner the forwarding member cannot connect to: UNAVAILABLE STREAM_MOVING,
+    metadata sent: false (the call was not sent: nothing was done); an owner that does not
+    answer the call sent to it: UNAVAILABLE OWNER_UNREACHABLE. Subscribe, ListStreams and
+    GetClusterMap are never forwarded.
     """
 
     def CreateStream(self, request, context):
@@ -548,8 +552,10 @@ class WindowService:
     `mtawindows-forwarded: <member id>`; the owner's answer comes back as it was (its reply, or
     its status with every detail), with trailing metadata `mtawindows-served-by: <the owner's
     address>`. A forwarded call is never forwarded again (NOT_OWNER then comes back to the
-    client). An owner that does not answer the forwarding member: UNAVAILABLE
-    OWNER_UNREACHABLE. Subscribe, ListStreams and GetClusterMap are never forwarded.
+    client). An owner the forwarding member cannot connect to: UNAVAILABLE STREAM_MOVING,
+    metadata sent: false (the call was not sent: nothing was done); an owner that does not
+    answer the call sent to it: UNAVAILABLE OWNER_UNREACHABLE. Subscribe, ListStreams and
+    GetClusterMap are never forwarded.
     """
 
     @staticmethod

@@ -333,6 +333,25 @@ def test_async_client_routes_the_same_way(cluster: FakeCluster) -> None:
     assert cluster.calls_at(placement(name, live), "CreateStream") == [name]
 
 
+def test_servers_that_disagree_for_a_moment_do_not_end_the_call(cluster: FakeCluster) -> None:
+    """A failover's moment: m1 says m2 owns the stream, m2 says m1 (one of them has not seen
+    the move yet), then they agree; the call, past the redirects' bound meanwhile, pauses
+    and asks again instead of ending (an outside tester: RedirectLoopError within
+    milliseconds of a keyed failover, with 30 s of retry_time left)."""
+    _, m1, m2 = cluster.members
+    live = [m.address for m in cluster.members]
+    name = next(f"moment{i}" for i in range(1000) if place(f"moment{i}", live) == m1.address)
+    m1.claims[name] = m2.address
+    m2.claims[name] = m1.address
+    settled = threading.Timer(0.5, lambda: m1.claims.pop(name))  # m1 takes the stream
+    settled.start()
+    try:
+        with WindowClient(m1.address, timeout=10, retry_time=10.0) as c:
+            c.query(name, "w")  # answered by m1 once it agrees
+    finally:
+        settled.cancel()
+
+
 def test_servers_that_disagree_on_the_owner_end_in_a_named_loop(cluster: FakeCluster) -> None:
     """m1 says m2 owns the stream, m2 says m1: the client follows a bounded number of
     redirects (pausing when the chain comes back), then pauses and asks the map again (a
